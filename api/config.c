@@ -1,0 +1,130 @@
+#include "api/config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "transport/base/error.h"
+#include "transport/tcp/tcp.h"
+
+#define NS_PER_S 1000000000LL
+
+static hvd_status seconds(hvd_env_get_fn get, void *ctx, const char *name,
+                          int64_t *ns) {
+    const char *text = get(name, ctx);
+    long v;
+
+    if (text == NULL)
+        return HVD_OK;
+    hvd_status st = hvd_env_parse_long(name, text, 1, 7L * 24 * 3600, &v);
+    if (st == HVD_OK)
+        *ns = (int64_t)v * NS_PER_S;
+    return st;
+}
+
+static hvd_status bytes(hvd_env_get_fn get, void *ctx, const char *name,
+                        uint64_t min, size_t *out) {
+    const char *text = get(name, ctx);
+    uint64_t v;
+
+    if (text == NULL)
+        return HVD_OK;
+    hvd_status st = hvd_env_parse_bytes(name, text, &v);
+    if (st != HVD_OK)
+        return st;
+    if (v < min || v > ((uint64_t)1 << 40))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s=%s is out of range (%llu bytes to 1T)", name,
+                             text, (unsigned long long)min);
+    *out = (size_t)v;
+    return HVD_OK;
+}
+
+static hvd_status integer(hvd_env_get_fn get, void *ctx, const char *name,
+                          long min, long max, int *out) {
+    const char *text = get(name, ctx);
+    long v;
+
+    if (text == NULL)
+        return HVD_OK;
+    hvd_status st = hvd_env_parse_long(name, text, min, max, &v);
+    if (st == HVD_OK)
+        *out = (int)v;
+    return st;
+}
+
+static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
+                            hvd_algo a, hvd_algo b, hvd_algo *out) {
+    const char *text = get(name, ctx);
+    hvd_algo v;
+
+    if (text == NULL || *text == '\0')
+        return HVD_OK;
+    if (hvd_algo_parse(text, &v) != 0 ||
+        (v != HVD_ALGO_AUTO && v != a && v != b))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s=%s is not one of auto, %s, %s", name, text,
+                             hvd_algo_name(a), hvd_algo_name(b));
+    *out = v;
+    return HVD_OK;
+}
+
+static hvd_status text(hvd_env_get_fn get, void *ctx, const char *name,
+                       char *out, size_t outlen) {
+    const char *v = get(name, ctx);
+
+    if (v == NULL)
+        return HVD_OK;
+    if (strlen(v) >= outlen)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s is too long (%zu "
+                             "characters at most)",
+                             name, outlen - 1);
+    snprintf(out, outlen, "%s", v);
+    return HVD_OK;
+}
+
+hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
+    hvd_config c;
+    hvd_status st;
+
+    memset(&c, 0, sizeof(c));
+    snprintf(c.transport, sizeof(c.transport), "auto");
+    c.timeout_ns = 300 * NS_PER_S;
+    c.start_timeout_ns = 120 * NS_PER_S;
+    c.tcp_nsocks = 2;
+    c.tcp_stripe_min = 256 * 1024;
+    hvd_comm_config_default(&c.comm);
+
+    st = text(get, ctx, "HVD_TRANSPORT", c.transport, sizeof(c.transport));
+    if (st == HVD_OK)
+        st = text(get, ctx, "HVD_IFACE", c.iface, sizeof(c.iface));
+    if (st == HVD_OK)
+        st = seconds(get, ctx, "HVD_TIMEOUT_SECONDS", &c.timeout_ns);
+    if (st == HVD_OK)
+        st =
+            seconds(get, ctx, "HVD_START_TIMEOUT_SECONDS", &c.start_timeout_ns);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_TCP_NSOCKS", 1, HVD_TCP_MAX_SOCKS,
+                     &c.tcp_nsocks);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_TCP_STRIPE_MIN", 64, &c.tcp_stripe_min);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_CHUNK_BYTES", 64, &c.comm.chunk_bytes);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_PIPELINE_DEPTH", 1, 16, &c.comm.depth);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_RD_MAX_BYTES", 0, &c.comm.allreduce_rd_max);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_TREE_MAX_BYTES", 0, &c.comm.bcast_tree_max);
+    if (st == HVD_OK)
+        st = algorithm(get, ctx, "HVD_ALGORITHM", HVD_ALGO_RING, HVD_ALGO_RD,
+                       &c.comm.allreduce_algo);
+    if (st == HVD_OK)
+        st = algorithm(get, ctx, "HVD_BCAST_ALGORITHM", HVD_ALGO_TREE,
+                       HVD_ALGO_PIPELINE, &c.comm.bcast_algo);
+    if (st != HVD_OK)
+        return st;
+    *cfg = c;
+    return HVD_OK;
+}

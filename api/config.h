@@ -1,0 +1,32 @@
+/*
+ * Configuration from HVD_* environment variables (docs/environment.md lists
+ * each one). Read once in hvd_init; every rank must see the same values
+ * for the ones that shape messages (algorithms, chunk sizes, sockets).
+ */
+#ifndef HVD_API_CONFIG_H
+#define HVD_API_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collectives/comm.h"
+#include "hvd/hvd.h"
+#include "transport/base/env.h"
+
+typedef struct hvd_config {
+    char transport[16];       /* HVD_TRANSPORT: auto, tcp, ... */
+    char iface[64];           /* HVD_IFACE, "" = auto */
+    int64_t timeout_ns;       /* HVD_TIMEOUT_SECONDS */
+    int64_t start_timeout_ns; /* HVD_START_TIMEOUT_SECONDS */
+    int tcp_nsocks;           /* HVD_TCP_NSOCKS */
+    size_t tcp_stripe_min;    /* HVD_TCP_STRIPE_MIN */
+    hvd_comm_config comm;     /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
+                                 HVD_ALGORITHM, HVD_BCAST_ALGORITHM,
+                                 HVD_RD_MAX_BYTES, HVD_TREE_MAX_BYTES */
+} hvd_config;
+
+/* Defaults, then the variables get() returns; a malformed value is
+ * HVD_ERR_INVALID_ARG with a sentence naming it. */
+hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg);
+
+#endif

@@ -1,0 +1,186 @@
+#include "api/discovery.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "transport/base/error.h"
+#include "transport/rendezvous.h"
+
+#define MAX_RANKS (1L << 24)
+
+/* Reads an optional integer variable; *out stays -1 when unset. */
+static hvd_status opt_int(hvd_env_get_fn get, void *ctx, const char *name,
+                          long min, long max, int *out) {
+    const char *text = get(name, ctx);
+    long v;
+
+    *out = -1;
+    if (text == NULL)
+        return HVD_OK;
+    hvd_status st = hvd_env_parse_long(name, text, min, max, &v);
+    if (st != HVD_OK)
+        return st;
+    *out = (int)v;
+    return HVD_OK;
+}
+
+/* A launcher's rank and size variables: both or neither. */
+static hvd_status rank_size(hvd_env_get_fn get, void *ctx,
+                            const char *rank_name, const char *size_name,
+                            hvd_procinfo *info, int *found) {
+    const char *r = get(rank_name, ctx), *s = get(size_name, ctx);
+    hvd_status st;
+
+    *found = 0;
+    if (r == NULL && s == NULL)
+        return HVD_OK;
+    if (r == NULL || s == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s is set but %s is not: the launcher must set "
+                             "both",
+                             r ? rank_name : size_name,
+                             r ? size_name : rank_name);
+    st = opt_int(get, ctx, size_name, 1, MAX_RANKS, &info->size);
+    if (st == HVD_OK)
+        st = opt_int(get, ctx, rank_name, 0, MAX_RANKS - 1, &info->rank);
+    if (st != HVD_OK)
+        return st;
+    if (info->rank >= info->size)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "%s=%d is not below %s=%d",
+                             rank_name, info->rank, size_name, info->size);
+    *found = 1;
+    return HVD_OK;
+}
+
+static hvd_status check_local(const hvd_procinfo *info, const char *rname,
+                              const char *sname) {
+    if (info->local_rank >= 0 && info->local_size >= 0 &&
+        info->local_rank >= info->local_size)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "%s=%d is not below %s=%d",
+                             rname, info->local_rank, sname, info->local_size);
+    if (info->local_size > info->size)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s=%d is larger than the job (%d ranks)", sname,
+                             info->local_size, info->size);
+    return HVD_OK;
+}
+
+static hvd_status rendezvous(hvd_env_get_fn get, void *ctx,
+                             hvd_procinfo *info) {
+    const char *addr = get("HVD_RENDEZVOUS_ADDR", ctx);
+    const char *secret = get("HVD_SECRET", ctx);
+    const char *job = get("HVD_JOB_ID", ctx);
+    hvd_status st;
+
+    if (addr != NULL) {
+        if (strlen(addr) >= sizeof(info->rdv_addr))
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "HVD_RENDEZVOUS_ADDR is too long");
+        snprintf(info->rdv_addr, sizeof(info->rdv_addr), "%s", addr);
+        st =
+            opt_int(get, ctx, "HVD_RENDEZVOUS_PORT", 1, 65535, &info->rdv_port);
+        if (st != HVD_OK)
+            return st;
+        if (info->rdv_port < 0)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "HVD_RENDEZVOUS_ADDR is set but "
+                                 "HVD_RENDEZVOUS_PORT is not");
+    } else {
+        info->rdv_port = 0;
+    }
+    if (secret != NULL) {
+        if (strlen(secret) >= sizeof(info->secret))
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "HVD_SECRET is longer than %zu bytes",
+                                 sizeof(info->secret) - 1);
+        snprintf(info->secret, sizeof(info->secret), "%s", secret);
+    }
+    if (job != NULL) {
+        if (hvd_job_id_parse(job, info->job_id) != 0)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "HVD_JOB_ID=%s is not 32 hex digits", job);
+        info->have_job_id = 1;
+    }
+    return HVD_OK;
+}
+
+hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
+    hvd_procinfo pi;
+    int found = 0;
+    hvd_status st;
+
+    memset(&pi, 0, sizeof(pi));
+    pi.local_rank = pi.local_size = pi.cross_rank = pi.cross_size = -1;
+
+    st = rank_size(get, ctx, "HVD_RANK", "HVD_SIZE", &pi, &found);
+    if (st != HVD_OK)
+        return st;
+    if (found) {
+        pi.source = "hvdrun";
+        st = opt_int(get, ctx, "HVD_LOCAL_RANK", 0, MAX_RANKS, &pi.local_rank);
+        if (st == HVD_OK)
+            st = opt_int(get, ctx, "HVD_LOCAL_SIZE", 1, MAX_RANKS,
+                         &pi.local_size);
+        if (st == HVD_OK)
+            st = opt_int(get, ctx, "HVD_CROSS_RANK", 0, MAX_RANKS,
+                         &pi.cross_rank);
+        if (st == HVD_OK)
+            st = opt_int(get, ctx, "HVD_CROSS_SIZE", 1, MAX_RANKS,
+                         &pi.cross_size);
+        if (st == HVD_OK)
+            st = check_local(&pi, "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE");
+        if (st == HVD_OK && pi.cross_rank >= 0 && pi.cross_size >= 0 &&
+            pi.cross_rank >= pi.cross_size)
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "HVD_CROSS_RANK=%d is not below "
+                               "HVD_CROSS_SIZE=%d",
+                               pi.cross_rank, pi.cross_size);
+        goto out;
+    }
+    st = rank_size(get, ctx, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                   &pi, &found);
+    if (st != HVD_OK)
+        return st;
+    if (found) {
+        pi.source = "openmpi";
+        st = opt_int(get, ctx, "OMPI_COMM_WORLD_LOCAL_RANK", 0, MAX_RANKS,
+                     &pi.local_rank);
+        if (st == HVD_OK)
+            st = opt_int(get, ctx, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, MAX_RANKS,
+                         &pi.local_size);
+        if (st == HVD_OK)
+            st = check_local(&pi, "OMPI_COMM_WORLD_LOCAL_RANK",
+                             "OMPI_COMM_WORLD_LOCAL_SIZE");
+        goto out;
+    }
+    st = rank_size(get, ctx, "SLURM_PROCID", "SLURM_NTASKS", &pi, &found);
+    if (st != HVD_OK)
+        return st;
+    if (found) {
+        pi.source = "slurm";
+        st = opt_int(get, ctx, "SLURM_LOCALID", 0, MAX_RANKS, &pi.local_rank);
+        goto out;
+    }
+    st = rank_size(get, ctx, "PMI_RANK", "PMI_SIZE", &pi, &found);
+    if (st != HVD_OK)
+        return st;
+    if (found) {
+        pi.source = "pmi";
+        goto out;
+    }
+    pi.source = "single";
+    pi.rank = 0;
+    pi.size = 1;
+out:
+    if (st != HVD_OK)
+        return st;
+    if (pi.size == 1) {
+        pi.local_rank = pi.cross_rank = 0;
+        pi.local_size = pi.cross_size = 1;
+    }
+    st = rendezvous(get, ctx, &pi);
+    if (st != HVD_OK)
+        return st;
+    *info = pi;
+    return HVD_OK;
+}

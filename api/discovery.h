@@ -1,0 +1,45 @@
+/*
+ * Process discovery: who am I in this job, and who started it.
+ *
+ * Sources, first match wins: hvdrun (HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK,
+ * HVD_LOCAL_SIZE, HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR,
+ * HVD_RENDEZVOUS_PORT, HVD_SECRET, HVD_JOB_ID), Open MPI
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), Slurm (SLURM_PROCID,
+ * SLURM_NTASKS, SLURM_LOCALID), PMI (PMI_RANK, PMI_SIZE); with none of
+ * them, a job of one. Values a source does not give are -1 and are
+ * computed from the host names the ranks exchange at init.
+ */
+#ifndef HVD_API_DISCOVERY_H
+#define HVD_API_DISCOVERY_H
+
+#include <stdint.h>
+
+#include "hvd/hvd.h"
+#include "transport/base/env.h"
+#include "transport/transport.h"
+
+typedef struct hvd_procinfo {
+    const char *source; /* "hvdrun", "openmpi", "slurm", "pmi", "single" */
+    int rank;
+    int size;
+    int local_rank; /* -1: not given by the launcher */
+    int local_size;
+    int cross_rank;
+    int cross_size;
+    /* Rendezvous (hvdrun's variables; also honoured under other
+     * launchers). rdv_port is 0 when not given. */
+    char rdv_addr[64];
+    int rdv_port;
+    char secret[256];
+    uint8_t job_id[HVD_JOB_ID_LEN];
+    int have_job_id;
+} hvd_procinfo;
+
+/*
+ * Fills *info from the variables get() returns. Returns HVD_ERR_INVALID_ARG
+ * with a sentence naming the variable for a malformed or inconsistent
+ * value (rank >= size, a rank without a size, ...).
+ */
+hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info);
+
+#endif

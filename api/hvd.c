@@ -1,0 +1,397 @@
+/*
+ * The public API: init and shutdown, the job's shape, and the blocking
+ * collectives.
+ *
+ * In this release a collective runs on the caller's thread, under one
+ * process-wide lock, and every rank must call the collectives in the same
+ * order (docs/design.md). The engine of a later release (a background
+ * thread that matches operations by name, fuses them and runs them) slots
+ * in between this file and collectives/: the entry points below keep their
+ * checks and hand the work to it instead of calling hvd_coll_* directly.
+ */
+#include "hvd/hvd.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "api/config.h"
+#include "api/discovery.h"
+#include "collectives/coll.h"
+#include "collectives/reduce.h"
+#include "transport/base/error.h"
+#include "transport/base/log.h"
+#include "transport/net.h"
+#include "transport/rendezvous.h"
+#include "transport/transport.h"
+
+typedef struct host_blob {
+    char host[HVD_HOST_MAX];
+    int32_t pid;
+    int32_t pad;
+} host_blob;
+
+static struct {
+    pthread_mutex_t lock;
+    int initialized;
+    int was_initialized; /* a multi-rank job was shut down */
+    hvd_procinfo info;
+    hvd_config cfg;
+    const hvd_transport_ops *ops;
+    hvd_transport *tp;
+    hvd_comm *comm;
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+const char *hvd_strerror(hvd_status status) {
+    switch (status) {
+#define HVD_STATUS_TEXT_(name, text)                                           \
+    case name:                                                                 \
+        return text;
+        HVD_STATUS_MAP(HVD_STATUS_TEXT_)
+#undef HVD_STATUS_TEXT_
+    }
+    return "unknown status";
+}
+
+const char *hvd_last_error(void) { return hvd_error_get(); }
+
+/* ------------------------------------------------------------------ */
+/* Init                                                                */
+
+/* Fills the local and cross ranks a launcher did not give from the host
+ * names of all ranks: hosts are numbered in order of their lowest rank. */
+static void place_ranks(hvd_procinfo *info, const host_blob *all) {
+    int r = info->rank, local_rank = 0, local_size = 0;
+    int cross_rank = -1, cross_size = 0;
+
+    for (int i = 0; i < info->size; i++) {
+        int first = 1;
+        for (int j = 0; j < i && first; j++)
+            if (strcmp(all[j].host, all[i].host) == 0)
+                first = 0;
+        if (first) {
+            if (strcmp(all[i].host, all[r].host) == 0)
+                cross_rank = cross_size;
+            cross_size++;
+        }
+        if (strcmp(all[i].host, all[r].host) == 0) {
+            if (i < r)
+                local_rank++;
+            local_size++;
+        }
+    }
+    if (info->local_rank < 0)
+        info->local_rank = local_rank;
+    if (info->local_size < 0)
+        info->local_size = local_size;
+    if (info->cross_rank < 0)
+        info->cross_rank = cross_rank;
+    if (info->cross_size < 0)
+        info->cross_size = cross_size;
+}
+
+static hvd_status pick_transport(const hvd_config *cfg,
+                                 const hvd_transport_ops **ops) {
+    const char *name = cfg->transport;
+
+    if (strcasecmp(name, "auto") == 0 || strcasecmp(name, "tcp") == 0)
+        return hvd_transport_lookup("tcp", ops);
+    if (strcasecmp(name, "shm") == 0 || strcasecmp(name, "mpi") == 0 ||
+        strcasecmp(name, "verbs") == 0 || strcasecmp(name, "nccl") == 0)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=%s: that transport is not built "
+                             "into this hvd (built in: %s); unset it or use "
+                             "tcp",
+                             name, hvd_transport_names());
+    return hvd_error_set(HVD_ERR_INVALID_ARG,
+                         "HVD_TRANSPORT=%s is not one of auto, tcp, shm, "
+                         "mpi, verbs, nccl",
+                         name);
+}
+
+static hvd_status init_multi(void) {
+    hvd_procinfo *info = &g.info;
+    hvd_bootstrap *bs = NULL;
+    host_blob mine, *all = NULL;
+    char local_addr[64], bind_addr[64];
+    const char(*hosts)[HVD_HOST_MAX] = NULL;
+    int *pids = NULL;
+    hvd_transport_params params;
+    hvd_status st;
+
+    if (info->rdv_port == 0)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "started by %s as rank %d of %d, but no "
+                             "rendezvous is given (HVD_RENDEZVOUS_ADDR and "
+                             "HVD_RENDEZVOUS_PORT): this release "
+                             "bootstraps multi-rank jobs through hvdrun; "
+                             "start the job with `hvdrun -np %d ...`",
+                             info->source, info->rank, info->size, info->size);
+    if (info->secret[0] == '\0' || !info->have_job_id)
+        return hvd_error_set(HVD_ERR_AUTH,
+                             "HVD_SECRET and HVD_JOB_ID must be set for a "
+                             "job of %d ranks (hvdrun sets them): refusing "
+                             "to connect without a job secret",
+                             info->size);
+    st = pick_transport(&g.cfg, &g.ops);
+    if (st != HVD_OK)
+        return st;
+
+    st = hvd_rdv_client_connect(info->rdv_addr, info->rdv_port, info->rank,
+                                info->size, info->job_id, info->secret,
+                                g.cfg.start_timeout_ns, &bs, local_addr);
+    if (st != HVD_OK)
+        return st;
+
+    /* Listen where the rendezvous host reached us, unless told. */
+    if (g.cfg.iface[0] != '\0') {
+        st = hvd_net_iface_addr(g.cfg.iface, bind_addr, sizeof(bind_addr));
+        if (st != HVD_OK)
+            goto out;
+    } else {
+        snprintf(bind_addr, sizeof(bind_addr), "%s", local_addr);
+    }
+
+    memset(&mine, 0, sizeof(mine));
+    if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
+        snprintf(mine.host, sizeof(mine.host), "unknown");
+    mine.pid = (int32_t)getpid();
+    all = calloc((size_t)info->size, sizeof(*all));
+    hosts = calloc((size_t)info->size, HVD_HOST_MAX);
+    pids = calloc((size_t)info->size, sizeof(*pids));
+    if (all == NULL || hosts == NULL || pids == NULL) {
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    st = bs->allgather(bs, &mine, sizeof(mine), all);
+    if (st != HVD_OK)
+        goto out;
+    for (int i = 0; i < info->size; i++) {
+        all[i].host[HVD_HOST_MAX - 1] = '\0';
+        memcpy((char *)hosts[i], all[i].host, HVD_HOST_MAX);
+        pids[i] = all[i].pid;
+    }
+    place_ranks(info, all);
+
+    memset(&params, 0, sizeof(params));
+    params.rank = info->rank;
+    params.size = info->size;
+    params.bootstrap = bs;
+    params.bind_addr = bind_addr;
+    memcpy(params.job_id, info->job_id, HVD_JOB_ID_LEN);
+    params.secret = info->secret;
+    params.hosts = hosts;
+    params.pids = pids;
+    params.timeout_ns = g.cfg.timeout_ns;
+    params.connect_timeout_ns = g.cfg.start_timeout_ns;
+    params.tcp_nsocks = g.cfg.tcp_nsocks;
+    params.tcp_stripe_min = g.cfg.tcp_stripe_min;
+    st = g.ops->open(&params, &g.tp);
+    if (st != HVD_OK)
+        goto out;
+    HVD_INFO("api",
+             "rank %d of %d (local %d of %d, host %d of %d) via %s, "
+             "transport %s on %s",
+             info->rank, info->size, info->local_rank, info->local_size,
+             info->cross_rank, info->cross_size, info->source, g.ops->name,
+             bind_addr);
+out:
+    free(all);
+    free((void *)hosts);
+    free(pids);
+    hvd_rdv_client_close(bs);
+    return st;
+}
+
+hvd_status hvd_init(void) {
+    hvd_status st = HVD_OK;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.initialized)
+        goto out;
+    hvd_log_init_from_env();
+    st = hvd_config_load(hvd_env_getenv, NULL, &g.cfg);
+    if (st == HVD_OK)
+        st = hvd_discover(hvd_env_getenv, NULL, &g.info);
+    if (st != HVD_OK)
+        goto fail;
+    hvd_log_set_rank(g.info.rank);
+    if (g.was_initialized && g.info.size > 1) {
+        st = hvd_error_set(HVD_ERR_SHUTDOWN,
+                           "hvd_init after hvd_shutdown is not supported in "
+                           "a job of %d ranks in this release",
+                           g.info.size);
+        goto fail;
+    }
+    if (g.info.size > 1) {
+        st = init_multi();
+        if (st != HVD_OK)
+            goto fail;
+    }
+    st = hvd_comm_create(g.info.rank, g.info.size, g.tp, &g.cfg.comm, &g.comm);
+    if (st != HVD_OK)
+        goto fail;
+    g.initialized = 1;
+    goto out;
+fail:
+    if (g.tp != NULL)
+        g.ops->close(g.tp);
+    g.tp = NULL;
+    hvd_error_prefix("hvd_init (rank %d): ", g.info.rank);
+    HVD_ERROR("api", "%s", hvd_error_get());
+    hvd_log_set_rank(-1);
+out:
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
+hvd_status hvd_shutdown(void) {
+    hvd_status st = HVD_OK;
+
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized)
+        goto out;
+    if (g.tp != NULL) {
+        st = g.ops->shutdown(g.tp);
+        g.ops->close(g.tp);
+        g.tp = NULL;
+        g.was_initialized = 1;
+    }
+    hvd_comm_destroy(g.comm);
+    g.comm = NULL;
+    g.initialized = 0;
+    hvd_log_set_rank(-1);
+out:
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
+int hvd_initialized(void) { return g.initialized; }
+
+int hvd_rank(void) { return g.initialized ? g.info.rank : -1; }
+
+int hvd_size(void) { return g.initialized ? g.info.size : -1; }
+
+int hvd_local_rank(void) { return g.initialized ? g.info.local_rank : -1; }
+
+int hvd_local_size(void) { return g.initialized ? g.info.local_size : -1; }
+
+int hvd_cross_rank(void) { return g.initialized ? g.info.cross_rank : -1; }
+
+int hvd_cross_size(void) { return g.initialized ? g.info.cross_size : -1; }
+
+/* ------------------------------------------------------------------ */
+/* Collectives                                                         */
+
+#define NAME(n) ((n) != NULL ? (n) : "")
+
+static hvd_status check_buffers(const char *fn, const char *name,
+                                const void *sendbuf, const void *recvbuf,
+                                size_t count, hvd_dtype dtype) {
+    if (!hvd_dtype_valid(dtype))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): dtype %d is not an hvd_dtype", fn,
+                             NAME(name), (int)dtype);
+    if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
+        return hvd_error_set(
+            HVD_ERR_INVALID_ARG, "%s('%s'): %s is NULL with count %zu", fn,
+            NAME(name), sendbuf == NULL ? "sendbuf" : "recvbuf", count);
+    if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): count %zu is too large", fn, NAME(name),
+                             count);
+    return HVD_OK;
+}
+
+/* Takes the lock for a collective if hvd is initialized. */
+static hvd_status enter(const char *fn, const char *name) {
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized) {
+        pthread_mutex_unlock(&g.lock);
+        return hvd_error_set(HVD_ERR_NOT_INITIALIZED,
+                             "%s('%s'): hvd is not initialized: call "
+                             "hvd_init() first",
+                             fn, NAME(name));
+    }
+    return HVD_OK;
+}
+
+static hvd_status leave(hvd_status st, const char *fn, const char *name) {
+    if (st != HVD_OK)
+        hvd_error_prefix("%s('%s') on rank %d: ", fn, NAME(name), g.info.rank);
+    else
+        HVD_TRACE("api", "%s('%s') took %s", fn, NAME(name), g.comm->last_path);
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
+hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                         size_t count, hvd_dtype dtype, hvd_op op) {
+    static const char fn[] = "hvd_allreduce";
+    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
+
+    if (st == HVD_OK && !hvd_op_valid(op))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
+                           (int)op);
+    if (st == HVD_OK)
+        st = enter(fn, name);
+    if (st != HVD_OK)
+        return st;
+    st = hvd_coll_allreduce(g.comm, sendbuf, recvbuf, count, dtype, op);
+    return leave(st, fn, name);
+}
+
+hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
+                         hvd_dtype dtype, int root) {
+    static const char fn[] = "hvd_broadcast";
+    hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
+
+    if (st == HVD_OK)
+        st = enter(fn, name);
+    if (st != HVD_OK)
+        return st;
+    if (root < 0 || root >= g.info.size) {
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): root %d is not a rank of this job of "
+                           "%d",
+                           fn, NAME(name), root, g.info.size);
+        pthread_mutex_unlock(&g.lock);
+        return st;
+    }
+    st = hvd_coll_broadcast(g.comm, buf, count, dtype, root);
+    return leave(st, fn, name);
+}
+
+hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
+                         size_t count, hvd_dtype dtype) {
+    static const char fn[] = "hvd_allgather";
+    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
+
+    if (st == HVD_OK)
+        st = enter(fn, name);
+    if (st != HVD_OK)
+        return st;
+    if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)g.info.size) {
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): count %zu times %d ranks is too large",
+                           fn, NAME(name), count, g.info.size);
+        pthread_mutex_unlock(&g.lock);
+        return st;
+    }
+    st = hvd_coll_allgather(g.comm, sendbuf, recvbuf, count, dtype);
+    return leave(st, fn, name);
+}
+
+hvd_status hvd_barrier(void) {
+    static const char fn[] = "hvd_barrier";
+    hvd_status st = enter(fn, NULL);
+
+    if (st != HVD_OK)
+        return st;
+    st = hvd_coll_barrier(g.comm);
+    return leave(st, fn, NULL);
+}

@@ -1,0 +1,147 @@
+/*
+ * hvd: data-parallel collectives for deep-learning training.
+ *
+ * A trainer calls hvd_init() once per process, then hvd_allreduce() (and
+ * friends) on its gradients, then hvd_shutdown(). Processes are started by
+ * hvdrun, mpirun, srun or any launcher that sets the variables described in
+ * docs/environment.md.
+ *
+ * Every function that can fail returns an hvd_status; hvd_last_error() then
+ * gives a sentence on what failed, on which rank, with which peer, and what
+ * to do. The library never calls exit() or abort().
+ */
+#ifndef HVD_HVD_H
+#define HVD_HVD_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HVD_EXPORT __attribute__((visibility("default")))
+#else
+#define HVD_EXPORT
+#endif
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_VERSION_PATCH 0
+#define HVD_VERSION_STRING "0.1.0"
+
+/**
+ * Status codes, generated from one table (as libuv's UV_ERRNO_MAP) so that
+ * the enum, hvd_strerror() and the names in messages never drift apart.
+ * X(name, description)
+ */
+#define HVD_STATUS_MAP(X)                                                      \
+    X(HVD_OK, "success")                                                       \
+    X(HVD_ERR_INVALID_ARG, "invalid argument")                                 \
+    X(HVD_ERR_NOT_INITIALIZED, "hvd is not initialized (call hvd_init)")       \
+    X(HVD_ERR_MISMATCH, "ranks disagree on an operation")                      \
+    X(HVD_ERR_PEER_LOST, "a peer rank died or its connection broke")           \
+    X(HVD_ERR_TIMEOUT, "a peer stopped moving data (timeout)")                 \
+    X(HVD_ERR_TRANSPORT, "transport could not be set up or failed")            \
+    X(HVD_ERR_AUTH, "a peer failed the job-secret handshake")                  \
+    X(HVD_ERR_NO_MEMORY, "out of memory")                                      \
+    X(HVD_ERR_UNSUPPORTED, "not supported by this build or machine")           \
+    X(HVD_ERR_SHUTDOWN, "hvd was shut down or failed earlier")                 \
+    X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")
+
+typedef enum {
+#define HVD_STATUS_ENUM_(name, text) name,
+    HVD_STATUS_MAP(HVD_STATUS_ENUM_)
+#undef HVD_STATUS_ENUM_
+} hvd_status;
+
+/** Element types. float16/bfloat16 are reduced in float32. */
+typedef enum {
+    HVD_UINT8,
+    HVD_INT8,
+    HVD_INT32,
+    HVD_INT64,
+    HVD_FLOAT16,
+    HVD_BFLOAT16,
+    HVD_FLOAT32,
+    HVD_FLOAT64
+} hvd_dtype;
+
+/** Reduction operations. HVD_AVERAGE divides the sum by hvd_size()
+ *  (integer types: truncating division). */
+typedef enum { HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT } hvd_op;
+
+/**
+ * Joins the job: discovers rank and size from the launcher's variables,
+ * authenticates with every peer and connects the transport.
+ * Calling it again after success is a no-op that returns HVD_OK.
+ */
+HVD_EXPORT hvd_status hvd_init(void);
+
+/**
+ * Leaves the job: tells every peer, waits (bounded) for them to do the same
+ * and frees everything. After it, hvd_init() may be called again.
+ */
+HVD_EXPORT hvd_status hvd_shutdown(void);
+
+/** @return 1 once hvd_init() has succeeded and until hvd_shutdown(). */
+HVD_EXPORT int hvd_initialized(void);
+
+HVD_EXPORT int hvd_rank(void); /**< -1 before init */
+HVD_EXPORT int hvd_size(void); /**< -1 before init */
+HVD_EXPORT int hvd_local_rank(void);
+HVD_EXPORT int hvd_local_size(void);
+HVD_EXPORT int hvd_cross_rank(void); /**< index of this host */
+HVD_EXPORT int hvd_cross_size(void); /**< number of hosts */
+
+/** @return a constant description of a status, never NULL. */
+HVD_EXPORT const char *hvd_strerror(hvd_status status);
+
+/** @return the detail of this thread's last failure ("" if none). The
+ *  string stays valid until this thread's next hvd call. */
+HVD_EXPORT const char *hvd_last_error(void);
+
+/*
+ * Blocking collectives. Every rank calls them in the same order (this
+ * release runs them on the caller's thread; see docs/design.md).
+ * sendbuf == recvbuf means in place. count may be 0.
+ */
+
+/**
+ * Reduces count elements across all ranks; every rank gets the same result.
+ * @param [in]  name    names the operation in messages (may be NULL).
+ * @param [in]  sendbuf count elements of dtype.
+ * @param [out] recvbuf count elements; may equal sendbuf.
+ */
+HVD_EXPORT hvd_status hvd_allreduce(const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count,
+                                    hvd_dtype dtype, hvd_op op);
+
+/**
+ * Copies count elements from rank root to every rank.
+ * @param [in,out] buf  root's input; every other rank's output.
+ */
+HVD_EXPORT hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
+                                    hvd_dtype dtype, int root);
+
+/**
+ * Each rank contributes count elements; recvbuf gets size*count elements in
+ * rank order. In place either way: sendbuf == recvbuf + rank*count elements
+ * (the input is already in its block, as with MPI_IN_PLACE), or
+ * sendbuf == recvbuf (the input is at the start and is moved to its block).
+ */
+HVD_EXPORT hvd_status hvd_allgather(const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count,
+                                    hvd_dtype dtype);
+
+/** Returns once every rank has entered it. */
+HVD_EXPORT hvd_status hvd_barrier(void);
+
+/** Size in bytes of one element of dtype, 0 for an invalid dtype. */
+HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_HVD_H */

@@ -1,0 +1,129 @@
+#include "collectives/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "transport/base/error.h"
+
+#define POLL_MS 1000
+
+void hvd_comm_config_default(hvd_comm_config *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->chunk_bytes = 256 * 1024;
+    cfg->depth = 4;
+    cfg->allreduce_rd_max = 64 * 1024;
+    cfg->bcast_tree_max = 64 * 1024;
+    cfg->allreduce_algo = HVD_ALGO_AUTO;
+    cfg->bcast_algo = HVD_ALGO_AUTO;
+}
+
+hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp,
+                           const hvd_comm_config *cfg, hvd_comm **out) {
+    hvd_comm *comm = calloc(1, sizeof(*comm));
+
+    if (comm == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    comm->rank = rank;
+    comm->size = size;
+    comm->tp = tp;
+    comm->cfg = *cfg;
+    if (comm->cfg.depth < 1)
+        comm->cfg.depth = 1;
+    if (comm->cfg.chunk_bytes < 64)
+        comm->cfg.chunk_bytes = 64;
+    /* Ring and chain keep depth receives and depth sends in flight; the
+     * binomial tree up to log2(size) sends. */
+    comm->nreqs = 2 * comm->cfg.depth + 64;
+    comm->reqs = calloc((size_t)comm->nreqs, sizeof(*comm->reqs));
+    if (comm->reqs == NULL) {
+        free(comm);
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    }
+    comm->last_path = "none";
+    *out = comm;
+    return HVD_OK;
+}
+
+void hvd_comm_destroy(hvd_comm *comm) {
+    if (comm == NULL)
+        return;
+    free(comm->scratch);
+    free(comm->reqs);
+    free(comm);
+}
+
+hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out) {
+    if (bytes > comm->scratch_cap) {
+        void *p = malloc(bytes);
+        if (p == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory for %zu bytes of scratch",
+                                 bytes);
+        free(comm->scratch);
+        comm->scratch = p;
+        comm->scratch_cap = bytes;
+    }
+    *out = comm->scratch;
+    return HVD_OK;
+}
+
+hvd_status hvd_comm_wait(hvd_comm *comm, hvd_req *req) {
+    while (!req->done) {
+        hvd_status st = comm->tp->ops->progress(comm->tp, POLL_MS);
+        if (st != HVD_OK)
+            return st;
+    }
+    if (req->status != HVD_OK) {
+        /* The transport failed while this request was in flight: progress
+         * returns the failure with its sentence. */
+        hvd_status st = comm->tp->ops->progress(comm->tp, 0);
+        return st != HVD_OK ? st : req->status;
+    }
+    return HVD_OK;
+}
+
+hvd_status hvd_comm_waitall(hvd_comm *comm, hvd_req *reqs, int n) {
+    for (int i = 0; i < n; i++) {
+        hvd_status st = hvd_comm_wait(comm, &reqs[i]);
+        if (st != HVD_OK)
+            return st;
+    }
+    return HVD_OK;
+}
+
+void hvd_part_range(size_t count, size_t n, size_t i, size_t *off,
+                    size_t *cnt) {
+    size_t base = count / n, extra = count % n;
+
+    *off = i * base + (i < extra ? i : extra);
+    *cnt = base + (i < extra ? 1 : 0);
+}
+
+size_t hvd_nchunks(size_t count, size_t chunk) {
+    if (chunk == 0)
+        chunk = 1;
+    return count == 0 ? 1 : (count + chunk - 1) / chunk;
+}
+
+static const char *const algo_names[HVD_ALGO_COUNT] = {
+    [HVD_ALGO_AUTO] = "auto",
+    [HVD_ALGO_RING] = "ring",
+    [HVD_ALGO_RD] = "rd",
+    [HVD_ALGO_TREE] = "tree",
+    [HVD_ALGO_PIPELINE] = "pipeline",
+};
+
+const char *hvd_algo_name(hvd_algo algo) {
+    return (unsigned)algo < HVD_ALGO_COUNT ? algo_names[algo] : "unknown";
+}
+
+int hvd_algo_parse(const char *text, hvd_algo *algo_out) {
+    for (int i = 0; i < HVD_ALGO_COUNT; i++) {
+        if (strcasecmp(text, algo_names[i]) == 0) {
+            *algo_out = (hvd_algo)i;
+            return 0;
+        }
+    }
+    return -1;
+}

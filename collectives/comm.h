@@ -1,0 +1,90 @@
+/*
+ * The communicator the collectives run on: this rank's place in the job,
+ * the transport that carries the messages (whichever it is), tuning, and
+ * the memory the algorithms reuse from call to call (scratch buffers,
+ * request pool), so that no collective allocates per message.
+ *
+ * Contract of every collective in this folder: blocking, on the caller's
+ * thread; every rank calls the same collectives in the same order with the
+ * same count, dtype, op and root; the result is bitwise identical on every
+ * rank. On failure the status is returned and hvd_last_error() holds the
+ * sentence from the layer that classified it.
+ */
+#ifndef HVD_COLLECTIVES_COMM_H
+#define HVD_COLLECTIVES_COMM_H
+
+#include <stddef.h>
+
+#include "hvd/hvd.h"
+#include "transport/transport.h"
+
+typedef enum {
+    HVD_ALGO_AUTO = 0,
+    HVD_ALGO_RING,     /* allreduce, allgather */
+    HVD_ALGO_RD,       /* recursive doubling allreduce */
+    HVD_ALGO_TREE,     /* binomial-tree broadcast */
+    HVD_ALGO_PIPELINE, /* pipelined chain broadcast */
+    HVD_ALGO_COUNT
+} hvd_algo;
+
+typedef struct hvd_comm_config {
+    size_t chunk_bytes;      /* pipeline unit of ring and chain */
+    int depth;               /* chunks in flight per direction */
+    size_t allreduce_rd_max; /* bytes: recursive doubling up to this */
+    size_t bcast_tree_max;   /* bytes: binomial tree up to this */
+    hvd_algo allreduce_algo; /* AUTO, RING or RD */
+    hvd_algo bcast_algo;     /* AUTO, TREE or PIPELINE */
+} hvd_comm_config;
+
+/* Defaults: the crossovers measured on loopback TCP (docs/benchmarks.md). */
+void hvd_comm_config_default(hvd_comm_config *cfg);
+
+typedef struct hvd_comm {
+    int rank;
+    int size;
+    hvd_transport *tp; /* NULL in a job of one */
+    hvd_comm_config cfg;
+    void *scratch;
+    size_t scratch_cap;
+    hvd_req *reqs; /* pool of nreqs requests */
+    int nreqs;
+    const char *last_path; /* algorithm of the last collective */
+} hvd_comm;
+
+hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp,
+                           const hvd_comm_config *cfg, hvd_comm **out);
+void hvd_comm_destroy(hvd_comm *comm);
+
+/* Scratch memory of at least bytes, kept for later calls. */
+hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out);
+
+static inline hvd_status hvd_comm_isend(hvd_comm *comm, int peer,
+                                        const void *buf, size_t len,
+                                        hvd_req *req) {
+    return comm->tp->ops->isend(comm->tp, peer, buf, len, req);
+}
+
+static inline hvd_status hvd_comm_irecv(hvd_comm *comm, int peer, void *buf,
+                                        size_t len, hvd_req *req) {
+    return comm->tp->ops->irecv(comm->tp, peer, buf, len, req);
+}
+
+/* Drives the transport until req is done; returns its status (with the
+ * sentence in hvd_last_error()). */
+hvd_status hvd_comm_wait(hvd_comm *comm, hvd_req *req);
+hvd_status hvd_comm_waitall(hvd_comm *comm, hvd_req *reqs, int n);
+
+/* Element range [off, off + cnt) of part i when count elements are cut
+ * into n parts whose sizes differ by at most one (the first count % n parts
+ * are one larger). */
+void hvd_part_range(size_t count, size_t n, size_t i, size_t *off, size_t *cnt);
+
+/* Number of chunks of at most chunk elements that cover count elements
+ * (at least 1, so that an empty range still takes one step). */
+size_t hvd_nchunks(size_t count, size_t chunk);
+
+const char *hvd_algo_name(hvd_algo algo);
+/* Parses HVD_ALGORITHM's value; returns 0 on success. */
+int hvd_algo_parse(const char *text, hvd_algo *algo_out);
+
+#endif

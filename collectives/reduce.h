@@ -1,0 +1,46 @@
+/*
+ * Reduction kernels: dst[i] = a[i] OP b[i] for every dtype and op.
+ *
+ * float16 and bfloat16 are widened to float32, combined, and rounded back
+ * to nearest-even. Integer arithmetic wraps (two's complement), as in MPI
+ * and NCCL; it is done on unsigned types so it is defined behaviour.
+ * HVD_AVERAGE combines like HVD_SUM; the division by the number of ranks
+ * is hvd_reduce_scale_div(), applied once to the final sum.
+ *
+ * dst may be the same pointer as a or b (in place); other overlaps are not
+ * allowed. The loops are written so the compiler vectorizes them.
+ */
+#ifndef HVD_COLLECTIVES_REDUCE_H
+#define HVD_COLLECTIVES_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/hvd.h"
+
+/* Returns 1 if dtype/op are valid values of their enums. */
+int hvd_dtype_valid(hvd_dtype dtype);
+int hvd_op_valid(hvd_op op);
+const char *hvd_dtype_name(hvd_dtype dtype);
+const char *hvd_op_name(hvd_op op);
+
+/* dst[i] = a[i] op b[i] for i < count. */
+void hvd_reduce(void *dst, const void *a, const void *b, size_t count,
+                hvd_dtype dtype, hvd_op op);
+
+/*
+ * buf[i] = buf[i] / divisor for i < count: float types divide in their own
+ * precision (float16/bfloat16 in float32, rounded back), integer types
+ * truncate toward zero (int8/int32/int64 signed, uint8 unsigned).
+ * divisor >= 1.
+ */
+void hvd_reduce_scale_div(void *buf, size_t count, hvd_dtype dtype,
+                          int divisor);
+
+/* Conversions, round to nearest even; NaN stays NaN, overflow gives inf. */
+float hvd_half_to_float(uint16_t h);
+uint16_t hvd_float_to_half(float f);
+float hvd_bfloat16_to_float(uint16_t b);
+uint16_t hvd_float_to_bfloat16(float f);
+
+#endif

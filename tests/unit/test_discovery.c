@@ -1,0 +1,267 @@
+/* Process discovery and configuration parsing, from a table of variables
+ * instead of the real environment. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/config.h"
+#include "api/discovery.h"
+#include "transport/base/error.h"
+
+typedef struct var {
+    const char *name;
+    const char *value;
+} var;
+
+/* A NULL-terminated table of variables. */
+static const char *table_get(const char *name, void *ctx) {
+    for (const var *v = ctx; v->name != NULL; v++)
+        if (strcmp(v->name, name) == 0)
+            return v->value;
+    return NULL;
+}
+
+static hvd_status discover(const var *vars, hvd_procinfo *info) {
+    hvd_error_clear();
+    return hvd_discover(table_get, (void *)vars, info);
+}
+
+static void single(void **state) {
+    (void)state;
+    var none[] = {{NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(none, &pi), HVD_OK);
+    assert_string_equal(pi.source, "single");
+    assert_int_equal(pi.rank, 0);
+    assert_int_equal(pi.size, 1);
+    assert_int_equal(pi.local_rank, 0);
+    assert_int_equal(pi.local_size, 1);
+    assert_int_equal(pi.cross_rank, 0);
+    assert_int_equal(pi.cross_size, 1);
+    assert_int_equal(pi.rdv_port, 0);
+}
+
+static void hvdrun(void **state) {
+    (void)state;
+    var v[] = {{"HVD_RANK", "2"},
+               {"HVD_SIZE", "4"},
+               {"HVD_LOCAL_RANK", "0"},
+               {"HVD_LOCAL_SIZE", "2"},
+               {"HVD_CROSS_RANK", "1"},
+               {"HVD_CROSS_SIZE", "2"},
+               {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+               {"HVD_RENDEZVOUS_PORT", "4711"},
+               {"HVD_SECRET", "abc"},
+               {"HVD_JOB_ID", "00112233445566778899aabbccddeeff"},
+               /* Lower-priority sources are ignored. */
+               {"OMPI_COMM_WORLD_RANK", "0"},
+               {"OMPI_COMM_WORLD_SIZE", "9"},
+               {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "hvdrun");
+    assert_int_equal(pi.rank, 2);
+    assert_int_equal(pi.size, 4);
+    assert_int_equal(pi.local_rank, 0);
+    assert_int_equal(pi.local_size, 2);
+    assert_int_equal(pi.cross_rank, 1);
+    assert_int_equal(pi.cross_size, 2);
+    assert_string_equal(pi.rdv_addr, "127.0.0.1");
+    assert_int_equal(pi.rdv_port, 4711);
+    assert_string_equal(pi.secret, "abc");
+    assert_true(pi.have_job_id);
+    assert_int_equal(pi.job_id[0], 0x00);
+    assert_int_equal(pi.job_id[15], 0xff);
+}
+
+static void openmpi(void **state) {
+    (void)state;
+    var v[] = {{"OMPI_COMM_WORLD_RANK", "3"},
+               {"OMPI_COMM_WORLD_SIZE", "4"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+               {"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "1"},
+               {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "openmpi");
+    assert_int_equal(pi.rank, 3);
+    assert_int_equal(pi.size, 4);
+    assert_int_equal(pi.local_rank, 1);
+    assert_int_equal(pi.local_size, 2);
+    assert_int_equal(pi.cross_rank, -1); /* computed at init */
+}
+
+static void slurm_and_pmi(void **state) {
+    (void)state;
+    var s[] = {{"SLURM_PROCID", "5"},  {"SLURM_NTASKS", "8"},
+               {"SLURM_LOCALID", "1"}, {"PMI_RANK", "0"},
+               {"PMI_SIZE", "2"},      {NULL, NULL}};
+    var p[] = {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(s, &pi), HVD_OK);
+    assert_string_equal(pi.source, "slurm");
+    assert_int_equal(pi.rank, 5);
+    assert_int_equal(pi.size, 8);
+    assert_int_equal(pi.local_rank, 1);
+    assert_int_equal(pi.local_size, -1);
+    assert_int_equal(discover(p, &pi), HVD_OK);
+    assert_string_equal(pi.source, "pmi");
+    assert_int_equal(pi.rank, 1);
+    assert_int_equal(pi.size, 2);
+    assert_int_equal(pi.local_rank, -1);
+}
+
+static void expect_invalid(const var *v, const char *needle) {
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_ERR_INVALID_ARG);
+    if (strstr(hvd_error_get(), needle) == NULL)
+        fail_msg("message '%s' lacks '%s'", hvd_error_get(), needle);
+}
+
+static void malformed(void **state) {
+    (void)state;
+    var a[] = {{"HVD_RANK", "4"}, {"HVD_SIZE", "4"}, {NULL, NULL}};
+    var b[] = {{"HVD_RANK", "1"}, {NULL, NULL}};
+    var c[] = {{"HVD_RANK", "x"}, {"HVD_SIZE", "4"}, {NULL, NULL}};
+    var d[] = {{"HVD_RANK", "-1"}, {"HVD_SIZE", "4"}, {NULL, NULL}};
+    var e[] = {{"HVD_RANK", "0"}, {"HVD_SIZE", "0"}, {NULL, NULL}};
+    var f[] = {{"OMPI_COMM_WORLD_SIZE", "4"}, {NULL, NULL}};
+    var g[] = {{"HVD_RANK", "0"},
+               {"HVD_SIZE", "2"},
+               {"HVD_LOCAL_RANK", "2"},
+               {"HVD_LOCAL_SIZE", "2"},
+               {NULL, NULL}};
+    var h[] = {{"HVD_RANK", "0"},
+               {"HVD_SIZE", "2"},
+               {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+               {NULL, NULL}};
+    var i[] = {{"HVD_RANK", "0"},
+               {"HVD_SIZE", "2"},
+               {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+               {"HVD_RENDEZVOUS_PORT", "70000"},
+               {NULL, NULL}};
+    var j[] = {{"HVD_JOB_ID", "0011"}, {NULL, NULL}};
+    var k[] = {{"HVD_RANK", "1 "}, {"HVD_SIZE", "4"}, {NULL, NULL}};
+    var l[] = {{"PMI_RANK", "3"}, {"PMI_SIZE", "3"}, {NULL, NULL}};
+    var m[] = {{"HVD_RANK", "0"},
+               {"HVD_SIZE", "2"},
+               {"HVD_LOCAL_SIZE", "3"},
+               {NULL, NULL}};
+
+    expect_invalid(a, "HVD_RANK=4 is not below HVD_SIZE=4");
+    expect_invalid(b, "HVD_SIZE");
+    expect_invalid(c, "HVD_RANK=x");
+    expect_invalid(d, "HVD_RANK=-1");
+    expect_invalid(e, "HVD_SIZE=0");
+    expect_invalid(f, "OMPI_COMM_WORLD_RANK");
+    expect_invalid(g, "HVD_LOCAL_RANK=2");
+    expect_invalid(h, "HVD_RENDEZVOUS_PORT");
+    expect_invalid(i, "HVD_RENDEZVOUS_PORT=70000");
+    expect_invalid(j, "HVD_JOB_ID");
+    expect_invalid(k, "HVD_RANK=1 ");
+    expect_invalid(l, "PMI_RANK=3");
+    expect_invalid(m, "HVD_LOCAL_SIZE=3");
+}
+
+static void config_defaults_and_values(void **state) {
+    (void)state;
+    var none[] = {{NULL, NULL}};
+    var v[] = {
+        {"HVD_TIMEOUT_SECONDS", "5"}, {"HVD_START_TIMEOUT_SECONDS", "9"},
+        {"HVD_TCP_NSOCKS", "4"},      {"HVD_TCP_STRIPE_MIN", "1M"},
+        {"HVD_CHUNK_BYTES", "64k"},   {"HVD_PIPELINE_DEPTH", "8"},
+        {"HVD_ALGORITHM", "rd"},      {"HVD_BCAST_ALGORITHM", "pipeline"},
+        {"HVD_RD_MAX_BYTES", "0"},    {"HVD_TRANSPORT", "tcp"},
+        {"HVD_IFACE", "lo"},          {NULL, NULL}};
+    hvd_config c;
+
+    assert_int_equal(hvd_config_load(table_get, none, &c), HVD_OK);
+    assert_string_equal(c.transport, "auto");
+    assert_true(c.timeout_ns == 300LL * 1000000000LL);
+    assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_AUTO);
+
+    assert_int_equal(hvd_config_load(table_get, v, &c), HVD_OK);
+    assert_true(c.timeout_ns == 5LL * 1000000000LL);
+    assert_true(c.start_timeout_ns == 9LL * 1000000000LL);
+    assert_int_equal(c.tcp_nsocks, 4);
+    assert_int_equal(c.tcp_stripe_min, 1 << 20);
+    assert_int_equal(c.comm.chunk_bytes, 64 << 10);
+    assert_int_equal(c.comm.depth, 8);
+    assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_RD);
+    assert_int_equal(c.comm.bcast_algo, HVD_ALGO_PIPELINE);
+    assert_int_equal(c.comm.allreduce_rd_max, 0);
+    assert_string_equal(c.transport, "tcp");
+    assert_string_equal(c.iface, "lo");
+}
+
+static void config_malformed(void **state) {
+    (void)state;
+    static const var bad[][2] = {
+        {{"HVD_TIMEOUT_SECONDS", "0"}, {NULL, NULL}},
+        {{"HVD_TIMEOUT_SECONDS", "ten"}, {NULL, NULL}},
+        {{"HVD_TCP_NSOCKS", "0"}, {NULL, NULL}},
+        {{"HVD_TCP_NSOCKS", "99"}, {NULL, NULL}},
+        {{"HVD_CHUNK_BYTES", "12Q"}, {NULL, NULL}},
+        {{"HVD_CHUNK_BYTES", "-5"}, {NULL, NULL}},
+        {{"HVD_CHUNK_BYTES", "99999999999G"}, {NULL, NULL}},
+        {{"HVD_ALGORITHM", "tree"}, {NULL, NULL}},
+        {{"HVD_ALGORITHM", "fastest"}, {NULL, NULL}},
+        {{"HVD_BCAST_ALGORITHM", "ring"}, {NULL, NULL}},
+        {{"HVD_PIPELINE_DEPTH", "17"}, {NULL, NULL}},
+    };
+    hvd_config c;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        hvd_error_clear();
+        assert_int_equal(hvd_config_load(table_get, (void *)bad[i], &c),
+                         HVD_ERR_INVALID_ARG);
+        if (strstr(hvd_error_get(), bad[i][0].name) == NULL)
+            fail_msg("message '%s' does not name %s", hvd_error_get(),
+                     bad[i][0].name);
+    }
+}
+
+static void env_parsers(void **state) {
+    (void)state;
+    uint64_t b;
+    int v;
+
+    assert_int_equal(hvd_env_parse_bytes("X", "0", &b), HVD_OK);
+    assert_true(b == 0);
+    assert_int_equal(hvd_env_parse_bytes("X", "3K", &b), HVD_OK);
+    assert_true(b == 3072);
+    assert_int_equal(hvd_env_parse_bytes("X", "2GB", &b), HVD_OK);
+    assert_true(b == 2ull << 30);
+    assert_int_equal(hvd_env_parse_bytes("X", "", &b), HVD_ERR_INVALID_ARG);
+    assert_int_equal(hvd_env_parse_bytes("X", "1KK", &b), HVD_ERR_INVALID_ARG);
+    assert_int_equal(hvd_env_parse_bool("X", "Yes", &v), HVD_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(hvd_env_parse_bool("X", "off", &v), HVD_OK);
+    assert_int_equal(v, 0);
+    assert_int_equal(hvd_env_parse_bool("X", "maybe", &v), HVD_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(single),
+        cmocka_unit_test(hvdrun),
+        cmocka_unit_test(openmpi),
+        cmocka_unit_test(slurm_and_pmi),
+        cmocka_unit_test(malformed),
+        cmocka_unit_test(config_defaults_and_values),
+        cmocka_unit_test(config_malformed),
+        cmocka_unit_test(env_parsers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,126 @@
+#include "transport/tcp/frame.h"
+
+#include <string.h>
+
+#include "transport/base/error.h"
+
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p) {
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void hvd_frame_encode(const hvd_frame *frame, uint8_t out[HVD_FRAME_HDR_LEN]) {
+    put16(out, HVD_FRAME_MAGIC);
+    out[2] = (uint8_t)frame->type;
+    out[3] = 0;
+    put32(out + 4, frame->seq);
+    put64(out + 8, frame->msg_len);
+    put64(out + 16, frame->len);
+}
+
+hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
+                            hvd_frame *frame_out) {
+    hvd_frame f;
+
+    if (len < HVD_FRAME_HDR_LEN)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "truncated frame header (%zu of %d bytes)", len,
+                             HVD_FRAME_HDR_LEN);
+    if ((buf[0] | buf[1] << 8) != HVD_FRAME_MAGIC || buf[3] != 0)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "malformed frame header (magic 0x%02x%02x, "
+                             "flags %u): the stream is corrupt",
+                             buf[1], buf[0], buf[3]);
+    f.type = (hvd_frame_type)buf[2];
+    f.seq = get32(buf + 4);
+    f.msg_len = get64(buf + 8);
+    f.len = get64(buf + 16);
+    if (f.seq != expect_seq)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "frame %u arrived where frame %u was expected: "
+                             "the stream is corrupt",
+                             f.seq, expect_seq);
+    switch (f.type) {
+    case HVD_FRAME_DATA:
+        if (f.len > f.msg_len)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "data frame of %llu bytes is longer than its "
+                                 "message (%llu bytes)",
+                                 (unsigned long long)f.len,
+                                 (unsigned long long)f.msg_len);
+        break;
+    case HVD_FRAME_BYE:
+        if (f.len != 0 || f.msg_len != 0)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "goodbye frame with a payload of %llu bytes",
+                                 (unsigned long long)f.len);
+        break;
+    case HVD_FRAME_ABORT:
+        if (f.len < 12 || f.len > HVD_FRAME_ABORT_MAX)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "abort frame of %llu bytes (expected 12 to "
+                                 "%d)",
+                                 (unsigned long long)f.len,
+                                 HVD_FRAME_ABORT_MAX);
+        break;
+    default:
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "unknown frame type %u: the stream is corrupt",
+                             buf[2]);
+    }
+    *frame_out = f;
+    return HVD_OK;
+}
+
+size_t hvd_frame_abort_encode(const hvd_frame_abort *abort_msg, uint8_t *out) {
+    size_t n = strnlen(abort_msg->text, HVD_FRAME_ABORT_TEXT_MAX);
+
+    put32(out, (uint32_t)abort_msg->status);
+    put32(out + 4, (uint32_t)abort_msg->culprit);
+    put32(out + 8, (uint32_t)abort_msg->origin);
+    memcpy(out + 12, abort_msg->text, n);
+    return 12 + n;
+}
+
+hvd_status hvd_frame_abort_decode(const uint8_t *buf, size_t len,
+                                  hvd_frame_abort *abort_out) {
+    hvd_frame_abort a;
+    uint32_t status;
+
+    if (len < 12 || len > HVD_FRAME_ABORT_MAX)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "abort payload of %zu bytes",
+                             len);
+    status = get32(buf);
+    a.status = (status == HVD_OK || status > HVD_ERR_INTERNAL)
+                   ? HVD_ERR_INTERNAL
+                   : (hvd_status)status;
+    a.culprit = (int)get32(buf + 4);
+    a.origin = (int)get32(buf + 8);
+    len -= 12;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = buf[12 + i];
+        a.text[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    a.text[len] = '\0';
+    *abort_out = a;
+    return HVD_OK;
+}

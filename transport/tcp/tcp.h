@@ -1,0 +1,36 @@
+/*
+ * The TCP transport: a full mesh of HVD_TCP_NSOCKS non-blocking sockets per
+ * pair of ranks, one epoll progress engine, TCP_NODELAY, an authenticated
+ * handshake on every connection (transport/handshake.h) and framed messages
+ * (transport/tcp/frame.h) streamed straight from and into the caller's
+ * buffers. A message of at least tcp_stripe_min bytes is striped across all
+ * sockets of the pair; a smaller one goes whole onto one socket, chosen
+ * round-robin by message number.
+ */
+#ifndef HVD_TRANSPORT_TCP_TCP_H
+#define HVD_TRANSPORT_TCP_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+#define HVD_TCP_MAX_SOCKS 16
+
+extern const hvd_transport_ops hvd_tcp_ops;
+
+/*
+ * How the msgno-th message of len bytes between a pair is laid out: it is
+ * cut into *nparts_out parts (1 or nsocks) that go onto sockets
+ * first_out, first_out + 1, ... (mod nsocks). Sender and receiver compute
+ * the same layout from the same arguments.
+ */
+void hvd_tcp_layout(size_t len, int nsocks, size_t stripe_min, uint64_t msgno,
+                    int *first_out, int *nparts_out);
+
+/* Byte range of part i of nparts of a len-byte message: part boundaries
+ * are multiples of 64 bytes, the last part takes the remainder. */
+void hvd_tcp_part_range(size_t len, int nparts, int i, size_t *off_out,
+                        size_t *len_out);
+
+#endif

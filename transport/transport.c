@@ -1,0 +1,144 @@
+#include "transport/transport.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "transport/base/error.h"
+#include "transport/tcp/tcp.h"
+
+/* The transports built in. Adding one is one line here (under its
+ * HVD_WITH_<X>) and one folder. */
+static const hvd_transport_ops *const providers[] = {
+    &hvd_tcp_ops,
+};
+
+#define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
+
+static hvd_transport_ops filled[NPROVIDERS];
+static char names[128];
+static pthread_once_t fill_once = PTHREAD_ONCE_INIT;
+
+static hvd_status unsup_probe(const hvd_transport_params *params,
+                              hvd_caps *caps) {
+    (void)params;
+    memset(caps, 0, sizeof(*caps));
+    strcpy(caps->reason, "transport has no probe");
+    return HVD_OK;
+}
+
+static hvd_status unsup_open(const hvd_transport_params *params,
+                             hvd_transport **out) {
+    (void)params;
+    (void)out;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport cannot be opened");
+}
+
+static hvd_status unsup_isend(hvd_transport *tp, int peer, const void *buf,
+                              size_t len, hvd_req *req) {
+    (void)peer, (void)buf, (void)len, (void)req;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport %s has no isend",
+                         tp->ops->name);
+}
+
+static hvd_status unsup_irecv(hvd_transport *tp, int peer, void *buf,
+                              size_t len, hvd_req *req) {
+    (void)peer, (void)buf, (void)len, (void)req;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport %s has no irecv",
+                         tp->ops->name);
+}
+
+static hvd_status unsup_progress(hvd_transport *tp, int timeout_ms) {
+    (void)tp;
+    (void)timeout_ms;
+    return HVD_OK;
+}
+
+static hvd_status unsup_shutdown(hvd_transport *tp) {
+    (void)tp;
+    return HVD_OK;
+}
+
+static void unsup_close(hvd_transport *tp) { (void)tp; }
+
+static hvd_status unsup_allreduce(hvd_transport *tp, const void *sendbuf,
+                                  void *recvbuf, size_t count, hvd_dtype dtype,
+                                  hvd_op op) {
+    (void)sendbuf, (void)recvbuf, (void)count, (void)dtype, (void)op;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "transport %s has no native allreduce", tp->ops->name);
+}
+
+static hvd_status unsup_allgather(hvd_transport *tp, const void *sendbuf,
+                                  void *recvbuf, size_t count,
+                                  hvd_dtype dtype) {
+    (void)sendbuf, (void)recvbuf, (void)count, (void)dtype;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "transport %s has no native allgather", tp->ops->name);
+}
+
+static hvd_status unsup_broadcast(hvd_transport *tp, void *buf, size_t count,
+                                  hvd_dtype dtype, int root) {
+    (void)buf, (void)count, (void)dtype, (void)root;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "transport %s has no native broadcast", tp->ops->name);
+}
+
+/* A member is set only if the provider's table is large enough to hold it
+ * and it is not NULL. */
+#define PROVIDED(src, member)                                                  \
+    ((src)->size >=                                                            \
+         offsetof(hvd_transport_ops, member) + sizeof((src)->member) &&        \
+     (src)->member != NULL)
+
+#define FILL(dst, src, member, stub)                                           \
+    (dst)->member = PROVIDED(src, member) ? (src)->member : (stub)
+
+static void fill_tables(void) {
+    size_t off = 0;
+
+    for (size_t i = 0; i < NPROVIDERS; i++) {
+        int n = snprintf(names + off, sizeof(names) - off, "%s%s", i ? "," : "",
+                         providers[i]->name);
+        if (n > 0 && off + (size_t)n < sizeof(names))
+            off += (size_t)n;
+    }
+    for (size_t i = 0; i < NPROVIDERS; i++) {
+        const hvd_transport_ops *src = providers[i];
+        hvd_transport_ops *dst = &filled[i];
+
+        dst->size = sizeof(*dst);
+        dst->name = src->name;
+        FILL(dst, src, probe, unsup_probe);
+        FILL(dst, src, open, unsup_open);
+        FILL(dst, src, isend, unsup_isend);
+        FILL(dst, src, irecv, unsup_irecv);
+        FILL(dst, src, progress, unsup_progress);
+        FILL(dst, src, shutdown, unsup_shutdown);
+        FILL(dst, src, close, unsup_close);
+        FILL(dst, src, allreduce, unsup_allreduce);
+        FILL(dst, src, allgather, unsup_allgather);
+        FILL(dst, src, broadcast, unsup_broadcast);
+    }
+}
+
+hvd_status hvd_transport_lookup(const char *name,
+                                const hvd_transport_ops **ops_out) {
+    pthread_once(&fill_once, fill_tables);
+    for (size_t i = 0; i < NPROVIDERS; i++) {
+        if (strcmp(filled[i].name, name) == 0) {
+            *ops_out = &filled[i];
+            return HVD_OK;
+        }
+    }
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "transport '%s' is not built into this hvd "
+                         "(built in: %s)",
+                         name, hvd_transport_names());
+}
+
+const char *hvd_transport_names(void) {
+    pthread_once(&fill_once, fill_tables);
+    return names;
+}

@@ -1,0 +1,156 @@
+/*
+ * The transport interface: point-to-point messages between the ranks of a
+ * job, plus optional native collectives.
+ *
+ * A transport knows nothing of collectives: it moves byte ranges between
+ * ranks, in order per (sender, receiver) pair, and reports completions.
+ * Collectives (collectives/) are written once against this table.
+ *
+ * Matching rule: between two ranks, the n-th isend of A to B is matched with
+ * the n-th irecv of B from A, and both must give the same length (the
+ * collectives always know exact sizes). A length mismatch is a protocol
+ * error reported by the receiver.
+ *
+ * Threading: a transport instance is used by one thread at a time.
+ */
+#ifndef HVD_TRANSPORT_TRANSPORT_H
+#define HVD_TRANSPORT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/hvd.h"
+
+#define HVD_JOB_ID_LEN 16
+#define HVD_HOST_MAX 64
+
+/*
+ * One send or receive. The memory is the caller's (no malloc per message):
+ * it must stay valid and untouched until done is set. The transport sets
+ * done and status; the rest is private to the transport.
+ */
+typedef struct hvd_req {
+    int done;          /* 0 while in flight, 1 once finished (ok or not) */
+    hvd_status status; /* valid once done */
+    /* Private to the transport. */
+    int peer;
+    int parts_left; /* stripes still in flight */
+    size_t len;
+} hvd_req;
+
+/*
+ * The bootstrap: the out-of-band channel through which ranks find each
+ * other during hvd_init (hvdrun's rendezvous; mpirun's MPI in a later
+ * release). Every rank calls allgather in the same order.
+ */
+typedef struct hvd_bootstrap hvd_bootstrap;
+struct hvd_bootstrap {
+    int rank;
+    int size;
+    /*
+     * Gathers len bytes from every rank into all_out (size * len bytes, in
+     * rank order). Blocking, bounded by the start timeout. Every rank passes
+     * the same len.
+     */
+    hvd_status (*allgather)(hvd_bootstrap *bs, const void *mine, size_t len,
+                            void *all_out);
+    void *ctx;
+};
+
+/* What the job tells a transport at open. Borrowed for the call only. */
+typedef struct hvd_transport_params {
+    int rank;
+    int size;
+    hvd_bootstrap *bootstrap;
+    const char *bind_addr; /* numeric IPv4/IPv6 address to listen on */
+    uint8_t job_id[HVD_JOB_ID_LEN];
+    const char *secret;                /* job secret; "" for a job of one */
+    const char (*hosts)[HVD_HOST_MAX]; /* size entries, for messages */
+    const int *pids;                   /* size entries, for messages */
+    int64_t timeout_ns;         /* a peer may stall this long mid-operation */
+    int64_t connect_timeout_ns; /* bound on connection setup */
+    int tcp_nsocks;             /* sockets per peer pair */
+    size_t tcp_stripe_min;      /* messages from this size are striped */
+} hvd_transport_params;
+
+/* What a transport can do here, filled by probe. */
+typedef struct hvd_caps {
+    int usable;             /* 1 if open can succeed on this machine */
+    int native_collectives; /* 1 if allreduce/allgather/broadcast exist */
+    char reason[256];       /* why not usable, for the user */
+} hvd_caps;
+
+typedef struct hvd_transport hvd_transport;
+
+typedef struct hvd_transport_ops {
+    size_t size; /* sizeof(hvd_transport_ops) of the provider: lets it grow */
+    const char *name;
+
+    /* Says whether the transport can run here. Never blocks. */
+    hvd_status (*probe)(const hvd_transport_params *params, hvd_caps *caps);
+
+    /*
+     * Connects to every peer (collective: every rank calls it). Blocking,
+     * bounded by params->connect_timeout_ns. On failure *out is untouched.
+     */
+    hvd_status (*open)(const hvd_transport_params *params, hvd_transport **out);
+
+    /*
+     * Starts sending len bytes of buf to peer. Non-blocking. buf and req
+     * stay the caller's and must stay valid until req->done. A return other
+     * than HVD_OK means the request was not started.
+     */
+    hvd_status (*isend)(hvd_transport *tp, int peer, const void *buf,
+                        size_t len, hvd_req *req);
+
+    /* Starts receiving exactly len bytes from peer into buf; as isend. */
+    hvd_status (*irecv)(hvd_transport *tp, int peer, void *buf, size_t len,
+                        hvd_req *req);
+
+    /*
+     * Moves data and completes requests; waits up to timeout_ms (0: do not
+     * wait, -1: until something happens) for the network. A fatal error
+     * (lost peer, stalled peer past the timeout, protocol error) completes
+     * every request in flight with that status, makes every later call
+     * return it, and is returned here with the sentence in hvd_last_error.
+     */
+    hvd_status (*progress)(hvd_transport *tp, int timeout_ms);
+
+    /*
+     * Orderly goodbye: tells every peer this rank is leaving and waits,
+     * bounded, for theirs. Collective. No request may be in flight.
+     */
+    hvd_status (*shutdown)(hvd_transport *tp);
+
+    /* Frees everything; accepts NULL. Requests still in flight are dropped. */
+    void (*close)(hvd_transport *tp);
+
+    /* Optional native collectives (blocking); unsupported by default. */
+    hvd_status (*allreduce)(hvd_transport *tp, const void *sendbuf,
+                            void *recvbuf, size_t count, hvd_dtype dtype,
+                            hvd_op op);
+    hvd_status (*allgather)(hvd_transport *tp, const void *sendbuf,
+                            void *recvbuf, size_t count, hvd_dtype dtype);
+    hvd_status (*broadcast)(hvd_transport *tp, void *buf, size_t count,
+                            hvd_dtype dtype, int root);
+} hvd_transport_ops;
+
+/* Every transport instance starts with this. */
+struct hvd_transport {
+    const hvd_transport_ops *ops;
+};
+
+/*
+ * Looks up a transport by name ("tcp", ...) in the registry. The table
+ * returned has every member the provider left unset filled with a typed
+ * "unsupported" stub, so callers never test for NULL; it lives for the
+ * process. Returns HVD_ERR_UNSUPPORTED with a sentence for an unknown or
+ * unbuilt name.
+ */
+hvd_status hvd_transport_lookup(const char *name,
+                                const hvd_transport_ops **ops_out);
+
+/* Comma-separated names of the transports built in, e.g. "tcp". */
+const char *hvd_transport_names(void);
+
+#endif
