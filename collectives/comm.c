@@ -68,6 +68,10 @@ hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out) {
     return HVD_OK;
 }
 
+hvd_status hvd_comm_progress(hvd_comm *comm) {
+    return comm->tp->ops->progress(comm->tp, POLL_MS);
+}
+
 hvd_status hvd_comm_wait(hvd_comm *comm, hvd_req *req) {
     while (!req->done) {
         hvd_status st = comm->tp->ops->progress(comm->tp, POLL_MS);

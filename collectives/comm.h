@@ -69,6 +69,9 @@ static inline hvd_status hvd_comm_irecv(hvd_comm *comm, int peer, void *buf,
     return comm->tp->ops->irecv(comm->tp, peer, buf, len, req);
 }
 
+/* Waits (bounded) for the network and moves data. */
+hvd_status hvd_comm_progress(hvd_comm *comm);
+
 /* Drives the transport until req is done; returns its status (with the
  * sentence in hvd_last_error()). */
 hvd_status hvd_comm_wait(hvd_comm *comm, hvd_req *req);

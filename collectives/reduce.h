@@ -18,13 +18,19 @@
 
 #include "hvd/hvd.h"
 
-/* Returns 1 if dtype/op are valid values of their enums. */
+/* Returns 1 if dtype/op are valid values of their enums, else 0. */
 int hvd_dtype_valid(hvd_dtype dtype);
 int hvd_op_valid(hvd_op op);
+/* Lower-case names ("float16", "sum"); "invalid" for an invalid value,
+ * never NULL. */
 const char *hvd_dtype_name(hvd_dtype dtype);
 const char *hvd_op_name(hvd_op op);
 
-/* dst[i] = a[i] op b[i] for i < count. */
+/*
+ * dst[i] = a[i] op b[i] for i < count. An invalid dtype or op, or count 0,
+ * does nothing (callers validate first); with count 0 the pointers may be
+ * NULL. Thread-safe: no state.
+ */
 void hvd_reduce(void *dst, const void *a, const void *b, size_t count,
                 hvd_dtype dtype, hvd_op op);
 
@@ -32,12 +38,17 @@ void hvd_reduce(void *dst, const void *a, const void *b, size_t count,
  * buf[i] = buf[i] / divisor for i < count: float types divide in their own
  * precision (float16/bfloat16 in float32, rounded back), integer types
  * truncate toward zero (int8/int32/int64 signed, uint8 unsigned).
- * divisor >= 1.
+ * divisor >= 1; a divisor below 1 breaks the contract and is ignored (no
+ * change) rather than dividing by zero.
  */
 void hvd_reduce_scale_div(void *buf, size_t count, hvd_dtype dtype,
                           int divisor);
 
-/* Conversions, round to nearest even; NaN stays NaN, overflow gives inf. */
+/*
+ * Conversions, bit-exact: round to nearest even (assumes the FPU's default
+ * rounding mode), subnormals kept, overflow gives inf, NaN stays NaN (its
+ * quiet bit set, sign and top payload bits kept).
+ */
 float hvd_half_to_float(uint16_t h);
 uint16_t hvd_float_to_half(float f);
 float hvd_bfloat16_to_float(uint16_t b);

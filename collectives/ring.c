@@ -34,9 +34,11 @@ struct ring_plan {
     size_t nops;
     size_t slot_bytes; /* receive slot size, 0: receive in place */
     uint8_t *slots;    /* depth slots of slot_bytes */
-    /* Op i: what to send and where to receive. */
-    void (*op)(const ring_plan *plan, size_t i, const uint8_t **sbuf,
-               uint8_t **rbuf, size_t *len);
+    /* Op i: what to send, and where to receive (slot is op i's receive
+     * slot when slot_bytes != 0). */
+    void (*op)(const ring_plan *plan, size_t i, uint8_t *slot,
+               const uint8_t **sbuf, size_t *slen, uint8_t **rbuf,
+               size_t *rlen);
     /* Op i's receive has landed (in slot, when slot_bytes != 0). */
     void (*done)(const ring_plan *plan, size_t i, const uint8_t *slot);
     /* The collective's own data. */
@@ -48,79 +50,77 @@ struct ring_plan {
     hvd_op op_kind;
 };
 
+static uint8_t *slot_ptr(const ring_plan *plan, int slot) {
+    return plan->slot_bytes != 0 ? plan->slots + (size_t)slot * plan->slot_bytes
+                                 : NULL;
+}
+
 /*
  * Runs a flattened ring plan: recv from the left, send to the right, op i's
  * send after op i-nchunks is done.
+ *
+ * The loop never blocks on one request: a send can only complete once the
+ * right neighbour has posted the matching receive, which it does only as
+ * it finishes earlier receives, so every iteration posts what it can,
+ * retires whatever has finished (receives in order, then sends), and waits
+ * for the network only when nothing moved.
  */
 static hvd_status ring_run(ring_plan *plan) {
     hvd_comm *comm = plan->comm;
-    int depth = comm->cfg.depth;
+    size_t depth = (size_t)comm->cfg.depth;
     int right = (comm->rank + 1) % comm->size;
     int left = (comm->rank - 1 + comm->size) % comm->size;
     hvd_req *rreq = comm->reqs;
     hvd_req *sreq = comm->reqs + depth;
     size_t posted_recv = 0, posted_send = 0, send_done = 0, done = 0;
-    hvd_status st = HVD_OK;
+    hvd_status st;
 
-    while (done < plan->nops) {
+    while (done < plan->nops || send_done < plan->nops) {
+        const uint8_t *sbuf;
+        uint8_t *rbuf;
+        size_t slen, rlen;
+        int moved = 0;
+
         /* Post receives up to depth ahead of the oldest unfinished one. */
-        while (posted_recv < plan->nops && posted_recv - done < (size_t)depth) {
-            const uint8_t *sbuf;
-            uint8_t *rbuf;
-            size_t len;
-            int slot = (int)(posted_recv % (size_t)depth);
-
-            plan->op(plan, posted_recv, &sbuf, &rbuf, &len);
-            if (plan->slot_bytes != 0)
-                rbuf = plan->slots + (size_t)slot * plan->slot_bytes;
-            st = hvd_comm_irecv(comm, left, rbuf, len, &rreq[slot]);
+        while (posted_recv < plan->nops && posted_recv - done < depth) {
+            uint8_t *slot = slot_ptr(plan, (int)(posted_recv % depth));
+            plan->op(plan, posted_recv, slot, &sbuf, &slen, &rbuf, &rlen);
+            st = hvd_comm_irecv(comm, left, rbuf, rlen,
+                                &rreq[posted_recv % depth]);
             if (st != HVD_OK)
                 return st;
             posted_recv++;
         }
         /* Post every send whose data is ready, depth at most in flight. */
-        while (posted_send < plan->nops &&
+        while (posted_send < plan->nops && posted_send - send_done < depth &&
                (posted_send < plan->nchunks ||
                 posted_send - plan->nchunks < done)) {
-            const uint8_t *sbuf;
-            uint8_t *rbuf;
-            size_t len;
-            int slot = (int)(posted_send % (size_t)depth);
-
-            if (posted_send - send_done == (size_t)depth) {
-                st = hvd_comm_wait(comm, &sreq[send_done % (size_t)depth]);
-                if (st != HVD_OK)
-                    return st;
-                send_done++;
-            }
-            plan->op(plan, posted_send, &sbuf, &rbuf, &len);
-            st = hvd_comm_isend(comm, right, sbuf, len, &sreq[slot]);
+            plan->op(plan, posted_send, NULL, &sbuf, &slen, &rbuf, &rlen);
+            st = hvd_comm_isend(comm, right, sbuf, slen,
+                                &sreq[posted_send % depth]);
             if (st != HVD_OK)
                 return st;
             posted_send++;
         }
-        /* Finish the oldest receive. */
-        int slot = (int)(done % (size_t)depth);
-        st = hvd_comm_wait(comm, &rreq[slot]);
-        if (st != HVD_OK)
-            return st;
-        plan->done(plan, done,
-                   plan->slot_bytes != 0
-                       ? plan->slots + (size_t)slot * plan->slot_bytes
-                       : NULL);
-        done++;
-        while (send_done < posted_send &&
-               sreq[send_done % (size_t)depth].done) {
-            if (sreq[send_done % (size_t)depth].status != HVD_OK)
-                return hvd_comm_wait(comm, &sreq[send_done % (size_t)depth]);
-            send_done++;
+        /* Retire what has finished. */
+        while (done < posted_recv && rreq[done % depth].done) {
+            if (rreq[done % depth].status != HVD_OK)
+                return hvd_comm_wait(comm, &rreq[done % depth]);
+            plan->done(plan, done, slot_ptr(plan, (int)(done % depth)));
+            done++;
+            moved = 1;
         }
-    }
-    while (send_done < posted_send) {
-        st = hvd_comm_wait(comm, &sreq[send_done % (size_t)depth]);
-        if (st != HVD_OK)
-            return st;
-        send_done++;
+        while (send_done < posted_send && sreq[send_done % depth].done) {
+            if (sreq[send_done % depth].status != HVD_OK)
+                return hvd_comm_wait(comm, &sreq[send_done % depth]);
+            send_done++;
+            moved = 1;
+        }
+        if (!moved) {
+            st = hvd_comm_progress(comm);
+            if (st != HVD_OK)
+                return st;
+        }
     }
     return HVD_OK;
 }
@@ -142,8 +142,9 @@ static void chunk_of(const ring_plan *plan, size_t seg, size_t c, size_t *off,
 
 /* ---- allreduce ---- */
 
-static void ar_op(const ring_plan *plan, size_t i, const uint8_t **sbuf,
-                  uint8_t **rbuf, size_t *len) {
+static void ar_op(const ring_plan *plan, size_t i, uint8_t *slot,
+                  const uint8_t **sbuf, size_t *slen, uint8_t **rbuf,
+                  size_t *rlen) {
     int p = plan->comm->size, r = plan->comm->rank;
     long step = (long)(i / plan->nchunks);
     size_t c = i % plan->nchunks, off, cnt, sseg, rseg;
@@ -158,14 +159,16 @@ static void ar_op(const ring_plan *plan, size_t i, const uint8_t **sbuf,
         sseg = mod(r + 1 - t, p);
         rseg = mod(r - t, p);
         src = plan->recvbuf;
+        slot = NULL;
     }
     chunk_of(plan, sseg, c, &off, &cnt);
     *sbuf = src + off * plan->esize;
-    *len = cnt * plan->esize;
+    *slen = cnt * plan->esize;
+    /* The left neighbour sends this op the segment it holds as its sseg,
+     * which is this rank's rseg: same range, same length. */
     chunk_of(plan, rseg, c, &off, &cnt);
-    *rbuf = plan->recvbuf + off * plan->esize;
-    /* Matching sends and receives of one op have equal lengths: the
-     * segment sent by the left neighbour is the one received here. */
+    *rbuf = slot != NULL ? slot : plan->recvbuf + off * plan->esize;
+    *rlen = cnt * plan->esize;
 }
 
 static void ar_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
@@ -224,17 +227,19 @@ hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
 
 /* Here count counts bytes: block b of recvbuf is [b * count, (b+1) * count).
  */
-static void ag_op(const ring_plan *plan, size_t i, const uint8_t **sbuf,
-                  uint8_t **rbuf, size_t *len) {
+static void ag_op(const ring_plan *plan, size_t i, uint8_t *slot,
+                  const uint8_t **sbuf, size_t *slen, uint8_t **rbuf,
+                  size_t *rlen) {
     int p = plan->comm->size, r = plan->comm->rank;
     long step = (long)(i / plan->nchunks);
     size_t c = i % plan->nchunks, off, cnt;
     size_t sblk = mod(r - step, p), rblk = mod(r - step - 1, p);
 
+    (void)slot;
     hvd_part_range(plan->count, plan->nchunks, c, &off, &cnt);
     *sbuf = plan->recvbuf + sblk * plan->count + off;
     *rbuf = plan->recvbuf + rblk * plan->count + off;
-    *len = cnt;
+    *slen = *rlen = cnt;
 }
 
 static void ag_done(const ring_plan *plan, size_t i, const uint8_t *slot) {

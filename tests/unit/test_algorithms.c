@@ -26,9 +26,21 @@
 
 /* ---- the in-memory transport ---- */
 
+/*
+ * Flow control as a socket's: a send completes once the bytes queued ahead
+ * of it, itself included, fit in BUFFERED (the kernel took it), or once
+ * the receiver has taken it. A message larger than BUFFERED completes only
+ * when received, so an algorithm that blocks on sends before posting the
+ * receives its peer needs deadlocks here, as it would over TCP.
+ */
+#define BUFFERED 512
+
 typedef struct msg {
     struct msg *next;
     size_t len;
+    hvd_req *sreq;
+    int sender_done; /* the sender has completed sreq */
+    int consumed;    /* the receiver has taken it */
     uint8_t data[];
 } msg;
 
@@ -38,6 +50,7 @@ typedef struct world {
     int size;
     msg *head[MAXP][MAXP]; /* [src][dst] */
     msg *tail[MAXP][MAXP];
+    msg *taken[MAXP][MAXP]; /* consumed, sender not told yet */
 } world;
 
 typedef struct posted {
@@ -54,6 +67,8 @@ typedef struct fake {
     int nrecv[MAXP];
 } fake;
 
+static int complete_sends(fake *f);
+
 static hvd_status fake_isend(hvd_transport *t, int peer, const void *buf,
                              size_t len, hvd_req *req) {
     fake *f = (fake *)t;
@@ -63,6 +78,11 @@ static hvd_status fake_isend(hvd_transport *t, int peer, const void *buf,
         return HVD_ERR_NO_MEMORY;
     m->next = NULL;
     m->len = len;
+    m->sreq = req;
+    m->sender_done = 0;
+    m->consumed = 0;
+    req->status = HVD_OK;
+    req->done = 0;
     if (len)
         memcpy(m->data, buf, len);
     pthread_mutex_lock(&f->w->mu);
@@ -71,11 +91,41 @@ static hvd_status fake_isend(hvd_transport *t, int peer, const void *buf,
     else
         f->w->head[f->rank][peer] = m;
     f->w->tail[f->rank][peer] = m;
+    complete_sends(f);
     pthread_cond_broadcast(&f->w->cv);
     pthread_mutex_unlock(&f->w->mu);
-    req->status = HVD_OK;
-    req->done = 1;
     return HVD_OK;
+}
+
+/* Completes this rank's sends the "kernel" has taken; caller holds the
+ * lock. Only the sender's thread writes its requests. */
+static int complete_sends(fake *f) {
+    int n = 0;
+
+    for (int dst = 0; dst < f->w->size; dst++) {
+        size_t ahead = 0;
+        for (msg *m = f->w->head[f->rank][dst]; m != NULL; m = m->next) {
+            ahead += m->len;
+            if (ahead > BUFFERED)
+                break;
+            if (!m->sender_done) {
+                m->sender_done = 1;
+                m->sreq->done = 1;
+                n++;
+            }
+        }
+        msg **pp = &f->w->taken[f->rank][dst];
+        while (*pp != NULL) {
+            msg *m = *pp;
+            *pp = m->next;
+            if (!m->sender_done) {
+                m->sreq->done = 1;
+                n++;
+            }
+            free(m);
+        }
+    }
+    return n;
 }
 
 /* Matches queued messages with posted receives; caller holds the lock. */
@@ -103,7 +153,13 @@ static int match(fake *f) {
                 p.req->status = HVD_OK;
             }
             p.req->done = 1;
-            free(m);
+            if (m->sender_done) {
+                free(m);
+            } else {
+                m->next = f->w->taken[src][f->rank];
+                f->w->taken[src][f->rank] = m;
+            }
+            pthread_cond_broadcast(&f->w->cv);
             matched++;
         }
     }
@@ -128,7 +184,7 @@ static hvd_status fake_progress(hvd_transport *t, int timeout_ms) {
     fake *f = (fake *)t;
 
     pthread_mutex_lock(&f->w->mu);
-    if (match(f) == 0 && timeout_ms != 0) {
+    if (match(f) + complete_sends(f) == 0 && timeout_ms != 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000000L;
@@ -138,6 +194,7 @@ static hvd_status fake_progress(hvd_transport *t, int timeout_ms) {
         }
         pthread_cond_timedwait(&f->w->cv, &f->w->mu, &ts);
         match(f);
+        complete_sends(f);
     }
     pthread_mutex_unlock(&f->w->mu);
     return HVD_OK;
@@ -390,6 +447,15 @@ static int run_job(int p, const hvd_comm_config *cfg) {
     }
     for (int r = 0; r < p; r++)
         pthread_join(th[r], NULL);
+    for (int a = 0; a < p; a++) {
+        for (int b = 0; b < p; b++) {
+            while (w.taken[a][b] != NULL) {
+                msg *m = w.taken[a][b];
+                w.taken[a][b] = m->next;
+                free(m);
+            }
+        }
+    }
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
     pthread_mutex_destroy(&j.err_mu);

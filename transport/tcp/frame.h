@@ -4,7 +4,7 @@
  *
  *   offset  size  field
  *        0     2  magic 0x4856 ("HV"), little-endian
- *        2     1  type: DATA, BYE or ABORT
+ *        2     1  type: DATA, BYE, ABORT or HEARTBEAT
  *        3     1  flags (0)
  *        4     4  seq: frame number on this socket, from 0
  *        8     8  msg_len: length of the whole message (DATA)
@@ -14,7 +14,9 @@
  * sockets of a peer pair as one DATA frame per socket (see tcp.c).
  * BYE (len 0) says the sender is leaving in an orderly way. ABORT carries
  * why the sender failed (status, the rank at fault, a sentence) so every
- * rank reports the same cause.
+ * rank reports the same cause. HEARTBEAT (len 0) is sent about once a
+ * second by a rank that waits on the network, so that its peers can tell a
+ * rank that is alive but waiting on someone else from one that is stopped.
  */
 #ifndef HVD_TRANSPORT_TCP_FRAME_H
 #define HVD_TRANSPORT_TCP_FRAME_H
@@ -32,7 +34,8 @@
 typedef enum {
     HVD_FRAME_DATA = 1,
     HVD_FRAME_BYE = 2,
-    HVD_FRAME_ABORT = 3
+    HVD_FRAME_ABORT = 3,
+    HVD_FRAME_HEARTBEAT = 4
 } hvd_frame_type;
 
 typedef struct hvd_frame {

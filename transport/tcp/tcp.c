@@ -27,6 +27,8 @@
 #define HANDSHAKE_NS (10 * 1000000000LL)
 /* How often stalled peers are looked for. */
 #define TIMEOUT_CHECK_NS (100 * 1000000LL)
+/* Most time between two heartbeats of a waiting rank. */
+#define HEARTBEAT_NS (1000 * 1000000LL)
 /* How long a goodbye may take. */
 #define SHUTDOWN_NS (30 * 1000000000LL)
 
@@ -35,7 +37,7 @@ _Static_assert(RX_CAP >= HVD_FRAME_HDR_LEN + HVD_FRAME_ABORT_MAX,
 
 /* One frame of a request on one socket. */
 typedef struct part {
-    hvd_req *req;
+    hvd_req *req; /* NULL for a heartbeat */
     uint8_t *buf;
     size_t len;  /* payload bytes */
     size_t done; /* payload bytes moved */
@@ -99,6 +101,8 @@ struct tcp {
     char (*hosts)[HVD_HOST_MAX];
     int *pids;
     int64_t last_check;
+    int64_t heartbeat_ns;
+    int64_t last_heartbeat;
     int shutting_down;
     hvd_status failed;
     char failmsg[HVD_ERROR_MAX];
@@ -252,8 +256,11 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
                 s->tx_broken = 1;
         }
         for (size_t k = 0; k < s->sendq.count; k++) {
-            q_at(&s->sendq, k)->req->status = status;
-            q_at(&s->sendq, k)->req->done = 1;
+            hvd_req *req = q_at(&s->sendq, k)->req;
+            if (req != NULL) {
+                req->status = status;
+                req->done = 1;
+            }
         }
         for (size_t k = 0; k < s->recvq.count; k++) {
             q_at(&s->recvq, k)->req->status = status;
@@ -342,6 +349,8 @@ static void part_done(tcp *tp, tsock *s, partq *q) {
     hvd_req *req = p->req;
 
     q_pop(q);
+    if (req == NULL)
+        return; /* a heartbeat */
     tp->peers[s->peer].pending--;
     if (--req->parts_left == 0)
         req->done = 1;
@@ -378,7 +387,6 @@ static hvd_status sock_send(tsock *s) {
             snprintf(what, sizeof(what), "send() failed: %s", strerror(errno));
             return peer_lost(tp, s, what);
         }
-        tp->peers[s->peer].last_active = hvd_now_ns();
         size_t left = (size_t)n;
         while (s->sendq.count > 0) {
             part *p = q_at(&s->sendq, 0);
@@ -489,10 +497,11 @@ static hvd_status sock_recv(tsock *s) {
                 return fail(tp, HVD_ERR_TRANSPORT, s->peer,
                             "protocol error from %s: %s", who, hvd_error_get());
             }
-            if (f.type == HVD_FRAME_BYE) {
+            if (f.type == HVD_FRAME_BYE || f.type == HVD_FRAME_HEARTBEAT) {
                 s->rx_off += HVD_FRAME_HDR_LEN;
                 s->rx_seq++;
-                s->bye_rx = 1;
+                if (f.type == HVD_FRAME_BYE)
+                    s->bye_rx = 1;
                 continue;
             }
             if (f.type == HVD_FRAME_ABORT) {
@@ -577,21 +586,56 @@ static hvd_status sock_recv(tsock *s) {
     return HVD_OK;
 }
 
+/* Queues a heartbeat on every idle socket: peers waiting on this rank
+ * learn that it is alive, even while it waits on someone else. */
+static void send_heartbeats(tcp *tp) {
+    for (int i = 0; i < tp->size * tp->nsocks; i++) {
+        tsock *s = &tp->socks[i];
+        part *p;
+
+        if (s->fd < 0 || s->eof || s->tx_broken || s->sendq.count > 0 ||
+            q_reserve(&s->sendq, 1) != 0)
+            continue;
+        hvd_frame f = {.type = HVD_FRAME_HEARTBEAT, .seq = s->tx_seq++};
+        p = q_push(&s->sendq);
+        memset(p, 0, sizeof(*p));
+        hvd_frame_encode(&f, p->hdr);
+        if (sock_send(s) != HVD_OK)
+            return;
+    }
+}
+
+/*
+ * A peer is stalled when this rank waits on it (a request in flight) and
+ * nothing has arrived from it for the timeout. Ranks that wait send
+ * heartbeats, so a peer that is alive but itself waiting on a third rank
+ * is not blamed: only the rank that stopped is.
+ */
 static hvd_status check_stalls(tcp *tp, int64_t now) {
+    int waiting = 0;
+
     if (now - tp->last_check < TIMEOUT_CHECK_NS)
         return HVD_OK;
     tp->last_check = now;
+    for (int p = 0; p < tp->size; p++)
+        waiting |= tp->peers[p].pending > 0;
+    if (waiting && now - tp->last_heartbeat >= tp->heartbeat_ns) {
+        tp->last_heartbeat = now;
+        send_heartbeats(tp);
+        if (tp->failed != HVD_OK)
+            return tp->failed;
+    }
     for (int p = 0; p < tp->size; p++) {
         tpeer *peer = &tp->peers[p];
         if (peer->pending > 0 && now - peer->last_active > tp->timeout_ns) {
             char who[160];
             describe(tp, p, who, sizeof(who));
             return fail(tp, HVD_ERR_TIMEOUT, p,
-                        "no data moved between rank %d and %s for %.0f s "
-                        "while an operation waited on it: it may be "
-                        "stopped, hung or far behind (HVD_TIMEOUT_SECONDS "
+                        "nothing (not even a heartbeat) arrived from %s for "
+                        "%.0f s while rank %d waited on it: it is stopped, "
+                        "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS "
                         "sets this limit)",
-                        tp->rank, who, (double)tp->timeout_ns / 1e9);
+                        who, (double)tp->timeout_ns / 1e9, tp->rank);
         }
     }
     return HVD_OK;
@@ -1036,6 +1080,9 @@ static hvd_status tcp_open(const hvd_transport_params *params,
                                                           : params->tcp_nsocks;
     tp->stripe_min = params->tcp_stripe_min;
     tp->timeout_ns = params->timeout_ns;
+    /* Four heartbeats per timeout, at most one a second. */
+    tp->heartbeat_ns = tp->timeout_ns / 4 < HEARTBEAT_NS ? tp->timeout_ns / 4
+                                                          : HEARTBEAT_NS;
     tp->epfd = -1;
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     tp->socks =

@@ -1,0 +1,195 @@
+/*
+ * A rank stops (SIGSTOP) in the middle of a collective; the others must
+ * time out, not hang.
+ *
+ *     HVD_TIMEOUT_SECONDS=3 hvdrun -np N test_stall --victim R
+ *
+ * Every rank runs allreduces of 4M float32 in a loop. 300 ms after
+ * hvd_init, a thread of rank R stops its own process. Each other rank passes
+ * when its failing call returns HVD_ERR_TIMEOUT naming "rank R" (a rank not
+ * next to R may learn it from a propagated abort; the message still names
+ * R) between HVD_TIMEOUT_SECONDS / 2 and HVD_TIMEOUT_SECONDS + 8 s after its
+ * last success. It then exits 3, a distinctive status that makes hvdrun tear
+ * the job down (SIGCONT and SIGTERM un-stop and end the victim). Exit
+ * status: 3 pass, 1 fail, 2 bad usage.
+ */
+#include <hvd/hvd.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ITERS 10000
+#define ELEMS ((size_t)4 << 20)
+#define STOP_AFTER_MS 300
+#define DEFAULT_TIMEOUT_S 300.0
+#define EXTRA_S 8.0
+#define EXIT_PASS 3
+
+static const char *status_name(hvd_status status) {
+    switch (status) {
+#define STATUS_NAME_(name, text)                                               \
+    case name:                                                                 \
+        return #name;
+        HVD_STATUS_MAP(STATUS_NAME_)
+#undef STATUS_NAME_
+    }
+    return "(unknown status)";
+}
+
+static double now_s(void) {
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* 1 if text names "rank <rank>" as a whole number. */
+static int names_rank(const char *text, int rank) {
+    char needle[32];
+    const char *p = text;
+    size_t n;
+
+    n = (size_t)snprintf(needle, sizeof(needle), "rank %d", rank);
+    while ((p = strstr(p, needle)) != NULL) {
+        if (p[n] < '0' || p[n] > '9')
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
+static void *stop_self(void *arg) {
+    struct timespec delay = {0, STOP_AFTER_MS * 1000000L};
+
+    (void)arg;
+    nanosleep(&delay, NULL);
+    printf("VICTIM stopping itself (SIGSTOP)\n");
+    fflush(stdout);
+    kill(getpid(), SIGSTOP);
+    return NULL;
+}
+
+static double timeout_seconds(void) {
+    const char *s = getenv("HVD_TIMEOUT_SECONDS");
+    char *end;
+    double v;
+
+    if (s == NULL || s[0] == '\0')
+        return DEFAULT_TIMEOUT_S;
+    v = strtod(s, &end);
+    return end != s && *end == '\0' && v > 0 ? v : DEFAULT_TIMEOUT_S;
+}
+
+int main(int argc, char **argv) {
+    int victim = -1, rank, size, it;
+    double timeout = timeout_seconds(), last_ok, elapsed;
+    float *send, *recv;
+    char name[64], error_text[1024];
+    pthread_t thread;
+    hvd_status s;
+    size_t i;
+    char *end;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && strcmp(argv[1], "--victim") == 0) {
+        victim = (int)strtol(argv[2], &end, 10);
+        if (end == argv[2] || *end != '\0')
+            victim = -1;
+    }
+    if (victim < 0) {
+        fprintf(stderr, "usage: %s --victim RANK\n", argv[0]);
+        return 2;
+    }
+
+    s = hvd_init();
+    if (s != HVD_OK) {
+        printf("FAIL stall: hvd_init: %s: %s\n", hvd_strerror(s),
+               hvd_last_error());
+        return 1;
+    }
+    rank = hvd_rank();
+    size = hvd_size();
+    if (victim >= size || size < 2) {
+        printf("FAIL stall rank %d: needs --victim < size and size >= 2 "
+               "(victim %d, size %d)\n",
+               rank, victim, size);
+        return 1;
+    }
+    /* Survivors ignore SIGTERM: when the first of them exits, hvdrun
+     * SIGTERMs the rest, who must still get to report. The victim keeps
+     * the default action, so that hvdrun's SIGTERM + SIGCONT end it. */
+    if (rank != victim)
+        signal(SIGTERM, SIG_IGN);
+
+    send = malloc(ELEMS * sizeof(float));
+    recv = malloc(ELEMS * sizeof(float));
+    if (send == NULL || recv == NULL) {
+        printf("FAIL stall rank %d: out of memory\n", rank);
+        return 1;
+    }
+    for (i = 0; i < ELEMS; i++)
+        send[i] = 1.0f;
+
+    if (rank == victim && pthread_create(&thread, NULL, stop_self, NULL) != 0) {
+        printf("FAIL stall rank %d: pthread_create failed\n", rank);
+        return 1;
+    }
+
+    last_ok = now_s();
+    for (it = 0; it < MAX_ITERS; it++) {
+        snprintf(name, sizeof(name), "stall.%d", it);
+        s = hvd_allreduce(name, send, recv, ELEMS, HVD_FLOAT32, HVD_SUM);
+        if (s != HVD_OK)
+            break;
+        last_ok = now_s();
+    }
+    if (it == MAX_ITERS) {
+        printf("FAIL stall rank %d: %d allreduces succeeded, but rank %d was "
+               "to stop\n",
+               rank, MAX_ITERS, victim);
+        return 1;
+    }
+    elapsed = now_s() - last_ok;
+    snprintf(error_text, sizeof(error_text), "%s", hvd_last_error());
+
+    if (rank == victim) {
+        printf("FAIL stall rank %d: the victim itself got %s after %.3f s: "
+               "%s\n",
+               rank, status_name(s), elapsed, error_text);
+        return 1;
+    }
+    if (s != HVD_ERR_TIMEOUT) {
+        printf("FAIL stall rank %d: iteration %d returned %s, expected "
+               "HVD_ERR_TIMEOUT: %s\n",
+               rank, it, status_name(s), error_text);
+        return 1;
+    }
+    if (!names_rank(error_text, victim)) {
+        printf("FAIL stall rank %d: the error does not name rank %d: %s\n",
+               rank, victim, error_text);
+        return 1;
+    }
+    if (elapsed < timeout / 2 || elapsed > timeout + EXTRA_S) {
+        printf("FAIL stall rank %d: timed out after %.3f s, expected %.1f s "
+               "to %.1f s (HVD_TIMEOUT_SECONDS %.1f): %s\n",
+               rank, elapsed, timeout / 2, timeout + EXTRA_S, timeout,
+               error_text);
+        return 1;
+    }
+    printf("PASS stall rank %d: %s after %.3f s: %s\n", rank, status_name(s),
+           elapsed, error_text);
+    fflush(stdout);
+
+    /* Give the other survivors a moment to reach their own verdict before
+     * this exit makes hvdrun end the job and closes our connections (which
+     * they could otherwise see as a lost peer first). */
+    sleep(1);
+    free(recv);
+    free(send);
+    return EXIT_PASS;
+}
