@@ -92,7 +92,7 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     snprintf(c.transport, sizeof(c.transport), "auto");
     c.timeout_ns = 300 * NS_PER_S;
     c.start_timeout_ns = 120 * NS_PER_S;
-    c.tcp_nsocks = 2;
+    c.tcp_nsocks = 1;
     c.tcp_stripe_min = 256 * 1024;
     hvd_comm_config_default(&c.comm);
 

@@ -10,10 +10,10 @@
 
 void hvd_comm_config_default(hvd_comm_config *cfg) {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->chunk_bytes = 256 * 1024;
+    cfg->chunk_bytes = 512 * 1024;
     cfg->depth = 4;
-    cfg->allreduce_rd_max = 64 * 1024;
-    cfg->bcast_tree_max = 64 * 1024;
+    cfg->allreduce_rd_max = 512 * 1024;
+    cfg->bcast_tree_max = 4 * 1024 * 1024;
     cfg->allreduce_algo = HVD_ALGO_AUTO;
     cfg->bcast_algo = HVD_ALGO_AUTO;
 }

@@ -71,11 +71,10 @@ hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
     case HVD_FRAME_BYE:
     case HVD_FRAME_HEARTBEAT:
         if (f.len != 0 || f.msg_len != 0)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
-                                 "%s frame with a payload of %llu bytes",
-                                 f.type == HVD_FRAME_BYE ? "goodbye"
-                                                         : "heartbeat",
-                                 (unsigned long long)f.len);
+            return hvd_error_set(
+                HVD_ERR_TRANSPORT, "%s frame with a payload of %llu bytes",
+                f.type == HVD_FRAME_BYE ? "goodbye" : "heartbeat",
+                (unsigned long long)f.len);
         break;
     case HVD_FRAME_ABORT:
         if (f.len < 12 || f.len > HVD_FRAME_ABORT_MAX)

@@ -1081,8 +1081,8 @@ static hvd_status tcp_open(const hvd_transport_params *params,
     tp->stripe_min = params->tcp_stripe_min;
     tp->timeout_ns = params->timeout_ns;
     /* Four heartbeats per timeout, at most one a second. */
-    tp->heartbeat_ns = tp->timeout_ns / 4 < HEARTBEAT_NS ? tp->timeout_ns / 4
-                                                          : HEARTBEAT_NS;
+    tp->heartbeat_ns =
+        tp->timeout_ns / 4 < HEARTBEAT_NS ? tp->timeout_ns / 4 : HEARTBEAT_NS;
     tp->epfd = -1;
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     tp->socks =
