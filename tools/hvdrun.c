@@ -21,7 +21,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -43,6 +42,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/net.h"
 #include "transport/rendezvous.h"
 
 #define MAX_RANKS 4096
@@ -550,39 +550,6 @@ static int env_build(struct env *e, const struct options *opt) {
 
 /* ---- job setup ---- */
 
-/* The first IPv4 address of interface name, for the rendezvous to listen
- * on. */
-static int iface_ipv4(const char *name, char *out, size_t outlen) {
-    struct ifaddrs *list = NULL;
-    int exists = 0;
-    int found = 0;
-
-    if (getifaddrs(&list) != 0) {
-        say("getifaddrs() failed: %s", strerror(errno));
-        return -1;
-    }
-    for (struct ifaddrs *ifa = list; ifa != NULL && !found;
-         ifa = ifa->ifa_next) {
-        if (strcmp(ifa->ifa_name, name) != 0)
-            continue;
-        exists = 1;
-        if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != AF_INET)
-            continue;
-        const struct sockaddr_in *sin =
-            (const struct sockaddr_in *)(const void *)ifa->ifa_addr;
-        found =
-            inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)outlen) != NULL;
-    }
-    freeifaddrs(list);
-    if (!found) {
-        say("network interface %s %s; `ip -4 addr` lists the interfaces "
-            "with IPv4 addresses",
-            name, exists ? "has no IPv4 address" : "does not exist");
-        return -1;
-    }
-    return 0;
-}
-
 /* RAND_bytes() with OpenSSL's reason on failure. */
 static int random_bytes(uint8_t *out, size_t n) {
     if (RAND_bytes(out, (int)n) != 1) {
@@ -664,8 +631,11 @@ static int job_setup(struct job *job) {
         goto no_memory;
     const char *iface = env_get(&job->env, "HVD_IFACE");
     if (iface != NULL && *iface != '\0') {
-        if (iface_ipv4(iface, job->bind_addr, sizeof(job->bind_addr)) != 0)
+        if (hvd_net_iface_addr(iface, job->bind_addr, sizeof(job->bind_addr)) !=
+            HVD_OK) {
+            say("%s", hvd_error_get());
             return -1;
+        }
     } else {
         snprintf(job->bind_addr, sizeof(job->bind_addr), "127.0.0.1");
     }
