@@ -27,6 +27,8 @@
 #define HANDSHAKE_NS (10 * 1000000000LL)
 /* How often stalled peers are looked for. */
 #define TIMEOUT_CHECK_NS (100 * 1000000LL)
+/* Time a failing rank spends telling its peers why, in all. */
+#define ABORT_NS (200 * 1000000LL)
 /* Most time between two heartbeats of a waiting rank. */
 #define HEARTBEAT_NS (1000 * 1000000LL)
 /* How long a goodbye may take. */
@@ -103,6 +105,7 @@ struct tcp {
     int64_t last_check;
     int64_t heartbeat_ns;
     int64_t last_heartbeat;
+    int salvaging; /* peer_lost is reading the other connections */
     int shutting_down;
     hvd_status failed;
     char failmsg[HVD_ERROR_MAX];
@@ -202,20 +205,14 @@ static void describe(const tcp *tp, int peer, char *out, size_t outlen) {
         snprintf(out, outlen, "rank %d", peer);
 }
 
-static void send_abort(tcp *tp, tsock *s, const hvd_frame_abort *a) {
-    uint8_t frame[HVD_FRAME_HDR_LEN + HVD_FRAME_ABORT_MAX];
-    hvd_frame hdr = {.type = HVD_FRAME_ABORT, .seq = s->tx_seq};
-    size_t len, off = 0;
-    int64_t deadline = hvd_now_ns() + 100 * 1000000LL;
+/* Writes buf fully unless the peer is gone or deadline passes; returns the
+ * bytes written. Used only on the way out of a failure. */
+static size_t write_until(int fd, const uint8_t *buf, size_t len,
+                          int64_t deadline) {
+    size_t off = 0;
 
-    (void)tp;
-    len = hvd_frame_abort_encode(a, frame + HVD_FRAME_HDR_LEN);
-    hdr.len = len;
-    hvd_frame_encode(&hdr, frame);
-    len += HVD_FRAME_HDR_LEN;
     while (off < len) {
-        ssize_t n =
-            send(s->fd, frame + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = send(fd, buf + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             off += (size_t)n;
             continue;
@@ -225,11 +222,39 @@ static void send_abort(tcp *tp, tsock *s, const hvd_frame_abort *a) {
         int64_t left = (deadline - hvd_now_ns()) / 1000000;
         if (left <= 0)
             break;
-        struct pollfd pfd = {.fd = s->fd, .events = POLLOUT};
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
         poll(&pfd, 1, (int)left);
     }
-    s->tx_seq++;
-    if (off != len)
+    return off;
+}
+
+/* Finishes the frame cut off at the head of s's send queue, so that an
+ * ABORT can follow it; marks s broken if that cannot be done in time. */
+static void finish_frame(tsock *s, int64_t deadline) {
+    part *p;
+
+    if (s->sendq.count == 0 || s->tx_broken)
+        return;
+    p = q_at(&s->sendq, 0);
+    if (p->hdr_done == 0)
+        return; /* nothing of it was sent */
+    size_t h = HVD_FRAME_HDR_LEN - p->hdr_done;
+    if (write_until(s->fd, p->hdr + p->hdr_done, h, deadline) != h ||
+        write_until(s->fd, p->buf + p->done, p->len - p->done, deadline) !=
+            p->len - p->done)
+        s->tx_broken = 1;
+}
+
+static void send_abort(tsock *s, const hvd_frame_abort *a, int64_t deadline) {
+    uint8_t frame[HVD_FRAME_HDR_LEN + HVD_FRAME_ABORT_MAX];
+    hvd_frame hdr = {.type = HVD_FRAME_ABORT, .seq = s->tx_seq++};
+    size_t len;
+
+    len = hvd_frame_abort_encode(a, frame + HVD_FRAME_HDR_LEN);
+    hdr.len = len;
+    hvd_frame_encode(&hdr, frame);
+    len += HVD_FRAME_HDR_LEN;
+    if (write_until(s->fd, frame, len, deadline) != len)
         s->tx_broken = 1;
 }
 
@@ -242,6 +267,8 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
                             const char *text) {
     if (tp->failed != HVD_OK)
         return hvd_error_copy(tp->failed, tp->failmsg);
+    int64_t deadline = hvd_now_ns() + ABORT_NS;
+
     tp->failed = status;
     snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
     HVD_ERROR("tcp", "%s", tp->failmsg);
@@ -250,11 +277,13 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
         tsock *s = &tp->socks[i];
         if (s->fd < 0)
             continue;
-        if (s->sendq.count > 0) {
-            part *head = q_at(&s->sendq, 0);
-            if (head->hdr_done > 0)
-                s->tx_broken = 1;
-        }
+        /* The caller's buffers are still valid: finish a frame cut off
+         * mid-way (not towards the rank at fault), so that peers can be
+         * told why. */
+        if (s->peer != culprit && !tp->shutting_down)
+            finish_frame(s, deadline);
+        else if (s->sendq.count > 0 && q_at(&s->sendq, 0)->hdr_done > 0)
+            s->tx_broken = 1;
         for (size_t k = 0; k < s->sendq.count; k++) {
             hvd_req *req = q_at(&s->sendq, k)->req;
             if (req != NULL) {
@@ -283,7 +312,7 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
             for (int k = 0; k < tp->nsocks; k++) {
                 tsock *s = &tp->peers[p].socks[k];
                 if (s->fd >= 0 && !s->tx_broken && !s->eof) {
-                    send_abort(tp, s, &a);
+                    send_abort(s, &a, deadline);
                     break;
                 }
             }
@@ -306,9 +335,28 @@ static hvd_status fail(tcp *tp, hvd_status status, int culprit, const char *fmt,
     return fail_with(tp, status, culprit, tp->rank, text);
 }
 
+static hvd_status sock_recv(tsock *s);
+
+/*
+ * A connection to s's peer broke. Before blaming that peer, read what the
+ * other connections hold: a rank that failed first may have sent an ABORT
+ * with the real cause (it then exited, which is why this connection
+ * broke), and that cause is what every rank should report.
+ */
 static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     char who[160];
 
+    if (tp->salvaging)
+        return HVD_ERR_PEER_LOST; /* noted; the first caller decides */
+    tp->salvaging = 1;
+    for (int i = 0; i < tp->size * tp->nsocks && tp->failed == HVD_OK; i++) {
+        tsock *x = &tp->socks[i];
+        if (x->fd >= 0 && !x->rx_blocked && (!x->eof || x->rx_off < x->rx_end))
+            sock_recv(x);
+    }
+    tp->salvaging = 0;
+    if (tp->failed != HVD_OK)
+        return hvd_error_copy(tp->failed, tp->failmsg);
     describe(tp, s->peer, who, sizeof(who));
     return fail(tp, HVD_ERR_PEER_LOST, s->peer,
                 "lost %s: %s (the process died, was killed, or exited "
