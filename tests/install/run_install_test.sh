@@ -2,7 +2,9 @@
 # Installs the build into a scratch prefix, then builds the consumer with
 # find_package(hvd) and with pkg-config, and runs both under the installed
 # hvdrun. Usage: run_install_test.sh BUILD_DIR SOURCE_DIR
+# CONSUMER_CFLAGS: flags the consumer needs (a sanitizer build's).
 set -eu
+cflags=${CONSUMER_CFLAGS:-}
 build=$1
 src=$2
 tmp=$(mktemp -d)
@@ -14,11 +16,13 @@ for f in include/hvd/hvd.h bin/hvdrun lib/libhvd.so lib/libhvd.a \
     [ -e "$tmp/prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 
-cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+    -DCMAKE_C_FLAGS="$cflags" >/dev/null
 cmake --build "$tmp/cm" >/dev/null
-PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" \
-    cc "$src/consumer.c" $(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" \
-    pkg-config --cflags --libs hvd) -o "$tmp/consumer_pc"
+export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+# shellcheck disable=SC2046,SC2086
+cc $cflags "$src/consumer.c" $(pkg-config --cflags --libs hvd) \
+    -o "$tmp/consumer_pc"
 
 export LD_LIBRARY_PATH="$tmp/prefix/lib"
 "$tmp/prefix/bin/hvdrun" -np 2 "$tmp/cm/consumer"

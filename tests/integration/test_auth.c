@@ -12,6 +12,8 @@
  */
 #include <hvd/hvd.h>
 
+#include "testutil.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,30 +24,6 @@
  * does not change what the intruder sees. hvdrun normally ends it sooner. */
 #define LINGER_S 10
 
-static const char *status_name(hvd_status status) {
-    switch (status) {
-#define STATUS_NAME_(name, text)                                               \
-    case name:                                                                 \
-        return #name;
-        HVD_STATUS_MAP(STATUS_NAME_)
-#undef STATUS_NAME_
-    }
-    return "(unknown status)";
-}
-
-static int parse_rank(const char *s, int *rank_out) {
-    char *end;
-    long v;
-
-    if (s == NULL || s[0] == '\0')
-        return -1;
-    v = strtol(s, &end, 10);
-    if (*end != '\0' || v < 0 || v > 1000000L)
-        return -1;
-    *rank_out = (int)v;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     int intruder = -1, rank = -1;
     const char *text;
@@ -53,11 +31,11 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 3 || strcmp(argv[1], "--intruder") != 0 ||
-        parse_rank(argv[2], &intruder) != 0) {
+        parse_int(argv[2], &intruder) != 0) {
         fprintf(stderr, "usage: %s --intruder RANK\n", argv[0]);
         return 2;
     }
-    if (parse_rank(getenv("HVD_RANK"), &rank) != 0) {
+    if (parse_int(getenv("HVD_RANK"), &rank) != 0) {
         printf("FAIL auth: HVD_RANK is not set; run under hvdrun\n");
         return 1;
     }

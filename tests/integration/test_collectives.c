@@ -11,6 +11,8 @@
  */
 #include <hvd/hvd.h>
 
+#include "testutil.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -71,19 +73,6 @@ static unsigned long g_checks;
 static unsigned long g_skipped;
 
 /* ------------------------------------------------------------------ */
-/* Reporting                                                           */
-
-static const char *status_name(hvd_status status) {
-    switch (status) {
-#define STATUS_NAME_(name, text)                                               \
-    case name:                                                                 \
-        return #name;
-        HVD_STATUS_MAP(STATUS_NAME_)
-#undef STATUS_NAME_
-    }
-    return "(unknown status)";
-}
-
 /* Prints "FAIL <what> rank <r>: <detail>" and exits 1; hvdrun then tears
  * the job down. */
 static _Noreturn void fail(const char *what, const char *fmt, ...)

@@ -14,6 +14,8 @@
  */
 #include <hvd/hvd.h>
 
+#include "testutil.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,53 +29,6 @@
 
 static const size_t sizes[] = {1, 100, 4096, 65536, MAX_ELEMS};
 #define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
-
-static const char *status_name(hvd_status status) {
-    switch (status) {
-#define STATUS_NAME_(name, text)                                               \
-    case name:                                                                 \
-        return #name;
-        HVD_STATUS_MAP(STATUS_NAME_)
-#undef STATUS_NAME_
-    }
-    return "(unknown status)";
-}
-
-static double now_s(void) {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* 1 if text names "rank <rank>" as a whole number ("rank 1" is not in
- * "rank 12"). */
-static int names_rank(const char *text, int rank) {
-    char needle[32];
-    const char *p = text;
-    size_t n;
-
-    n = (size_t)snprintf(needle, sizeof(needle), "rank %d", rank);
-    while ((p = strstr(p, needle)) != NULL) {
-        if (p[n] < '0' || p[n] > '9')
-            return 1;
-        p += n;
-    }
-    return 0;
-}
-
-static int parse_int(const char *s, int *value_out) {
-    char *end;
-    long v;
-
-    if (s == NULL)
-        return -1;
-    v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || v < 0 || v > 1000000000L)
-        return -1;
-    *value_out = (int)v;
-    return 0;
-}
 
 int main(int argc, char **argv) {
     int victim = -1, after = -1, rank, size, it, i;

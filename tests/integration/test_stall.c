@@ -15,6 +15,8 @@
  */
 #include <hvd/hvd.h>
 
+#include "testutil.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,39 +31,6 @@
 #define DEFAULT_TIMEOUT_S 300.0
 #define EXTRA_S 8.0
 #define EXIT_PASS 3
-
-static const char *status_name(hvd_status status) {
-    switch (status) {
-#define STATUS_NAME_(name, text)                                               \
-    case name:                                                                 \
-        return #name;
-        HVD_STATUS_MAP(STATUS_NAME_)
-#undef STATUS_NAME_
-    }
-    return "(unknown status)";
-}
-
-static double now_s(void) {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* 1 if text names "rank <rank>" as a whole number. */
-static int names_rank(const char *text, int rank) {
-    char needle[32];
-    const char *p = text;
-    size_t n;
-
-    n = (size_t)snprintf(needle, sizeof(needle), "rank %d", rank);
-    while ((p = strstr(p, needle)) != NULL) {
-        if (p[n] < '0' || p[n] > '9')
-            return 1;
-        p += n;
-    }
-    return 0;
-}
 
 static void *stop_self(void *arg) {
     struct timespec delay = {0, STOP_AFTER_MS * 1000000L};
