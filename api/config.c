@@ -95,6 +95,11 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     c.tcp_nsocks = 1;
     c.tcp_stripe_min = 256 * 1024;
     hvd_comm_config_default(&c.comm);
+    c.fusion_threshold = 64 * 1024 * 1024;
+    c.fusion_tensor_max = 1024 * 1024;
+    c.cache_capacity = 1024;
+    c.cycle_time_ms = 0;
+    int stall_check = 60, stall_shutdown = 0;
 
     st = text(get, ctx, "HVD_TRANSPORT", c.transport, sizeof(c.transport));
     if (st == HVD_OK)
@@ -123,6 +128,25 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     if (st == HVD_OK)
         st = algorithm(get, ctx, "HVD_BCAST_ALGORITHM", HVD_ALGO_TREE,
                        HVD_ALGO_PIPELINE, &c.comm.bcast_algo);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_FUSION_THRESHOLD", 0, &c.fusion_threshold);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_FUSION_TENSOR_MAX", 0, &c.fusion_tensor_max);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_CACHE_CAPACITY", 0, 1 << 20,
+                     &c.cache_capacity);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_CYCLE_TIME_MS", 0, 1000, &c.cycle_time_ms);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_STALL_CHECK_SECONDS", 0, 7 * 24 * 3600,
+                     &stall_check);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_STALL_SHUTDOWN_SECONDS", 0, 7 * 24 * 3600,
+                     &stall_shutdown);
+    if (st == HVD_OK)
+        st = text(get, ctx, "HVD_TIMELINE", c.timeline, sizeof(c.timeline));
+    c.stall_check_s = stall_check;
+    c.stall_shutdown_s = stall_shutdown;
     if (st != HVD_OK)
         return st;
     *cfg = c;

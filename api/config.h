@@ -23,6 +23,13 @@ typedef struct hvd_config {
     hvd_comm_config comm;     /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
                                  HVD_ALGORITHM, HVD_BCAST_ALGORITHM,
                                  HVD_RD_MAX_BYTES, HVD_TREE_MAX_BYTES */
+    size_t fusion_threshold;  /* HVD_FUSION_THRESHOLD */
+    size_t fusion_tensor_max; /* HVD_FUSION_TENSOR_MAX */
+    int cache_capacity;       /* HVD_CACHE_CAPACITY */
+    int cycle_time_ms;        /* HVD_CYCLE_TIME_MS */
+    double stall_check_s;     /* HVD_STALL_CHECK_SECONDS */
+    double stall_shutdown_s;  /* HVD_STALL_SHUTDOWN_SECONDS */
+    char timeline[512];       /* HVD_TIMELINE */
 } hvd_config;
 
 /* Defaults, then the variables get() returns; a malformed value is

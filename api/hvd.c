@@ -1,13 +1,7 @@
 /*
- * The public API: init and shutdown, the job's shape, and the blocking
- * collectives.
- *
- * In this release a collective runs on the caller's thread, under one
- * process-wide lock, and every rank must call the collectives in the same
- * order (docs/design.md). The engine of a later release (a background
- * thread that matches operations by name, fuses them and runs them) slots
- * in between this file and collectives/: the entry points below keep their
- * checks and hand the work to it instead of calling hvd_coll_* directly.
+ * The public API: init and shutdown, the job's shape, and the collectives,
+ * which are checked here and handed to the engine (api/engine.h) as named
+ * requests; the blocking forms are submit + wait.
  */
 #include "hvd/hvd.h"
 
@@ -20,6 +14,8 @@
 
 #include "api/config.h"
 #include "api/discovery.h"
+#include "api/engine.h"
+#include "api/hvd_internal.h"
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "transport/base/error.h"
@@ -42,7 +38,8 @@ static struct {
     hvd_config cfg;
     const hvd_transport_ops *ops;
     hvd_transport *tp;
-    hvd_comm *comm;
+    hvd_engine *engine;
+    uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 const char *hvd_strerror(hvd_status status) {
@@ -206,7 +203,20 @@ out:
     return st;
 }
 
+static void engine_config(hvd_engine_config *ec) {
+    memset(ec, 0, sizeof(*ec));
+    ec->fusion_threshold = g.cfg.fusion_threshold;
+    ec->fusion_tensor_max = g.cfg.fusion_tensor_max;
+    ec->cache_capacity = g.cfg.cache_capacity;
+    ec->cycle_time_ms = g.cfg.cycle_time_ms;
+    ec->stall_check_s = g.cfg.stall_check_s;
+    ec->stall_shutdown_s = g.cfg.stall_shutdown_s;
+    ec->timeout_ns = g.cfg.timeout_ns;
+    ec->timeline_path = g.cfg.timeline[0] != '\0' ? g.cfg.timeline : NULL;
+}
+
 hvd_status hvd_init(void) {
+    hvd_engine_config ec;
     hvd_status st = HVD_OK;
 
     pthread_mutex_lock(&g.lock);
@@ -231,9 +241,12 @@ hvd_status hvd_init(void) {
         if (st != HVD_OK)
             goto fail;
     }
-    st = hvd_comm_create(g.info.rank, g.info.size, g.tp, &g.cfg.comm, &g.comm);
+    engine_config(&ec);
+    st = hvd_engine_start(g.info.rank, g.info.size, g.tp, &g.cfg.comm, &ec,
+                          &g.engine);
     if (st != HVD_OK)
         goto fail;
+    memset(g.unnamed, 0, sizeof(g.unnamed));
     g.initialized = 1;
     goto out;
 fail:
@@ -254,14 +267,17 @@ hvd_status hvd_shutdown(void) {
     pthread_mutex_lock(&g.lock);
     if (!g.initialized)
         goto out;
+    /* Every rank leaves the engine together; then the transport says
+     * goodbye, unless the job failed (nothing orderly is left to do). */
+    st = hvd_engine_stop(g.engine);
+    g.engine = NULL;
     if (g.tp != NULL) {
-        st = g.ops->shutdown(g.tp);
+        if (st == HVD_OK)
+            st = g.ops->shutdown(g.tp);
         g.ops->close(g.tp);
         g.tp = NULL;
         g.was_initialized = 1;
     }
-    hvd_comm_destroy(g.comm);
-    g.comm = NULL;
     g.initialized = 0;
     hvd_log_set_rank(-1);
 out:
@@ -306,8 +322,16 @@ static hvd_status check_buffers(const char *fn, const char *name,
     return HVD_OK;
 }
 
-/* Takes the lock for a collective if hvd is initialized. */
-static hvd_status enter(const char *fn, const char *name) {
+/*
+ * Builds a request of kind for n buffers and submits it. A NULL name gets
+ * "hvd.<kind>.<k>" for the k-th unnamed operation of its kind, which
+ * matches the k-th of every rank. The caller fills in the rest.
+ */
+static hvd_status submit(const char *fn, const char *name, hvd_kind kind, int n,
+                         hvd_request **req_out) {
+    char auto_name[64];
+    hvd_request *req;
+
     pthread_mutex_lock(&g.lock);
     if (!g.initialized) {
         pthread_mutex_unlock(&g.lock);
@@ -316,82 +340,250 @@ static hvd_status enter(const char *fn, const char *name) {
                              "hvd_init() first",
                              fn, NAME(name));
     }
+    if (name == NULL) {
+        snprintf(auto_name, sizeof(auto_name), "hvd.%s.%llu",
+                 hvd_kind_name(kind), (unsigned long long)g.unnamed[kind]++);
+        name = auto_name;
+    }
+    req = hvd_request_new(name, n);
+    pthread_mutex_unlock(&g.lock);
+    if (req == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory", fn,
+                             NAME(name));
+    req->desc.kind = kind;
+    *req_out = req;
     return HVD_OK;
 }
 
-static hvd_status leave(hvd_status st, const char *fn, const char *name) {
-    if (st != HVD_OK)
-        hvd_error_prefix("%s('%s') on rank %d: ", fn, NAME(name), g.info.rank);
-    else
-        HVD_TRACE("api", "%s('%s') took %s", fn, NAME(name), g.comm->last_path);
+/* Hands a filled request to the engine; on failure it is freed here. */
+static hvd_status hand_over(const char *fn, hvd_request *req, hvd_handle *out) {
+    hvd_status st;
+
+    pthread_mutex_lock(&g.lock);
+    st = g.initialized
+             ? hvd_engine_submit(g.engine, req)
+             : hvd_error_set(HVD_ERR_NOT_INITIALIZED, "hvd is not initialized");
     pthread_mutex_unlock(&g.lock);
+    if (st != HVD_OK) {
+        hvd_error_prefix("%s('%s') on rank %d: ", fn, req->name, g.info.rank);
+        hvd_request_free(req);
+        return st;
+    }
+    *out = req;
+    return HVD_OK;
+}
+
+static hvd_status wait_named(const char *fn, hvd_handle h, int *last_rank) {
+    char name[256];
+
+    snprintf(name, sizeof(name), "%s", h->name);
+    hvd_status st = hvd_engine_wait(h, last_rank);
+    if (st != HVD_OK)
+        hvd_error_prefix("%s('%s') on rank %d: ", fn, name, g.info.rank);
     return st;
 }
 
-hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
-                         size_t count, hvd_dtype dtype, hvd_op op) {
+hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
+                               void *recvbuf, size_t count, hvd_dtype dtype,
+                               hvd_op op, hvd_handle *out) {
     static const char fn[] = "hvd_allreduce";
+    hvd_request *req;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
     if (st == HVD_OK && !hvd_op_valid(op))
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
                            (int)op);
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
     if (st == HVD_OK)
-        st = enter(fn, name);
+        st = submit(fn, name, HVD_KIND_ALLREDUCE, 1, &req);
     if (st != HVD_OK)
         return st;
-    st = hvd_coll_allreduce(g.comm, sendbuf, recvbuf, count, dtype, op);
-    return leave(st, fn, name);
+    req->desc.dtype = dtype;
+    req->desc.op = op;
+    req->send[0] = sendbuf;
+    req->recv[0] = recvbuf;
+    req->counts[0] = count;
+    return hand_over(fn, req, out);
 }
 
-hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
-                         hvd_dtype dtype, int root) {
-    static const char fn[] = "hvd_broadcast";
-    hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
+hvd_status hvd_grouped_allreduce_async(const char *name, int n,
+                                       const void *const *sendbufs,
+                                       void *const *recvbufs,
+                                       const size_t *counts, hvd_dtype dtype,
+                                       hvd_op op, hvd_handle *out) {
+    static const char fn[] = "hvd_grouped_allreduce";
+    hvd_request *req;
+    hvd_status st = HVD_OK;
 
+    if (n < 1 || sendbufs == NULL || recvbufs == NULL || counts == NULL ||
+        out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): needs n >= 1 (got %d) and non-NULL "
+                           "arrays and handle",
+                           fn, NAME(name), n);
+    for (int i = 0; st == HVD_OK && i < n; i++)
+        st =
+            check_buffers(fn, name, sendbufs[i], recvbufs[i], counts[i], dtype);
+    if (st == HVD_OK && !hvd_op_valid(op))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
+                           (int)op);
     if (st == HVD_OK)
-        st = enter(fn, name);
+        st = submit(fn, name, HVD_KIND_ALLREDUCE, n, &req);
     if (st != HVD_OK)
         return st;
-    if (root < 0 || root >= g.info.size) {
+    req->desc.dtype = dtype;
+    req->desc.op = op;
+    for (int i = 0; i < n; i++) {
+        req->send[i] = sendbufs[i];
+        req->recv[i] = recvbufs[i];
+        req->counts[i] = counts[i];
+    }
+    return hand_over(fn, req, out);
+}
+
+hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
+                               hvd_dtype dtype, int root, hvd_handle *out) {
+    static const char fn[] = "hvd_broadcast";
+    hvd_request *req;
+    hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
+
+    if (st == HVD_OK && (root < 0 || (g.initialized && root >= g.info.size)))
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "%s('%s'): root %d is not a rank of this job of "
                            "%d",
                            fn, NAME(name), root, g.info.size);
-        pthread_mutex_unlock(&g.lock);
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
+    if (st == HVD_OK)
+        st = submit(fn, name, HVD_KIND_BROADCAST, 1, &req);
+    if (st != HVD_OK)
         return st;
-    }
-    st = hvd_coll_broadcast(g.comm, buf, count, dtype, root);
-    return leave(st, fn, name);
+    req->desc.dtype = dtype;
+    req->desc.root = root;
+    req->send[0] = buf;
+    req->recv[0] = buf;
+    req->counts[0] = count;
+    return hand_over(fn, req, out);
+}
+
+hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
+                               void *recvbuf, size_t count, hvd_dtype dtype,
+                               hvd_handle *out) {
+    static const char fn[] = "hvd_allgather";
+    hvd_request *req;
+    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
+
+    if (st == HVD_OK && g.initialized &&
+        count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)g.info.size)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): count %zu times %d ranks is too large",
+                           fn, NAME(name), count, g.info.size);
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
+    if (st == HVD_OK)
+        st = submit(fn, name, HVD_KIND_ALLGATHER, 1, &req);
+    if (st != HVD_OK)
+        return st;
+    req->desc.dtype = dtype;
+    req->send[0] = sendbuf;
+    req->recv[0] = recvbuf;
+    req->counts[0] = count;
+    return hand_over(fn, req, out);
+}
+
+hvd_status hvd_wait(hvd_handle handle) {
+    if (handle == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "hvd_wait: handle is NULL");
+    return wait_named("hvd_wait", handle, NULL);
+}
+
+hvd_status hvd_test(hvd_handle handle, int *done) {
+    if (handle == NULL || done == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_test: handle or done is NULL");
+    return hvd_engine_test(handle, done);
+}
+
+hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                         size_t count, hvd_dtype dtype, hvd_op op) {
+    hvd_handle h;
+    hvd_status st =
+        hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_allreduce", h, NULL);
+}
+
+hvd_status hvd_grouped_allreduce(const char *name, int n,
+                                 const void *const *sendbufs,
+                                 void *const *recvbufs, const size_t *counts,
+                                 hvd_dtype dtype, hvd_op op) {
+    hvd_handle h;
+    hvd_status st = hvd_grouped_allreduce_async(name, n, sendbufs, recvbufs,
+                                                counts, dtype, op, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_grouped_allreduce", h, NULL);
+}
+
+hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
+                         hvd_dtype dtype, int root) {
+    hvd_handle h;
+    hvd_status st = hvd_broadcast_async(name, buf, count, dtype, root, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_broadcast", h, NULL);
 }
 
 hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
                          size_t count, hvd_dtype dtype) {
-    static const char fn[] = "hvd_allgather";
-    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
+    hvd_handle h;
+    hvd_status st =
+        hvd_allgather_async(name, sendbuf, recvbuf, count, dtype, &h);
 
-    if (st == HVD_OK)
-        st = enter(fn, name);
-    if (st != HVD_OK)
-        return st;
-    if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)g.info.size) {
-        st = hvd_error_set(HVD_ERR_INVALID_ARG,
-                           "%s('%s'): count %zu times %d ranks is too large",
-                           fn, NAME(name), count, g.info.size);
-        pthread_mutex_unlock(&g.lock);
-        return st;
-    }
-    st = hvd_coll_allgather(g.comm, sendbuf, recvbuf, count, dtype);
-    return leave(st, fn, name);
+    return st != HVD_OK ? st : wait_named("hvd_allgather", h, NULL);
 }
 
 hvd_status hvd_barrier(void) {
     static const char fn[] = "hvd_barrier";
-    hvd_status st = enter(fn, NULL);
+    hvd_request *req;
+    hvd_handle h;
+    hvd_status st = submit(fn, NULL, HVD_KIND_BARRIER, 1, &req);
+
+    if (st == HVD_OK)
+        st = hand_over(fn, req, &h);
+    return st != HVD_OK ? st : wait_named(fn, h, NULL);
+}
+
+hvd_status hvd_join(int *last_rank_out) {
+    static const char fn[] = "hvd_join";
+    hvd_request *req;
+    hvd_handle h;
+    int last = -1;
+    /* One join in flight per rank; the coordinator knows it by this name. */
+    hvd_status st = submit(fn, "hvd.join", HVD_KIND_JOIN, 1, &req);
+
+    if (st == HVD_OK)
+        st = hand_over(fn, req, &h);
+    if (st == HVD_OK)
+        st = wait_named(fn, h, &last);
+    if (st == HVD_OK && last_rank_out != NULL)
+        *last_rank_out = last;
+    return st;
+}
+
+hvd_status hvd_internal_call(const char *name, hvd_engine_fn fn, void *arg) {
+    hvd_request *req;
+    hvd_handle h;
+    hvd_status st = submit("hvd_internal_call", name, HVD_KIND_CALL, 1, &req);
 
     if (st != HVD_OK)
         return st;
-    st = hvd_coll_barrier(g.comm);
-    return leave(st, fn, NULL);
+    req->fn = fn;
+    req->fn_arg = arg;
+    st = hand_over("hvd_internal_call", req, &h);
+    return st != HVD_OK ? st : wait_named("hvd_internal_call", h, NULL);
 }

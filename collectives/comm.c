@@ -18,7 +18,7 @@ void hvd_comm_config_default(hvd_comm_config *cfg) {
     cfg->bcast_algo = HVD_ALGO_AUTO;
 }
 
-hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp,
+hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
                            const hvd_comm_config *cfg, hvd_comm **out) {
     hvd_comm *comm = calloc(1, sizeof(*comm));
 
@@ -27,6 +27,7 @@ hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp,
     comm->rank = rank;
     comm->size = size;
     comm->tp = tp;
+    comm->channel = channel;
     comm->cfg = *cfg;
     if (comm->cfg.depth < 1)
         comm->cfg.depth = 1;

@@ -43,6 +43,7 @@ typedef struct hvd_comm {
     int rank;
     int size;
     hvd_transport *tp; /* NULL in a job of one */
+    int channel;       /* the transport channel its messages use */
     hvd_comm_config cfg;
     void *scratch;
     size_t scratch_cap;
@@ -51,7 +52,8 @@ typedef struct hvd_comm {
     const char *last_path; /* algorithm of the last collective */
 } hvd_comm;
 
-hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp,
+/* A communicator over channel of tp (NULL in a job of one). */
+hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
                            const hvd_comm_config *cfg, hvd_comm **out);
 void hvd_comm_destroy(hvd_comm *comm);
 
@@ -61,12 +63,12 @@ hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out);
 static inline hvd_status hvd_comm_isend(hvd_comm *comm, int peer,
                                         const void *buf, size_t len,
                                         hvd_req *req) {
-    return comm->tp->ops->isend(comm->tp, peer, buf, len, req);
+    return comm->tp->ops->isend(comm->tp, peer, comm->channel, buf, len, req);
 }
 
 static inline hvd_status hvd_comm_irecv(hvd_comm *comm, int peer, void *buf,
                                         size_t len, hvd_req *req) {
-    return comm->tp->ops->irecv(comm->tp, peer, buf, len, req);
+    return comm->tp->ops->irecv(comm->tp, peer, comm->channel, buf, len, req);
 }
 
 /* Waits (bounded) for the network and moves data. */

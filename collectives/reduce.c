@@ -1,5 +1,6 @@
 #include "collectives/reduce.h"
 
+#include <math.h>
 #include <string.h>
 
 /*
@@ -446,6 +447,66 @@ void hvd_reduce_scale_div(void *buf, size_t count, hvd_dtype dtype,
         break;
     case HVD_FLOAT64:
         f64_div(buf, count, divisor);
+        break;
+    }
+}
+
+/* One element of dtype holding v (all dtypes but the 16-bit floats). */
+#define FILL_LOOP(type, value)                                                 \
+    do {                                                                       \
+        type *p_ = buf;                                                        \
+        for (size_t i_ = 0; i_ < count; i_++)                                  \
+            p_[i_] = (value);                                                  \
+    } while (0)
+
+void hvd_reduce_fill_neutral(void *buf, size_t count, hvd_dtype dtype,
+                             hvd_op op) {
+    /* 0 for sums, 1 for products, the top of the range for MIN and the
+     * bottom for MAX: x op neutral == x for every x. */
+    if (op == HVD_SUM || op == HVD_AVERAGE) {
+        memset(buf, 0, count * hvd_dtype_size(dtype));
+        return;
+    }
+    switch (dtype) {
+    case HVD_UINT8:
+        FILL_LOOP(uint8_t, op == HVD_PRODUCT ? 1
+                           : op == HVD_MIN   ? UINT8_MAX
+                                             : 0);
+        break;
+    case HVD_INT8:
+        FILL_LOOP(int8_t, op == HVD_PRODUCT ? 1
+                          : op == HVD_MIN   ? INT8_MAX
+                                            : INT8_MIN);
+        break;
+    case HVD_INT32:
+        FILL_LOOP(int32_t, op == HVD_PRODUCT ? 1
+                           : op == HVD_MIN   ? INT32_MAX
+                                             : INT32_MIN);
+        break;
+    case HVD_INT64:
+        FILL_LOOP(int64_t, op == HVD_PRODUCT ? 1
+                           : op == HVD_MIN   ? INT64_MAX
+                                             : INT64_MIN);
+        break;
+    case HVD_FLOAT16: /* 1.0 = 0x3c00, +inf = 0x7c00, -inf = 0xfc00 */
+        FILL_LOOP(uint16_t, op == HVD_PRODUCT ? 0x3c00
+                            : op == HVD_MIN   ? 0x7c00
+                                              : 0xfc00);
+        break;
+    case HVD_BFLOAT16: /* 1.0 = 0x3f80, +inf = 0x7f80, -inf = 0xff80 */
+        FILL_LOOP(uint16_t, op == HVD_PRODUCT ? 0x3f80
+                            : op == HVD_MIN   ? 0x7f80
+                                              : 0xff80);
+        break;
+    case HVD_FLOAT32:
+        FILL_LOOP(float, op == HVD_PRODUCT ? 1.0f
+                         : op == HVD_MIN   ? INFINITY
+                                           : -INFINITY);
+        break;
+    case HVD_FLOAT64:
+        FILL_LOOP(double, op == HVD_PRODUCT ? 1.0
+                          : op == HVD_MIN   ? (double)INFINITY
+                                            : -(double)INFINITY);
         break;
     }
 }

@@ -45,6 +45,13 @@ void hvd_reduce_scale_div(void *buf, size_t count, hvd_dtype dtype,
                           int divisor);
 
 /*
+ * Fills buf with count copies of op's neutral element (x op e == x): what a
+ * rank that has joined contributes to the others' allreduces.
+ */
+void hvd_reduce_fill_neutral(void *buf, size_t count, hvd_dtype dtype,
+                             hvd_op op);
+
+/*
  * Conversions, bit-exact: round to nearest even (assumes the FPU's default
  * rounding mode), subnormals kept, overflow gives inf, NaN stays NaN (its
  * quiet bit set, sign and top payload bits kept).

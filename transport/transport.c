@@ -35,16 +35,16 @@ static hvd_status unsup_open(const hvd_transport_params *params,
     return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport cannot be opened");
 }
 
-static hvd_status unsup_isend(hvd_transport *tp, int peer, const void *buf,
-                              size_t len, hvd_req *req) {
-    (void)peer, (void)buf, (void)len, (void)req;
+static hvd_status unsup_isend(hvd_transport *tp, int peer, int channel,
+                              const void *buf, size_t len, hvd_req *req) {
+    (void)peer, (void)channel, (void)buf, (void)len, (void)req;
     return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport %s has no isend",
                          tp->ops->name);
 }
 
-static hvd_status unsup_irecv(hvd_transport *tp, int peer, void *buf,
-                              size_t len, hvd_req *req) {
-    (void)peer, (void)buf, (void)len, (void)req;
+static hvd_status unsup_irecv(hvd_transport *tp, int peer, int channel,
+                              void *buf, size_t len, hvd_req *req) {
+    (void)peer, (void)channel, (void)buf, (void)len, (void)req;
     return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport %s has no irecv",
                          tp->ops->name);
 }
@@ -54,6 +54,8 @@ static hvd_status unsup_progress(hvd_transport *tp, int timeout_ms) {
     (void)timeout_ms;
     return HVD_OK;
 }
+
+static void unsup_wake(hvd_transport *tp) { (void)tp; }
 
 static hvd_status unsup_shutdown(hvd_transport *tp) {
     (void)tp;
@@ -115,6 +117,7 @@ static void fill_tables(void) {
         FILL(dst, src, isend, unsup_isend);
         FILL(dst, src, irecv, unsup_irecv);
         FILL(dst, src, progress, unsup_progress);
+        FILL(dst, src, wake, unsup_wake);
         FILL(dst, src, shutdown, unsup_shutdown);
         FILL(dst, src, close, unsup_close);
         FILL(dst, src, allreduce, unsup_allreduce);

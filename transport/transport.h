@@ -6,12 +6,14 @@
  * ranks, in order per (sender, receiver) pair, and reports completions.
  * Collectives (collectives/) are written once against this table.
  *
- * Matching rule: between two ranks, the n-th isend of A to B is matched with
- * the n-th irecv of B from A, and both must give the same length (the
+ * Matching rule: between two ranks, on each channel, the n-th isend of A to
+ * B is matched with the n-th irecv of B from A, and both must give the same
+ * length (the
  * collectives always know exact sizes). A length mismatch is a protocol
  * error reported by the receiver.
  *
- * Threading: a transport instance is used by one thread at a time.
+ * Threading: a transport instance is used by one thread at a time, except
+ * wake, which any thread may call.
  */
 #ifndef HVD_TRANSPORT_TRANSPORT_H
 #define HVD_TRANSPORT_TRANSPORT_H
@@ -23,6 +25,13 @@
 
 #define HVD_JOB_ID_LEN 16
 #define HVD_HOST_MAX 64
+
+/*
+ * Channels: independent ordered streams between each pair of ranks.
+ * Messages of one channel never wait behind those of another, so a
+ * control protocol can run beside the data of collectives.
+ */
+enum { HVD_CHANNEL_DATA = 0, HVD_CHANNEL_CONTROL = 1 };
 
 /*
  * One send or receive. The memory is the caller's (no malloc per message):
@@ -100,12 +109,12 @@ typedef struct hvd_transport_ops {
      * stay the caller's and must stay valid until req->done. A return other
      * than HVD_OK means the request was not started.
      */
-    hvd_status (*isend)(hvd_transport *tp, int peer, const void *buf,
-                        size_t len, hvd_req *req);
+    hvd_status (*isend)(hvd_transport *tp, int peer, int channel,
+                        const void *buf, size_t len, hvd_req *req);
 
     /* Starts receiving exactly len bytes from peer into buf; as isend. */
-    hvd_status (*irecv)(hvd_transport *tp, int peer, void *buf, size_t len,
-                        hvd_req *req);
+    hvd_status (*irecv)(hvd_transport *tp, int peer, int channel, void *buf,
+                        size_t len, hvd_req *req);
 
     /*
      * Moves data and completes requests; waits up to timeout_ms (0: do not
@@ -115,6 +124,10 @@ typedef struct hvd_transport_ops {
      * return it, and is returned here with the sentence in hvd_last_error.
      */
     hvd_status (*progress)(hvd_transport *tp, int timeout_ms);
+
+    /* Makes a progress call that waits in another thread return soon.
+     * Thread-safe, never blocks; a no-op by default. */
+    void (*wake)(hvd_transport *tp);
 
     /*
      * Orderly goodbye: tells every peer this rank is leaving and waits,

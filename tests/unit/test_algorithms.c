@@ -69,9 +69,11 @@ typedef struct fake {
 
 static int complete_sends(fake *f);
 
-static hvd_status fake_isend(hvd_transport *t, int peer, const void *buf,
-                             size_t len, hvd_req *req) {
+static hvd_status fake_isend(hvd_transport *t, int peer, int channel,
+                             const void *buf, size_t len, hvd_req *req) {
     fake *f = (fake *)t;
+
+    (void)channel; /* one channel is enough for the algorithms */
     msg *m = malloc(sizeof(*m) + len + 1);
 
     if (m == NULL)
@@ -166,9 +168,11 @@ static int match(fake *f) {
     return matched;
 }
 
-static hvd_status fake_irecv(hvd_transport *t, int peer, void *buf, size_t len,
-                             hvd_req *req) {
+static hvd_status fake_irecv(hvd_transport *t, int peer, int channel,
+                             void *buf, size_t len, hvd_req *req) {
     fake *f = (fake *)t;
+
+    (void)channel;
 
     if (f->nrecv[peer] == 64)
         return HVD_ERR_INTERNAL;
@@ -321,7 +325,8 @@ static void *rank_main(void *argp) {
     f->base.ops = &fake_ops;
     f->w = j->w;
     f->rank = r;
-    if (hvd_comm_create(r, p, &f->base, &j->cfg, &comm) != HVD_OK) {
+    if (hvd_comm_create(r, p, &f->base, HVD_CHANNEL_DATA, &j->cfg, &comm) !=
+        HVD_OK) {
         report(j, r, "comm_create", 0, 0, 0);
         free(f);
         return NULL;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -81,7 +82,7 @@ typedef struct tsock {
 } tsock;
 
 typedef struct tpeer {
-    tsock *socks; /* nsocks entries */
+    tsock *socks; /* nconn entries: nsocks for data, then control */
     uint64_t tx_msgs;
     uint64_t rx_msgs;
     int pending; /* parts in flight */
@@ -94,12 +95,14 @@ struct tcp {
     hvd_transport base;
     int rank;
     int size;
-    int nsocks;
+    int nsocks; /* data sockets per peer */
+    int nconn;  /* sockets per peer: the data ones and one for control */
+    int wakefd; /* eventfd that makes a waiting progress return */
     size_t stripe_min;
     int64_t timeout_ns;
     int epfd;
     tpeer *peers;
-    tsock *socks; /* size * nsocks; this rank's own row is unused */
+    tsock *socks; /* size * nconn; this rank's own row is unused */
     char (*hosts)[HVD_HOST_MAX];
     int *pids;
     int64_t last_check;
@@ -273,7 +276,7 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
     snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
     HVD_ERROR("tcp", "%s", tp->failmsg);
 
-    for (int i = 0; i < tp->size * tp->nsocks; i++) {
+    for (int i = 0; i < tp->size * tp->nconn; i++) {
         tsock *s = &tp->socks[i];
         if (s->fd < 0)
             continue;
@@ -309,7 +312,7 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
         for (int p = 0; p < tp->size; p++) {
             if (p == tp->rank || p == origin)
                 continue;
-            for (int k = 0; k < tp->nsocks; k++) {
+            for (int k = 0; k < tp->nconn; k++) {
                 tsock *s = &tp->peers[p].socks[k];
                 if (s->fd >= 0 && !s->tx_broken && !s->eof) {
                     send_abort(s, &a, deadline);
@@ -349,7 +352,7 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     if (tp->salvaging)
         return HVD_ERR_PEER_LOST; /* noted; the first caller decides */
     tp->salvaging = 1;
-    for (int i = 0; i < tp->size * tp->nsocks && tp->failed == HVD_OK; i++) {
+    for (int i = 0; i < tp->size * tp->nconn && tp->failed == HVD_OK; i++) {
         tsock *x = &tp->socks[i];
         if (x->fd >= 0 && !x->rx_blocked && (!x->eof || x->rx_off < x->rx_end))
             sock_recv(x);
@@ -637,7 +640,7 @@ static hvd_status sock_recv(tsock *s) {
 /* Queues a heartbeat on every idle socket: peers waiting on this rank
  * learn that it is alive, even while it waits on someone else. */
 static void send_heartbeats(tcp *tp) {
-    for (int i = 0; i < tp->size * tp->nsocks; i++) {
+    for (int i = 0; i < tp->size * tp->nconn; i++) {
         tsock *s = &tp->socks[i];
         part *p;
 
@@ -704,6 +707,12 @@ static hvd_status tcp_progress(hvd_transport *t, int timeout_ms) {
         tsock *s = evs[i].data.ptr;
         uint32_t e = evs[i].events;
 
+        if (s == NULL) { /* tcp_wake */
+            uint64_t count;
+            ssize_t ignored = read(tp->wakefd, &count, sizeof(count));
+            (void)ignored;
+            continue;
+        }
         if ((e & EPOLLOUT) && sock_send(s) != HVD_OK)
             break;
         if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
@@ -749,24 +758,34 @@ static hvd_status check_peer(tcp *tp, int peer, const char *what) {
     return HVD_OK;
 }
 
-static hvd_status post(tcp *tp, int peer, uint8_t *buf, size_t len,
+/* Socket of part i of a message laid out from first on channel. */
+static tsock *part_sock(tcp *tp, tpeer *pr, int channel, int first, int i) {
+    if (channel == HVD_CHANNEL_CONTROL)
+        return &pr->socks[tp->nsocks];
+    return &pr->socks[(first + i) % tp->nsocks];
+}
+
+static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
                        hvd_req *req, int send) {
     tpeer *pr = &tp->peers[peer];
     uint64_t msgno = send ? pr->tx_msgs : pr->rx_msgs;
-    int first, nparts;
+    int first = 0, nparts = 1;
 
-    hvd_tcp_layout(len, tp->nsocks, tp->stripe_min, msgno, &first, &nparts);
+    /* Control messages go whole onto the control socket, so that they
+     * never wait behind data (or data behind them). */
+    if (channel == HVD_CHANNEL_DATA)
+        hvd_tcp_layout(len, tp->nsocks, tp->stripe_min, msgno, &first, &nparts);
     for (int i = 0; i < nparts; i++) {
-        tsock *s = &pr->socks[(first + i) % tp->nsocks];
+        tsock *s = part_sock(tp, pr, channel, first, i);
         if (q_reserve(send ? &s->sendq : &s->recvq, 1) != 0)
             return hvd_error_set(HVD_ERR_NO_MEMORY,
                                  "out of memory queueing a message for "
                                  "rank %d",
                                  peer);
     }
-    if (send)
+    if (channel == HVD_CHANNEL_DATA && send)
         pr->tx_msgs++;
-    else
+    else if (channel == HVD_CHANNEL_DATA)
         pr->rx_msgs++;
     req->done = 0;
     req->status = HVD_OK;
@@ -778,7 +797,7 @@ static hvd_status post(tcp *tp, int peer, uint8_t *buf, size_t len,
     pr->pending += nparts;
 
     for (int i = 0; i < nparts; i++) {
-        tsock *s = &pr->socks[(first + i) % tp->nsocks];
+        tsock *s = part_sock(tp, pr, channel, first, i);
         size_t off, plen;
         part *p;
 
@@ -801,7 +820,7 @@ static hvd_status post(tcp *tp, int peer, uint8_t *buf, size_t len,
     /* Start at once: a send goes out without waiting for progress, and a
      * receive whose data is already staged completes here. */
     for (int i = 0; i < nparts; i++) {
-        tsock *s = &pr->socks[(first + i) % tp->nsocks];
+        tsock *s = part_sock(tp, pr, channel, first, i);
         hvd_status st = HVD_OK;
         if (send && s->sendq.count == 1)
             st = sock_send(s);
@@ -815,24 +834,35 @@ static hvd_status post(tcp *tp, int peer, uint8_t *buf, size_t len,
     return HVD_OK;
 }
 
-static hvd_status tcp_isend(hvd_transport *t, int peer, const void *buf,
-                            size_t len, hvd_req *req) {
+static hvd_status tcp_isend(hvd_transport *t, int peer, int channel,
+                            const void *buf, size_t len, hvd_req *req) {
     tcp *tp = (tcp *)t;
     hvd_status st = check_peer(tp, peer, "send");
 
     if (st != HVD_OK)
         return st;
-    return post(tp, peer, (uint8_t *)(uintptr_t)buf, len, req, 1);
+    return post(tp, peer, channel, (uint8_t *)(uintptr_t)buf, len, req, 1);
 }
 
-static hvd_status tcp_irecv(hvd_transport *t, int peer, void *buf, size_t len,
-                            hvd_req *req) {
+static hvd_status tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                            size_t len, hvd_req *req) {
     tcp *tp = (tcp *)t;
     hvd_status st = check_peer(tp, peer, "receive");
 
     if (st != HVD_OK)
         return st;
-    return post(tp, peer, buf, len, req, 0);
+    return post(tp, peer, channel, buf, len, req, 0);
+}
+
+/* Makes a progress call waiting in another thread return. */
+static void tcp_wake(hvd_transport *t) {
+    tcp *tp = (tcp *)t;
+    uint64_t one = 1;
+
+    if (tp->wakefd >= 0) {
+        ssize_t ignored = write(tp->wakefd, &one, sizeof(one));
+        (void)ignored;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -852,11 +882,11 @@ static hvd_hs_code admit(void *ctx, int kind, int rank, int index, char *why,
         snprintf(why, whylen, "not a data connection (kind %d)", kind);
         return HVD_HS_UNEXPECTED;
     }
-    if (rank <= tp->rank || rank >= tp->size || index >= tp->nsocks) {
+    if (rank <= tp->rank || rank >= tp->size || index >= tp->nconn) {
         snprintf(why, whylen,
                  "rank %d socket %d is not expected to connect to rank %d "
                  "(job of %d, %d sockets per peer)",
-                 rank, index, tp->rank, tp->size, tp->nsocks);
+                 rank, index, tp->rank, tp->size, tp->nconn);
         return HVD_HS_UNEXPECTED;
     }
     if (tp->peers[rank].socks[index].fd >= 0) {
@@ -896,8 +926,8 @@ static void install(tcp *tp, int peer, int index, int fd) {
  */
 static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
                                int lfd) {
-    int nclients = tp->rank * tp->nsocks;
-    int nexpect = (tp->size - 1 - tp->rank) * tp->nsocks;
+    int nclients = tp->rank * tp->nconn;
+    int nexpect = (tp->size - 1 - tp->rank) * tp->nconn;
     int maxconn = nclients + nexpect + 16;
     pending_conn *conns = calloc((size_t)maxconn, sizeof(*conns));
     struct pollfd *pfds = calloc((size_t)maxconn + 1, sizeof(*pfds));
@@ -910,7 +940,7 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
         goto out;
     }
     for (int p = 0; p < tp->rank; p++) {
-        for (int k = 0; k < tp->nsocks; k++) {
+        for (int k = 0; k < tp->nconn; k++) {
             pending_conn *c = &conns[nconn++];
             c->peer = p;
             c->index = k;
@@ -1086,7 +1116,7 @@ static void tcp_close(hvd_transport *t) {
 
     if (tp == NULL)
         return;
-    for (int i = 0; tp->socks != NULL && i < tp->size * tp->nsocks; i++) {
+    for (int i = 0; tp->socks != NULL && i < tp->size * tp->nconn; i++) {
         tsock *s = &tp->socks[i];
         if (s->fd >= 0)
             close(s->fd);
@@ -1096,6 +1126,8 @@ static void tcp_close(hvd_transport *t) {
     }
     if (tp->epfd >= 0)
         close(tp->epfd);
+    if (tp->wakefd >= 0)
+        close(tp->wakefd);
     free(tp->socks);
     free(tp->peers);
     free(tp->hosts);
@@ -1126,6 +1158,8 @@ static hvd_status tcp_open(const hvd_transport_params *params,
     tp->nsocks = params->tcp_nsocks < 1                   ? 1
                  : params->tcp_nsocks > HVD_TCP_MAX_SOCKS ? HVD_TCP_MAX_SOCKS
                                                           : params->tcp_nsocks;
+    tp->nconn = tp->nsocks + 1;
+    tp->wakefd = -1;
     tp->stripe_min = params->tcp_stripe_min;
     tp->timeout_ns = params->timeout_ns;
     /* Four heartbeats per timeout, at most one a second. */
@@ -1134,7 +1168,7 @@ static hvd_status tcp_open(const hvd_transport_params *params,
     tp->epfd = -1;
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     tp->socks =
-        calloc((size_t)tp->size * (size_t)tp->nsocks, sizeof(*tp->socks));
+        calloc((size_t)tp->size * (size_t)tp->nconn, sizeof(*tp->socks));
     if (params->hosts != NULL && params->pids != NULL) {
         tp->hosts = malloc((size_t)tp->size * sizeof(*tp->hosts));
         tp->pids = malloc((size_t)tp->size * sizeof(*tp->pids));
@@ -1150,8 +1184,8 @@ static hvd_status tcp_open(const hvd_transport_params *params,
         goto fail;
     }
     for (int p = 0; p < tp->size; p++) {
-        tp->peers[p].socks = &tp->socks[(size_t)p * (size_t)tp->nsocks];
-        for (int k = 0; k < tp->nsocks; k++) {
+        tp->peers[p].socks = &tp->socks[(size_t)p * (size_t)tp->nconn];
+        for (int k = 0; k < tp->nconn; k++) {
             tsock *s = &tp->peers[p].socks[k];
             s->tp = tp;
             s->fd = -1;
@@ -1164,8 +1198,15 @@ static hvd_status tcp_open(const hvd_transport_params *params,
         }
     }
     tp->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (tp->epfd < 0) {
-        st = hvd_error_set(HVD_ERR_TRANSPORT, "epoll_create1() failed: %s",
+    tp->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (tp->epfd < 0 || tp->wakefd < 0) {
+        st = hvd_error_set(HVD_ERR_TRANSPORT,
+                           "epoll_create1/eventfd failed: %s", strerror(errno));
+        goto fail;
+    }
+    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wakefd, &wev) != 0) {
+        st = hvd_error_set(HVD_ERR_TRANSPORT, "epoll_ctl(eventfd) failed: %s",
                            strerror(errno));
         goto fail;
     }
@@ -1229,7 +1270,7 @@ static hvd_status tcp_shutdown(hvd_transport *t) {
     if (tp->failed != HVD_OK)
         return HVD_OK;
     tp->shutting_down = 1;
-    for (int i = 0; i < tp->size * tp->nsocks; i++) {
+    for (int i = 0; i < tp->size * tp->nconn; i++) {
         tsock *s = &tp->socks[i];
         uint8_t hdr[HVD_FRAME_HDR_LEN];
         hvd_frame f = {.type = HVD_FRAME_BYE, .seq = s->tx_seq};
@@ -1262,7 +1303,7 @@ static hvd_status tcp_shutdown(hvd_transport *t) {
         int n = epoll_wait(tp->epfd, evs, MAX_EVENTS, 100);
         for (int i = 0; i < n; i++) {
             tsock *s = evs[i].data.ptr;
-            if (s->eof)
+            if (s == NULL || s->eof)
                 continue;
             if (s->rx_blocked) {
                 s->rx_off = s->rx_end; /* data nobody asked for */
@@ -1291,6 +1332,7 @@ const hvd_transport_ops hvd_tcp_ops = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .progress = tcp_progress,
+    .wake = tcp_wake,
     .shutdown = tcp_shutdown,
     .close = tcp_close,
 };

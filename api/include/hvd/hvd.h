@@ -71,6 +71,9 @@ typedef enum {
  *  (integer types: truncating division). */
 typedef enum { HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT } hvd_op;
 
+/** An operation in flight, returned by the _async forms. */
+typedef struct hvd_request *hvd_handle;
+
 /**
  * Joins the job: discovers rank and size from the launcher's variables,
  * authenticates with every peer and connects the transport.
@@ -102,9 +105,16 @@ HVD_EXPORT const char *hvd_strerror(hvd_status status);
 HVD_EXPORT const char *hvd_last_error(void);
 
 /*
- * Blocking collectives. Every rank calls them in the same order (this
- * release runs them on the caller's thread; see docs/design.md).
- * sendbuf == recvbuf means in place. count may be 0.
+ * Collectives are matched across ranks by name: every rank submits an
+ * operation of the same name (from any thread, in any order), and it runs
+ * once all have. Names must be unique among the operations in flight on a
+ * rank (a duplicate is HVD_ERR_INVALID_ARG). A NULL name is allowed: the
+ * k-th unnamed operation of a kind matches the k-th on every rank.
+ * Ranks must agree on kind, dtype, count, op and root; if they do not,
+ * every rank gets HVD_ERR_MISMATCH and a sentence with each rank's values.
+ *
+ * The blocking forms are submit + wait. sendbuf == recvbuf means in place.
+ * count may be 0.
  */
 
 /**
@@ -136,6 +146,65 @@ HVD_EXPORT hvd_status hvd_allgather(const char *name, const void *sendbuf,
 
 /** Returns once every rank has entered it. */
 HVD_EXPORT hvd_status hvd_barrier(void);
+
+/**
+ * Reduces n buffers as one operation: one name, negotiated once, reduced in
+ * one collective (fused whatever HVD_FUSION_THRESHOLD says). Buffer i has
+ * counts[i] elements; sendbufs[i] == recvbufs[i] means in place. The three
+ * arrays are read during the call only.
+ */
+HVD_EXPORT hvd_status hvd_grouped_allreduce(const char *name, int n,
+                                            const void *const *sendbufs,
+                                            void *const *recvbufs,
+                                            const size_t *counts,
+                                            hvd_dtype dtype, hvd_op op);
+
+/**
+ * For a rank that has run out of data: while it is joined, the other
+ * ranks' allreduces complete without it, as if it had contributed the
+ * neutral element (0 for sum and average, 1 for product, the largest or
+ * smallest value for min and max); an average divides by the number of
+ * ranks that did contribute. Broadcasts and allgathers cannot complete
+ * without a rank and fail with HVD_ERR_INVALID_ARG while one is joined.
+ * Returns once every rank has called hvd_join.
+ * @param [out] last_rank_out the last rank to join (may be NULL).
+ */
+HVD_EXPORT hvd_status hvd_join(int *last_rank_out);
+
+/*
+ * Asynchronous forms: return at once; buffers stay the caller's and must
+ * not be touched until hvd_wait (or a successful hvd_test) reports done.
+ * hvd_wait releases the handle.
+ */
+HVD_EXPORT hvd_status hvd_allreduce_async(const char *name,
+                                          const void *sendbuf, void *recvbuf,
+                                          size_t count, hvd_dtype dtype,
+                                          hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_broadcast_async(const char *name, void *buf,
+                                          size_t count, hvd_dtype dtype,
+                                          int root, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_allgather_async(const char *name,
+                                          const void *sendbuf, void *recvbuf,
+                                          size_t count, hvd_dtype dtype,
+                                          hvd_handle *out);
+HVD_EXPORT hvd_status hvd_grouped_allreduce_async(
+    const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hvd_dtype dtype, hvd_op op,
+    hvd_handle *out);
+
+/**
+ * Waits for the operation and releases the handle. Returns its status;
+ * on failure hvd_last_error() (of the calling thread) gives the sentence.
+ */
+HVD_EXPORT hvd_status hvd_wait(hvd_handle handle);
+
+/**
+ * Sets *done to 1 if the operation has finished (its buffers are then
+ * the caller's again), else 0. Does not release the handle: call hvd_wait
+ * for that (it returns at once). Returns HVD_OK, or the operation's
+ * failure once done.
+ */
+HVD_EXPORT hvd_status hvd_test(hvd_handle handle, int *done);
 
 /** Size in bytes of one element of dtype, 0 for an invalid dtype. */
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);

@@ -1,0 +1,351 @@
+#include "api/coordinator.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/namemap.h"
+#include "transport/base/error.h"
+#include "transport/base/log.h"
+
+/* The name of the join entry: a rank has one join in flight at most. */
+#define JOIN_NAME "hvd.join"
+
+typedef struct centry {
+    struct centry *prev, *next; /* first-asked order */
+    char *name;
+    double first_seen;
+    double warned_at;
+    int nreported;
+    int last_rank;           /* the rank that asked last */
+    unsigned char *reported; /* per rank */
+    hvd_opdesc *desc;        /* per rank; counts owned */
+} centry;
+
+struct hvd_coord {
+    int size;
+    double stall_check_s;
+    double stall_shutdown_s;
+    hvd_namemap by_name;
+    centry *head, *tail;
+    int count;
+};
+
+static void entry_free(hvd_coord *c, centry *e) {
+    for (int r = 0; r < c->size; r++)
+        free((void *)e->desc[r].counts);
+    free(e->desc);
+    free(e->reported);
+    free(e->name);
+    free(e);
+}
+
+static void entry_unlink(hvd_coord *c, centry *e) {
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        c->tail = e->prev;
+    hvd_namemap_remove(&c->by_name, e->name);
+    c->count--;
+    entry_free(c, e);
+}
+
+hvd_status hvd_coord_create(int size, double stall_check_s,
+                            double stall_shutdown_s, hvd_coord **out) {
+    hvd_coord *c = calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    c->size = size;
+    c->stall_check_s = stall_check_s;
+    c->stall_shutdown_s = stall_shutdown_s;
+    hvd_namemap_init(&c->by_name);
+    *out = c;
+    return HVD_OK;
+}
+
+void hvd_coord_destroy(hvd_coord *c) {
+    if (c == NULL)
+        return;
+    while (c->head != NULL)
+        entry_unlink(c, c->head);
+    hvd_namemap_destroy(&c->by_name);
+    free(c);
+}
+
+int hvd_coord_pending(const hvd_coord *c) { return c->count; }
+
+hvd_status hvd_coord_add(hvd_coord *c, int rank, const char *name,
+                         const hvd_opdesc *desc, double age_s, double now) {
+    centry *e = hvd_namemap_get(&c->by_name, name);
+    uint64_t *counts;
+
+    if (rank < 0 || rank >= c->size)
+        return hvd_error_set(HVD_ERR_INTERNAL, "request from rank %d", rank);
+    if (e == NULL) {
+        e = calloc(1, sizeof(*e));
+        if (e == NULL)
+            goto oom;
+        e->name = strdup(name);
+        e->reported = calloc((size_t)c->size, 1);
+        e->desc = calloc((size_t)c->size, sizeof(*e->desc));
+        if (e->name == NULL || e->reported == NULL || e->desc == NULL ||
+            hvd_namemap_put(&c->by_name, name, e) != 0) {
+            free(e->name);
+            free(e->reported);
+            free(e->desc);
+            free(e);
+            goto oom;
+        }
+        e->first_seen = now - age_s;
+        e->warned_at = -1;
+        e->prev = c->tail;
+        if (c->tail)
+            c->tail->next = e;
+        else
+            c->head = e;
+        c->tail = e;
+        c->count++;
+    }
+    counts = malloc((desc->ncounts ? desc->ncounts : 1) * sizeof(*counts));
+    if (counts == NULL)
+        goto oom;
+    memcpy(counts, desc->counts, desc->ncounts * sizeof(*counts));
+    free((void *)e->desc[rank].counts);
+    e->desc[rank] = *desc;
+    e->desc[rank].counts = counts;
+    if (!e->reported[rank]) {
+        e->reported[rank] = 1;
+        e->nreported++;
+    }
+    e->last_rank = rank;
+    if (now - age_s < e->first_seen)
+        e->first_seen = now - age_s;
+    return HVD_OK;
+oom:
+    return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory in the coordinator");
+}
+
+/* "1,3,4" (at most a few dozen, then "..."). */
+static void rank_list(const centry *e, int want_reported, int size,
+                      const unsigned char *skip, char *out, size_t outlen) {
+    size_t off = 0;
+    int n = 0;
+
+    out[0] = '\0';
+    for (int r = 0; r < size && off + 16 < outlen; r++) {
+        if (!!e->reported[r] != want_reported || (skip != NULL && skip[r]))
+            continue;
+        off +=
+            (size_t)snprintf(out + off, outlen - off, "%s%d", n ? "," : "", r);
+        n++;
+    }
+    if (off + 16 >= outlen)
+        snprintf(out + off, outlen - off, ",...");
+    if (n == 0 && off == 0)
+        snprintf(out, outlen, "none");
+}
+
+static Hvd__Engine__Response *
+new_response(const centry *e, int rank, hvd_status status, const char *error) {
+    Hvd__Engine__Response *r = malloc(sizeof(*r));
+    const hvd_opdesc *d = &e->desc[rank];
+
+    if (r == NULL)
+        return NULL;
+    hvd__engine__response__init(r);
+    r->kind = d->kind;
+    r->name = strdup(e->name);
+    r->dtype = d->dtype;
+    r->op = d->op;
+    r->root = d->root;
+    r->n_counts = d->ncounts;
+    r->counts = malloc((d->ncounts ? d->ncounts : 1) * sizeof(uint64_t));
+    r->status = status;
+    r->error = strdup(error ? error : "");
+    r->last_joined = -1;
+    if (r->name == NULL || r->counts == NULL || r->error == NULL) {
+        free(r->name);
+        free(r->counts);
+        free(r->error);
+        free(r);
+        return NULL;
+    }
+    memcpy(r->counts, d->counts, d->ncounts * sizeof(uint64_t));
+    return r;
+}
+
+static int append(Hvd__Engine__ResponseList *list, Hvd__Engine__Response *r) {
+    Hvd__Engine__Response **v =
+        realloc(list->responses, (list->n_responses + 1) * sizeof(*v));
+
+    if (v == NULL)
+        return -1;
+    v[list->n_responses++] = r;
+    list->responses = v;
+    return 0;
+}
+
+/* Each asking rank's values, for a mismatch sentence. */
+static void describe_ranks(const hvd_coord *c, const centry *e, char *out,
+                           size_t outlen) {
+    size_t off =
+        (size_t)snprintf(out, outlen, "ranks disagree on '%s': ", e->name);
+    int shown = 0;
+
+    for (int r = 0; r < c->size && off + 80 < outlen; r++) {
+        char what[160];
+        if (!e->reported[r])
+            continue;
+        if (shown == 16) {
+            snprintf(out + off, outlen - off, "; ...");
+            return;
+        }
+        hvd_opdesc_format(&e->desc[r], what, sizeof(what));
+        off += (size_t)snprintf(out + off, outlen - off, "%srank %d: %s",
+                                shown ? "; " : "", r, what);
+        shown++;
+    }
+}
+
+hvd_status hvd_coord_collect(hvd_coord *c, double now,
+                             Hvd__Engine__ResponseList *list) {
+    centry *join = hvd_namemap_get(&c->by_name, JOIN_NAME);
+    const unsigned char *joined = join != NULL ? join->reported : NULL;
+    int njoined = join != NULL ? join->nreported : 0;
+    char text[HVD_ERROR_MAX];
+
+    for (centry *e = c->head, *next; e != NULL; e = next) {
+        int first = -1, same = 1, missing = 0, joined_missing = 0;
+        Hvd__Engine__Response *r = NULL;
+
+        next = e->next;
+        if (e == join)
+            continue;
+        for (int k = 0; k < c->size; k++) {
+            if (e->reported[k]) {
+                if (first < 0)
+                    first = k;
+                else if (!hvd_opdesc_equal(&e->desc[first], &e->desc[k]))
+                    same = 0;
+            } else if (joined != NULL && joined[k]) {
+                joined_missing++;
+            } else {
+                missing++;
+            }
+        }
+        hvd_kind kind = e->desc[first].kind;
+        int neutral_ok = kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BARRIER;
+
+        if (missing == 0 && !same) {
+            describe_ranks(c, e, text, sizeof(text));
+            r = new_response(e, first, HVD_ERR_MISMATCH, text);
+        } else if (missing == 0 && joined_missing > 0 && !neutral_ok) {
+            char ranks[128];
+            rank_list(e, 0, c->size, NULL, ranks, sizeof(ranks));
+            snprintf(text, sizeof(text),
+                     "'%s': a %s cannot complete while rank(s) %s have "
+                     "called hvd_join",
+                     e->name, hvd_kind_name(kind), ranks);
+            r = new_response(e, first, HVD_ERR_INVALID_ARG, text);
+        } else if (missing == 0) {
+            r = new_response(e, first, HVD_OK, NULL);
+            if (r != NULL) {
+                r->contributors = (uint32_t)(c->size - joined_missing);
+                if (joined_missing > 0) {
+                    r->joined =
+                        malloc((size_t)joined_missing * sizeof(uint32_t));
+                    if (r->joined == NULL) {
+                        hvd__engine__response__free_unpacked(r, NULL);
+                        r = NULL;
+                    } else {
+                        for (int k = 0; k < c->size; k++)
+                            if (!e->reported[k] && joined[k])
+                                r->joined[r->n_joined++] = (uint32_t)k;
+                    }
+                }
+            }
+        } else {
+            /* Not every rank has asked yet: the stall inspector. */
+            double age = now - e->first_seen;
+            if (c->stall_shutdown_s > 0 && age >= c->stall_shutdown_s) {
+                char ranks[128];
+                rank_list(e, 0, c->size, joined, ranks, sizeof(ranks));
+                snprintf(text, sizeof(text),
+                         "'%s' waited %.0f s for rank(s) %s to submit it; "
+                         "failing it (HVD_STALL_SHUTDOWN_SECONDS=%g)",
+                         e->name, age, ranks, c->stall_shutdown_s);
+                HVD_ERROR("engine", "%s", text);
+                r = new_response(e, first, HVD_ERR_TIMEOUT, text);
+            } else if (c->stall_check_s > 0 && age >= c->stall_check_s &&
+                       (e->warned_at < 0 ||
+                        now - e->warned_at >= c->stall_check_s)) {
+                char ranks[128], have[128];
+                rank_list(e, 0, c->size, joined, ranks, sizeof(ranks));
+                rank_list(e, 1, c->size, NULL, have, sizeof(have));
+                HVD_WARN("engine",
+                         "stall: '%s' waits %.0f s for rank(s) %s (submitted "
+                         "by %s): a rank skipped it, submits it later, or "
+                         "runs another branch",
+                         e->name, age, ranks, have);
+                e->warned_at = now;
+            }
+            if (r == NULL)
+                continue;
+        }
+        if (r == NULL || append(list, r) != 0) {
+            if (r != NULL)
+                hvd__engine__response__free_unpacked(r, NULL);
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory in the coordinator");
+        }
+        entry_unlink(c, e);
+    }
+    if (join != NULL && njoined == c->size) {
+        Hvd__Engine__Response *r =
+            new_response(join, join->last_rank, HVD_OK, NULL);
+        if (r == NULL || append(list, r) != 0) {
+            if (r != NULL)
+                hvd__engine__response__free_unpacked(r, NULL);
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory in the coordinator");
+        }
+        r->last_joined = join->last_rank;
+        r->contributors = (uint32_t)c->size;
+        entry_unlink(c, join);
+    }
+    return HVD_OK;
+}
+
+void hvd_coord_free_responses(Hvd__Engine__ResponseList *list) {
+    for (size_t i = 0; i < list->n_responses; i++)
+        hvd__engine__response__free_unpacked(list->responses[i], NULL);
+    free(list->responses);
+    list->responses = NULL;
+    list->n_responses = 0;
+}
+
+double hvd_coord_next_deadline(const hvd_coord *c) {
+    double next = -1;
+
+    for (const centry *e = c->head; e != NULL; e = e->next) {
+        double t = -1;
+        if (strcmp(e->name, JOIN_NAME) == 0)
+            continue; /* joined ranks wait for the others by design */
+        if (c->stall_check_s > 0)
+            t = e->warned_at < 0 ? e->first_seen + c->stall_check_s
+                                 : e->warned_at + c->stall_check_s;
+        if (c->stall_shutdown_s > 0) {
+            double s = e->first_seen + c->stall_shutdown_s;
+            if (t < 0 || s < t)
+                t = s;
+        }
+        if (t >= 0 && (next < 0 || t < next))
+            next = t;
+    }
+    return next;
+}

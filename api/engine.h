@@ -1,0 +1,117 @@
+/*
+ * The engine: one background thread per process that runs every
+ * collective. Threads submit named requests; the engine matches them
+ * across ranks, fuses small allreduces, and runs the collectives over
+ * collectives/ in the same order on every rank.
+ *
+ * A cycle, on every rank at once:
+ *  1. a small allreduce (data channel) of one byte per response-cache slot
+ *     ("I have this cached operation ready") plus a few flags: cached
+ *     operations every rank has ready are decided here, with no message
+ *     through rank 0;
+ *  2. if any rank has requests the cache does not know, every rank sends
+ *     them to the coordinator (rank 0, control channel), which answers with
+ *     the operations every rank has now asked for (or errors);
+ *  3. every rank runs the decided operations in the same order, fusing
+ *     neighbouring allreduces of the same dtype and op.
+ * Rank 0 starts a cycle when it has new work or a rank rings its doorbell
+ * (a control message saying "I have new work"), so an idle job sends
+ * nothing but transport heartbeats and no thread sleeps on a timer while
+ * work is queued.
+ */
+#ifndef HVD_API_ENGINE_H
+#define HVD_API_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/opdesc.h"
+#include "collectives/comm.h"
+#include "hvd/hvd.h"
+#include "transport/transport.h"
+
+typedef struct hvd_engine_config {
+    size_t fusion_threshold;   /* bytes; 0: no fusion */
+    size_t fusion_tensor_max;  /* larger allreduces run alone, in place */
+    int cache_capacity;        /* 0: no response cache */
+    int cycle_time_ms;         /* batching window after work arrives */
+    double stall_check_s;      /* 0: no stall warnings */
+    double stall_shutdown_s;   /* 0: stalled operations only warned about */
+    int64_t timeout_ns;        /* bound on waiting for the others to stop */
+    const char *timeline_path; /* NULL: no timeline (rank 0 only) */
+} hvd_engine_config;
+
+typedef struct hvd_engine hvd_engine;
+
+/* A function run on the engine thread (HVD_KIND_CALL). */
+typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
+
+/*
+ * One submitted operation: built by api/hvd.c, owned by the engine from
+ * submission to completion, freed by hvd_engine_wait. Buffers stay the
+ * caller's.
+ */
+typedef struct hvd_request {
+    /* Set by the submitter. */
+    char *name;
+    hvd_opdesc desc; /* desc.counts points at counts */
+    int n;           /* buffers */
+    const void **send;
+    void **recv;
+    uint64_t *counts;
+    hvd_engine_fn fn; /* HVD_KIND_CALL */
+    void *fn_arg;
+    /* Storage for a single buffer, so that the common case allocates once. */
+    const void *send1;
+    void *recv1;
+    uint64_t count1;
+
+    /* Engine-private. */
+    struct hvd_request *next;
+    int64_t t_submit;
+    int state;
+    int slot;
+    int inval; /* its cache slot must be invalidated on every rank */
+    int voted; /* the others have heard of it (vote or coordinator) */
+
+    /* The outcome, under the engine's lock. */
+    int done;
+    hvd_status status;
+    char *error;
+    int last_rank; /* join */
+} hvd_request;
+
+/*
+ * Allocates a request for n buffers (arrays inside it, n >= 1) named name
+ * (copied). Returns NULL when out of memory.
+ */
+hvd_request *hvd_request_new(const char *name, int n);
+void hvd_request_free(hvd_request *req);
+
+/*
+ * Starts the engine over tp (NULL in a job of one), on tp's data and
+ * control channels.
+ */
+hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
+                            const hvd_comm_config *comm_cfg,
+                            const hvd_engine_config *cfg, hvd_engine **out);
+
+/*
+ * Asks to stop, waits until every rank has asked (bounded by the
+ * timeout), fails what is still pending with HVD_ERR_SHUTDOWN and frees
+ * the engine. Returns HVD_OK if the ranks agreed (the transport can then
+ * say goodbye), else why not.
+ */
+hvd_status hvd_engine_stop(hvd_engine *eng);
+
+/* Hands req to the engine. On failure req is untouched (still the
+ * caller's) and the sentence is set. */
+hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req);
+
+/* Waits for req, copies its sentence to this thread on failure, frees it. */
+hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out);
+
+/* *done = 1 if req has finished; returns its status then. */
+hvd_status hvd_engine_test(hvd_request *req, int *done);
+
+#endif

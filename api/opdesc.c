@@ -1,0 +1,73 @@
+#include "api/opdesc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "collectives/reduce.h"
+
+const char *hvd_kind_name(hvd_kind kind) {
+    static const char *const names[HVD_KIND_COUNT] = {
+        [HVD_KIND_ALLREDUCE] = "allreduce", [HVD_KIND_BROADCAST] = "broadcast",
+        [HVD_KIND_ALLGATHER] = "allgather", [HVD_KIND_BARRIER] = "barrier",
+        [HVD_KIND_JOIN] = "join",           [HVD_KIND_CALL] = "call",
+    };
+    return (unsigned)kind < HVD_KIND_COUNT ? names[kind] : "unknown";
+}
+
+int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b) {
+    if (a->kind != b->kind || a->ncounts != b->ncounts)
+        return 0;
+    if (a->kind == HVD_KIND_ALLREDUCE && a->op != b->op)
+        return 0;
+    if (a->kind == HVD_KIND_BROADCAST && a->root != b->root)
+        return 0;
+    if (a->kind <= HVD_KIND_ALLGATHER && a->dtype != b->dtype)
+        return 0;
+    for (size_t i = 0; i < a->ncounts; i++)
+        if (a->counts[i] != b->counts[i])
+            return 0;
+    return 1;
+}
+
+uint64_t hvd_opdesc_total(const hvd_opdesc *d) {
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < d->ncounts; i++)
+        n += d->counts[i];
+    return n;
+}
+
+void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
+    int n = 0;
+
+    switch (d->kind) {
+    case HVD_KIND_ALLREDUCE:
+        n = snprintf(out, outlen, "allreduce %s %s", hvd_dtype_name(d->dtype),
+                     hvd_op_name(d->op));
+        break;
+    case HVD_KIND_BROADCAST:
+        n = snprintf(out, outlen, "broadcast %s root %d",
+                     hvd_dtype_name(d->dtype), d->root);
+        break;
+    case HVD_KIND_ALLGATHER:
+        n = snprintf(out, outlen, "allgather %s", hvd_dtype_name(d->dtype));
+        break;
+    default:
+        snprintf(out, outlen, "%s", hvd_kind_name(d->kind));
+        return;
+    }
+    if (n < 0 || (size_t)n >= outlen)
+        return;
+    if (d->ncounts == 1) {
+        snprintf(out + n, outlen - (size_t)n, " count %llu",
+                 (unsigned long long)d->counts[0]);
+        return;
+    }
+    int m = snprintf(out + n, outlen - (size_t)n, " counts ");
+    for (size_t i = 0; m > 0 && i < d->ncounts && (size_t)(n + m) < outlen;
+         i++) {
+        n += m;
+        m = snprintf(out + n, outlen - (size_t)n, "%s%llu", i ? "," : "",
+                     (unsigned long long)d->counts[i]);
+    }
+}

@@ -1,0 +1,43 @@
+/*
+ * What an operation is, independent of its buffers: the values ranks must
+ * agree on before it can run (and that the response cache remembers).
+ */
+#ifndef HVD_API_OPDESC_H
+#define HVD_API_OPDESC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/hvd.h"
+
+typedef enum {
+    HVD_KIND_ALLREDUCE = 0,
+    HVD_KIND_BROADCAST,
+    HVD_KIND_ALLGATHER,
+    HVD_KIND_BARRIER,
+    HVD_KIND_JOIN,
+    HVD_KIND_CALL, /* internal: runs a function on the engine thread */
+    HVD_KIND_COUNT
+} hvd_kind;
+
+typedef struct hvd_opdesc {
+    hvd_kind kind;
+    hvd_dtype dtype;
+    hvd_op op;
+    int root;
+    size_t ncounts;         /* buffers: 1, or n for a grouped allreduce */
+    const uint64_t *counts; /* elements per buffer; owned by the holder */
+} hvd_opdesc;
+
+const char *hvd_kind_name(hvd_kind kind);
+
+/* 1 if a and b describe the same operation. */
+int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b);
+
+/* "allreduce float32 sum count 10", "broadcast int32 root 1 count 5". */
+void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen);
+
+/* Total elements over all buffers. */
+uint64_t hvd_opdesc_total(const hvd_opdesc *d);
+
+#endif
