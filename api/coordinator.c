@@ -79,6 +79,12 @@ void hvd_coord_destroy(hvd_coord *c) {
 
 int hvd_coord_pending(const hvd_coord *c) { return c->count; }
 
+int hvd_coord_joined(const hvd_coord *c) {
+    const centry *join = hvd_namemap_get(&c->by_name, JOIN_NAME);
+
+    return join != NULL ? join->nreported : 0;
+}
+
 hvd_status hvd_coord_add(hvd_coord *c, int rank, const char *name,
                          const hvd_opdesc *desc, double age_s, double now) {
     centry *e = hvd_namemap_get(&c->by_name, name);

@@ -50,4 +50,7 @@ double hvd_coord_next_deadline(const hvd_coord *coord);
 /* Operations waiting in the table. */
 int hvd_coord_pending(const hvd_coord *coord);
 
+/* Ranks that have called hvd_join and wait for the others to. */
+int hvd_coord_joined(const hvd_coord *coord);
+
 #endif

@@ -22,21 +22,20 @@
 #define IDLE_WAIT_MS 1000
 
 /*
- * Control messages: a 16-byte header, then (if len > 0) a body of len
- * bytes as a second message. Rank 0 always has one header receive posted
- * from every other rank, and every other rank one from rank 0.
+ * Control messages travel on the control channel as a 16-byte header and,
+ * if len > 0, a body of len bytes as a second message. Rank 0 always has
+ * one header receive posted from every other rank, and every other rank
+ * one from rank 0.
  */
 enum {
-    MSG_DOORBELL = 1,  /* rank -> 0: I have new work (body: none) */
-    MSG_START = 2,     /* 0 -> rank: cycle `cycle` begins */
-    MSG_REQUESTS = 3,  /* rank -> 0: RequestList */
-    MSG_RESPONSES = 4, /* 0 -> rank: ResponseList */
-    MSG_STOP = 5,      /* both ways, once every rank stops: the last one */
+    MSG_UPDATE = 1, /* rank -> 0: Update, whenever its state changes */
+    MSG_CYCLE = 2,  /* 0 -> rank: Cycle */
+    MSG_STOP = 3,   /* both ways, after the last cycle */
 };
 
 typedef struct msg_header {
     uint32_t type;
-    uint32_t cycle;
+    uint32_t reserved;
     uint64_t len;
 } msg_header;
 
@@ -44,8 +43,8 @@ _Static_assert(sizeof(msg_header) == 16, "the control header is 16 bytes");
 
 /* Request states, engine-private. */
 enum {
-    REQ_NEW = 0, /* the coordinator has not heard of it */
-    REQ_CACHED,  /* bound to cache slot `slot`; voted for each cycle */
+    REQ_NEW = 0, /* rank 0 has not heard of it */
+    REQ_CACHED,  /* bound to cache slot `slot`: voted for, not negotiated */
     REQ_SENT,    /* the coordinator has it */
 };
 
@@ -53,11 +52,10 @@ enum {
 typedef struct ctrl_port {
     msg_header hdr;
     hvd_req req;
-    int posted;
 } ctrl_port;
 
 /* A response of the current cycle, pointing into the cache or into the
- * coordinator's list; nothing is copied. */
+ * cycle's message; nothing is copied. */
 typedef struct resp {
     const char *name;
     hvd_opdesc desc;
@@ -68,6 +66,21 @@ typedef struct resp {
     int last_joined;
     int cached;
 } resp;
+
+/*
+ * Rank 0's view of the votes: which ranks have a request ready for each
+ * cache slot. A slot every rank votes for runs in the next cycle.
+ */
+typedef struct vote_table {
+    int capacity;
+    uint8_t *votes;    /* [rank * capacity + slot] */
+    int *count;        /* ranks voting per slot */
+    double *first;     /* when the first vote came (s) */
+    double *warned;    /* when the stall inspector last warned */
+    uint64_t *changed; /* last cycle that ran, erased or reused it */
+    uint8_t *erase;    /* invalidated by some rank: erase next cycle */
+    uint8_t *stop;     /* per rank: it has called hvd_shutdown */
+} vote_table;
 
 struct hvd_engine {
     int rank;
@@ -83,6 +96,7 @@ struct hvd_engine {
     hvd_request *queue_head, *queue_tail;
     hvd_namemap inflight; /* names submitted and not finished */
     int stop_requested;
+    int stop_seen;     /* the engine thread has taken stop_requested in */
     int finished;      /* the thread has left its loop */
     hvd_status failed; /* HVD_OK while healthy */
     char failmsg[HVD_ERROR_MAX];
@@ -93,14 +107,12 @@ struct hvd_engine {
     int npending, cappending;
     hvd_namemap by_name; /* pending by name */
     hvd_cache cache;
-    hvd_coord *coord; /* rank 0 */
-    uint64_t cycle;
-    int rang; /* a doorbell is out since the last cycle */
-    int stop_voted;
-    int *doorbell;    /* rank 0: rank r rang */
+    uint64_t cycle;  /* the last cycle run */
+    int paused;      /* a rank is joined: no cache path */
+    int stop_told;   /* rank 0 knows this rank stops */
+    uint32_t *inval; /* slots to tell rank 0 about */
+    int ninval;
     ctrl_port *ports; /* rank 0: one per rank; others: [0] from rank 0 */
-    uint8_t *vote;
-    size_t vote_cap;
     uint8_t *body;
     size_t body_cap;
     resp *resps;
@@ -109,6 +121,9 @@ struct hvd_engine {
     size_t fusion_cap;
     hvd_timeline *timeline;
     int64_t stop_deadline;
+    /* Rank 0. */
+    hvd_coord *coord;
+    vote_table vt;
     /* Counters for the debug log. */
     int n_cached, n_negotiated, n_collectives;
 };
@@ -254,7 +269,6 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
 
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out) {
     hvd_status st;
-
     pthread_mutex_lock(&lock);
     while (!req->done)
         pthread_cond_wait(&cond, &lock);
@@ -285,14 +299,13 @@ hvd_status hvd_engine_test(hvd_request *req, int *done) {
 static hvd_status post_header(hvd_engine *eng, int peer) {
     ctrl_port *p = &eng->ports[eng->rank == 0 ? peer : 0];
 
-    p->posted = 1;
     return hvd_comm_irecv(eng->ctrl, peer, &p->hdr, sizeof(p->hdr), &p->req);
 }
 
 /* Sends a header and its body, and waits until both are out. */
 static hvd_status send_msg(hvd_engine *eng, int peer, uint32_t type,
                            const void *body, size_t len) {
-    msg_header hdr = {.type = type, .cycle = (uint32_t)eng->cycle, .len = len};
+    msg_header hdr = {.type = type, .len = len};
     hvd_req req[2];
     hvd_status st = hvd_comm_isend(eng->ctrl, peer, &hdr, sizeof(hdr), &req[0]);
 
@@ -315,49 +328,39 @@ static hvd_status body_room(hvd_engine *eng, size_t len) {
 }
 
 /*
- * Receives the next message of `type` from peer into eng->body. Doorbells
- * met on the way (rank 0) were rung before the peer saw this cycle's
- * START and so are covered by this cycle.
+ * Waits for the header receive from peer, checks it, receives the body
+ * into eng->body (it follows at once) and posts the next header receive,
+ * unless this was the peer's last message (STOP). *type_out and *len_out
+ * describe the message.
  */
-static hvd_status recv_msg(hvd_engine *eng, int peer, uint32_t type,
-                           size_t *len_out, int repost) {
+static hvd_status take_msg(hvd_engine *eng, int peer, uint32_t *type_out,
+                           size_t *len_out) {
     ctrl_port *p = &eng->ports[eng->rank == 0 ? peer : 0];
-    hvd_status st;
+    msg_header hdr;
+    hvd_status st = hvd_comm_wait(eng->ctrl, &p->req);
 
-    for (;;) {
-        st = hvd_comm_wait(eng->ctrl, &p->req);
+    if (st != HVD_OK)
+        return st;
+    hdr = p->hdr;
+    if (hdr.type < MSG_UPDATE || hdr.type > MSG_STOP ||
+        hdr.len > ((uint64_t)1 << 32))
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "malformed control message (type %u, %llu "
+                             "bytes) from rank %d",
+                             hdr.type, (unsigned long long)hdr.len, peer);
+    if (hdr.len > 0) {
+        hvd_req body;
+        st = body_room(eng, hdr.len);
+        if (st == HVD_OK)
+            st = hvd_comm_irecv(eng->ctrl, peer, eng->body, hdr.len, &body);
+        if (st == HVD_OK)
+            st = hvd_comm_wait(eng->ctrl, &body);
         if (st != HVD_OK)
             return st;
-        msg_header hdr = p->hdr;
-        if (hdr.type == MSG_DOORBELL && eng->rank == 0) {
-            st = post_header(eng, peer);
-            if (st != HVD_OK)
-                return st;
-            continue;
-        }
-        if (hdr.type != type || hdr.len > ((uint64_t)1 << 32))
-            return hvd_error_set(HVD_ERR_INTERNAL,
-                                 "control message %u (%llu bytes) from rank "
-                                 "%d where %u was expected",
-                                 hdr.type, (unsigned long long)hdr.len, peer,
-                                 type);
-        if (hdr.len > 0) {
-            hvd_req body;
-            st = body_room(eng, hdr.len);
-            if (st == HVD_OK)
-                st = hvd_comm_irecv(eng->ctrl, peer, eng->body, hdr.len, &body);
-            if (st == HVD_OK)
-                st = hvd_comm_wait(eng->ctrl, &body);
-            if (st != HVD_OK)
-                return st;
-        }
-        *len_out = hdr.len;
-        if (!repost) {
-            p->posted = 0;
-            return HVD_OK;
-        }
-        return post_header(eng, peer);
     }
+    *type_out = hdr.type;
+    *len_out = hdr.len;
+    return hdr.type == MSG_STOP ? HVD_OK : post_header(eng, peer);
 }
 
 /* ------------------------------------------------------------------ */
@@ -378,40 +381,62 @@ static int pending_push(hvd_engine *eng, hvd_request *req) {
     return 0;
 }
 
-/* Binds req to its cache slot if the cache holds the same operation; a
- * cached name with other values is invalidated on every rank. */
-static void classify(hvd_engine *eng, hvd_request *req) {
-    int slot =
-        req->desc.kind == HVD_KIND_JOIN || req->desc.kind == HVD_KIND_CALL
-            ? -1
-            : hvd_cache_lookup(&eng->cache, req->name);
+static int invalidate(hvd_engine *eng, int slot) {
+    for (int i = 0; i < eng->ninval; i++)
+        if (eng->inval[i] == (uint32_t)slot)
+            return 0;
+    if (eng->ninval == eng->cache.capacity)
+        return 0; /* cannot happen: one entry per slot */
+    eng->inval[eng->ninval++] = (uint32_t)slot;
+    return 1;
+}
 
-    req->state = REQ_NEW;
-    req->slot = -1;
-    req->inval = 0;
-    req->voted = 0;
+/*
+ * Binds a request rank 0 has not heard of to its cache slot if the cache
+ * holds the same operation; a cached name with other values makes this
+ * rank ask every rank to drop that slot.
+ */
+static void classify(hvd_engine *eng, hvd_request *req) {
+    int slot;
+
+    if (req->state != REQ_NEW || req->desc.kind == HVD_KIND_JOIN ||
+        req->desc.kind == HVD_KIND_CALL || eng->paused)
+        return;
+    slot = hvd_cache_lookup(&eng->cache, req->name);
     if (slot < 0)
         return;
     if (hvd_opdesc_equal(&eng->cache.slots[slot].desc, &req->desc)) {
         req->state = REQ_CACHED;
         req->slot = slot;
+        req->voted = 0;
     } else {
-        req->slot = slot;
-        req->inval = 1;
+        invalidate(eng, slot);
     }
 }
 
-/* Takes what the submitters queued. Returns 1 if there was anything. */
-static int intake(hvd_engine *eng, int *stop) {
+static const char *negotiate_event(hvd_kind kind) {
+    switch (kind) {
+    case HVD_KIND_ALLREDUCE:
+        return "NEGOTIATE_ALLREDUCE";
+    case HVD_KIND_BROADCAST:
+        return "NEGOTIATE_BROADCAST";
+    case HVD_KIND_ALLGATHER:
+        return "NEGOTIATE_ALLGATHER";
+    default:
+        return "NEGOTIATE";
+    }
+}
+
+/* Takes what the submitters queued; *stop says whether to stop. */
+static void intake(hvd_engine *eng, int *stop) {
     hvd_request *q;
 
     pthread_mutex_lock(&lock);
     q = eng->queue_head;
     eng->queue_head = eng->queue_tail = NULL;
     *stop = eng->stop_requested;
+    eng->stop_seen = eng->stop_requested;
     pthread_mutex_unlock(&lock);
-    if (q == NULL)
-        return 0;
     while (q != NULL) {
         hvd_request *next = q->next;
         q->next = NULL;
@@ -419,29 +444,22 @@ static int intake(hvd_engine *eng, int *stop) {
             complete(eng, q, HVD_ERR_NO_MEMORY, "out of memory");
         } else {
             classify(eng, q);
-            hvd_timeline_begin(
-                eng->timeline, q->name,
-                q->desc.kind == HVD_KIND_BROADCAST   ? "NEGOTIATE_BROADCAST"
-                : q->desc.kind == HVD_KIND_ALLGATHER ? "NEGOTIATE_ALLGATHER"
-                : q->desc.kind == HVD_KIND_ALLREDUCE ? "NEGOTIATE_ALLREDUCE"
-                                                     : "NEGOTIATE",
-                q->t_submit,
-                q->state == REQ_CACHED ? "\"cached\": true"
-                                       : "\"cached\": false");
+            hvd_timeline_begin(eng->timeline, q->name,
+                               negotiate_event(q->desc.kind), q->t_submit,
+                               q->state == REQ_CACHED ? "\"cached\": true"
+                                                      : "\"cached\": false");
         }
         q = next;
     }
-    return 1;
 }
 
-/* 1 if this rank has something the others do not know about yet: a
- * request nobody has heard of, or a cached one not voted for yet. */
+/* 1 if rank 0 does not know all of this rank's state yet. */
 static int has_news(const hvd_engine *eng, int stop) {
-    if (stop && !eng->stop_voted)
+    if ((stop && !eng->stop_told) || eng->ninval > 0)
         return 1;
     for (int i = 0; i < eng->npending; i++) {
         const hvd_request *req = eng->pending[i];
-        if (req->state == REQ_NEW || req->inval || !req->voted)
+        if (req->state == REQ_NEW || (req->state == REQ_CACHED && !req->voted))
             return 1;
     }
     return 0;
@@ -705,7 +723,283 @@ static hvd_status run_responses(hvd_engine *eng, resp *rs, size_t n) {
 }
 
 /* ------------------------------------------------------------------ */
-/* A cycle                                                             */
+/* Rank 0: votes and decisions                                         */
+
+static int vote_init(vote_table *vt, int size, int capacity) {
+    memset(vt, 0, sizeof(*vt));
+    vt->capacity = capacity;
+    vt->stop = calloc((size_t)size, 1);
+    if (vt->stop == NULL)
+        return -1;
+    if (capacity == 0)
+        return 0;
+    vt->votes = calloc((size_t)size * (size_t)capacity, 1);
+    vt->count = calloc((size_t)capacity, sizeof(*vt->count));
+    vt->first = calloc((size_t)capacity, sizeof(*vt->first));
+    vt->warned = calloc((size_t)capacity, sizeof(*vt->warned));
+    vt->changed = calloc((size_t)capacity, sizeof(*vt->changed));
+    vt->erase = calloc((size_t)capacity, 1);
+    return vt->votes && vt->count && vt->first && vt->warned && vt->changed &&
+                   vt->erase
+               ? 0
+               : -1;
+}
+
+static void vote_free(vote_table *vt) {
+    free(vt->votes);
+    free(vt->count);
+    free(vt->first);
+    free(vt->warned);
+    free(vt->changed);
+    free(vt->erase);
+    free(vt->stop);
+}
+
+static void vote_set(vote_table *vt, int rank, int slot, double now) {
+    uint8_t *v = &vt->votes[(size_t)rank * (size_t)vt->capacity + (size_t)slot];
+
+    if (*v)
+        return;
+    *v = 1;
+    if (vt->count[slot]++ == 0) {
+        vt->first[slot] = now;
+        vt->warned[slot] = -1;
+    }
+}
+
+/* Forgets every vote for slot: it ran, was erased or now names another
+ * operation (from cycle on). */
+static void vote_reset(vote_table *vt, int size, int slot, uint64_t cycle) {
+    for (int r = 0; r < size; r++)
+        vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)slot] = 0;
+    vt->count[slot] = 0;
+    vt->erase[slot] = 0;
+    vt->changed[slot] = cycle;
+}
+
+/* Forgets the votes for slot, nothing else. */
+static void vote_clear(vote_table *vt, int size, int slot) {
+    for (int r = 0; r < size; r++)
+        vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)slot] = 0;
+    vt->count[slot] = 0;
+}
+
+/* Rank 0 records its own news as if it had sent itself an Update. */
+static hvd_status local_update(hvd_engine *eng, int stop, double now) {
+    vote_table *vt = &eng->vt;
+
+    for (int i = 0; i < eng->npending; i++) {
+        hvd_request *req = eng->pending[i];
+        if (req->state == REQ_CACHED && !req->voted) {
+            vote_set(vt, 0, req->slot, now);
+            req->voted = 1;
+        } else if (req->state == REQ_NEW) {
+            hvd_status st =
+                hvd_coord_add(eng->coord, 0, req->name, &req->desc, 0, now);
+            if (st != HVD_OK)
+                return st;
+            req->state = REQ_SENT;
+        }
+    }
+    for (int i = 0; i < eng->ninval; i++)
+        vt->erase[eng->inval[i]] = 1;
+    eng->ninval = 0;
+    if (stop) {
+        vt->stop[0] = 1;
+        eng->stop_told = 1;
+    }
+    return HVD_OK;
+}
+
+/* Rank 0 takes another rank's Update. */
+static hvd_status apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
+                               size_t len, double now) {
+    vote_table *vt = &eng->vt;
+    Hvd__Engine__Update *u = hvd__engine__update__unpack(NULL, len, buf);
+    hvd_status st = HVD_OK;
+
+    if (u == NULL)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "malformed update from rank %d",
+                             rank);
+    /* Its votes now: the slots it lists, unless the slot has run, been
+     * erased or reused since the cycle it had seen (a vote sent while a
+     * cycle was on its way). */
+    for (int s = 0; s < vt->capacity; s++) {
+        uint8_t *v =
+            &vt->votes[(size_t)rank * (size_t)vt->capacity + (size_t)s];
+        if (*v) {
+            *v = 0;
+            vt->count[s]--;
+        }
+    }
+    for (size_t i = 0; i < u->n_ready; i++) {
+        uint32_t s = u->ready[i];
+        if (s < (uint32_t)vt->capacity && vt->changed[s] <= u->seen_cycle)
+            vote_set(vt, rank, (int)s, now);
+    }
+    for (size_t i = 0; i < u->n_invalidate; i++)
+        if (u->invalidate[i] < (uint32_t)vt->capacity)
+            vt->erase[u->invalidate[i]] = 1;
+    for (size_t i = 0; i < u->n_requests && st == HVD_OK; i++) {
+        const Hvd__Engine__Request *it = u->requests[i];
+        hvd_opdesc d = {.kind = (hvd_kind)it->kind,
+                        .dtype = (hvd_dtype)it->dtype,
+                        .op = (hvd_op)it->op,
+                        .root = it->root,
+                        .ncounts = it->n_counts,
+                        .counts = it->counts};
+        if (it->kind >= HVD_KIND_COUNT || it->n_counts < 1)
+            st = hvd_error_set(HVD_ERR_TRANSPORT,
+                               "malformed request '%s' from rank %d", it->name,
+                               rank);
+        else
+            st = hvd_coord_add(eng->coord, rank, it->name, &d, it->age_s, now);
+    }
+    if (u->stop)
+        vt->stop[rank] = 1;
+    hvd__engine__update__free_unpacked(u, NULL);
+    return st;
+}
+
+/* Rank 0 reads every Update that has arrived. */
+static hvd_status read_updates(hvd_engine *eng, double now) {
+    for (int r = 1; r < eng->size; r++) {
+        while (eng->ports[r].req.done) {
+            uint32_t type;
+            size_t len;
+            hvd_status st = take_msg(eng, r, &type, &len);
+            if (st != HVD_OK)
+                return st;
+            if (type != MSG_UPDATE)
+                return hvd_error_set(HVD_ERR_TRANSPORT,
+                                     "control message %u from rank %d where "
+                                     "an update was expected",
+                                     type, r);
+            st = apply_update(eng, r, eng->body, len, now);
+            if (st != HVD_OK)
+                return st;
+        }
+    }
+    return HVD_OK;
+}
+
+/* "1,3" for the ranks that do (want = 1) or do not vote for slot. */
+static void voters(const hvd_engine *eng, int slot, int want, char *out,
+                   size_t outlen) {
+    size_t off = 0;
+
+    out[0] = '\0';
+    for (int r = 0; r < eng->size && off + 16 < outlen; r++)
+        if (eng->vt.votes[(size_t)r * (size_t)eng->vt.capacity +
+                          (size_t)slot] == want)
+            off += (size_t)snprintf(out + off, outlen - off, "%s%d",
+                                    off ? "," : "", r);
+}
+
+/* When a cached operation some ranks wait for needs the stall inspector
+ * (a time in seconds), or -1. */
+static double vote_deadline(const hvd_engine *eng) {
+    const vote_table *vt = &eng->vt;
+    double next = -1;
+
+    for (int s = 0; s < eng->cache.nslots; s++) {
+        double t = -1;
+        if (vt->count[s] == 0 || vt->count[s] == eng->size)
+            continue;
+        if (eng->cfg.stall_check_s > 0)
+            t = (vt->warned[s] < 0 ? vt->first[s] : vt->warned[s]) +
+                eng->cfg.stall_check_s;
+        if (eng->cfg.stall_shutdown_s > 0) {
+            double d = vt->first[s] + eng->cfg.stall_shutdown_s;
+            if (t < 0 || d < t)
+                t = d;
+        }
+        if (t >= 0 && (next < 0 || t < next))
+            next = t;
+    }
+    return next;
+}
+
+static Hvd__Engine__Response *timeout_response(const hvd_cache_entry *e,
+                                               const char *text) {
+    Hvd__Engine__Response *r = malloc(sizeof(*r));
+
+    if (r == NULL)
+        return NULL;
+    hvd__engine__response__init(r);
+    r->kind = e->desc.kind;
+    r->name = strdup(e->name);
+    r->dtype = e->desc.dtype;
+    r->op = e->desc.op;
+    r->root = e->desc.root;
+    r->counts = malloc(e->desc.ncounts * sizeof(uint64_t));
+    r->status = HVD_ERR_TIMEOUT;
+    r->error = strdup(text);
+    r->last_joined = -1;
+    if (r->name == NULL || r->counts == NULL || r->error == NULL) {
+        hvd__engine__response__free_unpacked(r, NULL);
+        return NULL;
+    }
+    r->n_counts = e->desc.ncounts;
+    memcpy(r->counts, e->desc.counts, e->desc.ncounts * sizeof(uint64_t));
+    return r;
+}
+
+/*
+ * The stall inspector for cached operations: some ranks have voted for a
+ * slot, others not, for a long time. Warns, and with
+ * HVD_STALL_SHUTDOWN_SECONDS adds a TIMEOUT response.
+ */
+static hvd_status vote_stalls(hvd_engine *eng, double now,
+                              Hvd__Engine__ResponseList *list) {
+    vote_table *vt = &eng->vt;
+
+    for (int s = 0; s < eng->cache.nslots; s++) {
+        char missing[128], have[128], text[HVD_ERROR_MAX];
+        const hvd_cache_entry *e = &eng->cache.slots[s];
+        double age;
+
+        if (vt->count[s] == 0 || vt->count[s] == eng->size || e->name == NULL)
+            continue;
+        age = now - vt->first[s];
+        voters(eng, s, 0, missing, sizeof(missing));
+        voters(eng, s, 1, have, sizeof(have));
+        if (eng->cfg.stall_shutdown_s > 0 && age >= eng->cfg.stall_shutdown_s) {
+            snprintf(text, sizeof(text),
+                     "'%s' waited %.0f s for rank(s) %s to submit it; "
+                     "failing it (HVD_STALL_SHUTDOWN_SECONDS=%g)",
+                     e->name, age, missing, eng->cfg.stall_shutdown_s);
+            HVD_ERROR("engine", "%s", text);
+            Hvd__Engine__Response *r = timeout_response(e, text);
+            Hvd__Engine__Response **v =
+                realloc(list->responses, (list->n_responses + 1) * sizeof(*v));
+            if (r == NULL || v == NULL) {
+                if (r != NULL)
+                    hvd__engine__response__free_unpacked(r, NULL);
+                if (v != NULL)
+                    list->responses = v;
+                return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+            }
+            v[list->n_responses++] = r;
+            list->responses = v;
+            vote_clear(vt, eng->size, s);
+        } else if (eng->cfg.stall_check_s > 0 &&
+                   age >= eng->cfg.stall_check_s &&
+                   (vt->warned[s] < 0 ||
+                    now - vt->warned[s] >= eng->cfg.stall_check_s)) {
+            HVD_WARN("engine",
+                     "stall: '%s' waits %.0f s for rank(s) %s (submitted by "
+                     "%s): a rank skipped it, submits it later, or runs "
+                     "another branch",
+                     e->name, age, missing, have);
+            vt->warned[s] = now;
+        }
+    }
+    return HVD_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Every rank: a cycle                                                 */
 
 static hvd_status resps_room(hvd_engine *eng, size_t n) {
     if (n > eng->resps_cap) {
@@ -726,351 +1020,302 @@ static int in_list(const uint32_t *v, size_t n, int x) {
     return 0;
 }
 
-/* This rank's new requests as a RequestList (marks them sent). */
-static hvd_status pack_requests(hvd_engine *eng, uint8_t **buf_out,
-                                size_t *len_out) {
-    Hvd__Engine__RequestList list = HVD__ENGINE__REQUEST_LIST__INIT;
-    Hvd__Engine__Request *items = NULL, **ptrs = NULL;
-    int64_t now = hvd_now_ns();
-    size_t n = 0, len;
-    hvd_status st = HVD_OK;
+/* A request bound to slot that no longer holds it goes back to rank 0's
+ * table (via the next update). */
+static void unbind(hvd_request *req) {
+    req->state = REQ_NEW;
+    req->slot = -1;
+    req->voted = 0;
+}
 
-    for (int i = 0; i < eng->npending; i++)
-        n += eng->pending[i]->state == REQ_NEW;
-    if (n > 0) {
-        items = calloc(n, sizeof(*items));
-        ptrs = calloc(n, sizeof(*ptrs));
-        if (items == NULL || ptrs == NULL) {
+/* Runs cycle c; every rank runs every cycle, in number order. */
+static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
+    hvd_cache *cache = &eng->cache;
+    size_t nresp = 0;
+    hvd_status st;
+
+    eng->cycle = c->number;
+    eng->n_cached = eng->n_negotiated = eng->n_collectives = 0;
+
+    /* Slots some rank invalidated are dropped everywhere. */
+    for (size_t i = 0; i < c->n_erase; i++) {
+        int s = (int)c->erase[i];
+        if (s >= cache->nslots)
+            return hvd_error_set(
+                HVD_ERR_TRANSPORT, "cycle %llu erases slot %d of %d",
+                (unsigned long long)c->number, s, cache->nslots);
+        for (int k = 0; k < eng->npending; k++)
+            if (eng->pending[k]->slot == s &&
+                eng->pending[k]->state == REQ_CACHED)
+                unbind(eng->pending[k]);
+        hvd_cache_erase(cache, s);
+        if (eng->rank == 0)
+            vote_reset(&eng->vt, eng->size, s, c->number);
+    }
+
+    st = resps_room(eng, c->n_run + c->n_responses);
+    if (st != HVD_OK)
+        return st;
+    for (size_t i = 0; i < c->n_run; i++) {
+        int s = (int)c->run[i];
+        if (s >= cache->nslots || cache->slots[s].name == NULL)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "cycle %llu runs empty cache slot %d",
+                                 (unsigned long long)c->number, s);
+        resp *r = &eng->resps[nresp++];
+        memset(r, 0, sizeof(*r));
+        r->name = cache->slots[s].name;
+        r->desc = cache->slots[s].desc;
+        r->status = HVD_OK;
+        r->contributors = eng->size;
+        r->cached = 1;
+        hvd_cache_touch(cache, s, c->number);
+        if (eng->rank == 0)
+            vote_reset(&eng->vt, eng->size, s, c->number);
+        eng->n_cached++;
+    }
+    for (size_t i = 0; i < c->n_responses; i++) {
+        const Hvd__Engine__Response *g = c->responses[i];
+        resp *r = &eng->resps[nresp++];
+        memset(r, 0, sizeof(*r));
+        r->name = g->name;
+        r->desc.kind = (hvd_kind)g->kind;
+        r->desc.dtype = (hvd_dtype)g->dtype;
+        r->desc.op = (hvd_op)g->op;
+        r->desc.root = g->root;
+        r->desc.ncounts = g->n_counts;
+        r->desc.counts = g->counts;
+        r->status = (hvd_status)g->status;
+        r->error = g->error;
+        r->contributors = (int)g->contributors;
+        r->last_joined = g->last_joined;
+        r->self_joined = in_list(g->joined, g->n_joined, eng->rank);
+        if (r->desc.kind >= HVD_KIND_COUNT || r->desc.ncounts < 1 ||
+            !hvd_dtype_valid(r->desc.dtype) || !hvd_op_valid(r->desc.op))
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "malformed response '%s' from rank 0",
+                                 r->name);
+        eng->n_negotiated++;
+    }
+
+    st = run_responses(eng, eng->resps, nresp);
+    if (st != HVD_OK)
+        return st;
+
+    /* The cache learns the negotiated operations, in order, on every
+     * rank alike. */
+    for (size_t i = 0; i < nresp; i++) {
+        resp *r = &eng->resps[i];
+        if (r->cached || r->status != HVD_OK || r->desc.kind == HVD_KIND_JOIN ||
+            r->desc.kind == HVD_KIND_CALL || r->contributors != eng->size ||
+            cache->capacity == 0)
+            continue;
+        int s = hvd_cache_put(cache, r->name, &r->desc, c->number);
+        if (s < 0)
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory in the response cache");
+        if (eng->rank == 0)
+            vote_reset(&eng->vt, eng->size, s, c->number);
+    }
+
+    /* Requests whose slot changed hands go back to rank 0's table; new
+     * ones the cache now knows take the cache path. */
+    eng->paused = c->paused;
+    for (int k = 0; k < eng->npending; k++) {
+        hvd_request *req = eng->pending[k];
+        if (req->state == REQ_CACHED &&
+            (eng->paused || cache->slots[req->slot].name == NULL ||
+             strcmp(cache->slots[req->slot].name, req->name) != 0 ||
+             !hvd_opdesc_equal(&cache->slots[req->slot].desc, &req->desc)))
+            unbind(req);
+        else if (req->state == REQ_NEW)
+            classify(eng, req);
+    }
+    HVD_DEBUG("engine", "cycle %llu: %d cached, %d negotiated, %d collectives",
+              (unsigned long long)c->number, eng->n_cached, eng->n_negotiated,
+              eng->n_collectives);
+    hvd_timeline_flush(eng->timeline);
+    return HVD_OK;
+}
+
+/* Rank 0: decides a cycle if there is anything to run, sends it to every
+ * rank and runs it. *ran says whether it did; *stop whether it was the
+ * last. */
+static hvd_status decide(hvd_engine *eng, double now, int *ran, int *stop) {
+    vote_table *vt = &eng->vt;
+    Hvd__Engine__Cycle c = HVD__ENGINE__CYCLE__INIT;
+    Hvd__Engine__ResponseList list = HVD__ENGINE__RESPONSE_LIST__INIT;
+    uint32_t *run = NULL, *erase = NULL;
+    int ns = eng->cache.nslots, votes = 0, all_stop = 1;
+    hvd_status st;
+
+    *ran = 0;
+    *stop = 0;
+    st = hvd_coord_collect(eng->coord, now, &list);
+    if (st == HVD_OK && vt->capacity > 0)
+        st = vote_stalls(eng, now, &list);
+    if (st != HVD_OK)
+        goto out;
+    int paused = hvd_coord_joined(eng->coord) > 0;
+    if (ns > 0) {
+        run = malloc((size_t)ns * sizeof(*run));
+        erase = malloc((size_t)ns * sizeof(*erase));
+        if (run == NULL || erase == NULL) {
             st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
             goto out;
         }
     }
-    n = 0;
+    for (int s = 0; s < ns; s++) {
+        votes |= vt->count[s] > 0;
+        if (vt->erase[s])
+            erase[c.n_erase++] = (uint32_t)s;
+        else if (vt->count[s] == eng->size && !paused)
+            run[c.n_run++] = (uint32_t)s;
+    }
+    for (int r = 0; r < eng->size; r++)
+        all_stop &= vt->stop[r];
+    /* A joined rank does not vote, so while one is, cached requests are
+     * sent back to the table: an (empty) cycle tells every rank. */
+    if (c.n_run == 0 && c.n_erase == 0 && list.n_responses == 0 && !all_stop &&
+        !(paused && votes) && paused == eng->paused)
+        goto out;
+    if (paused)
+        for (int s = 0; s < ns; s++)
+            vote_clear(vt, eng->size, s);
+
+    c.number = eng->cycle + 1;
+    c.run = run;
+    c.erase = erase;
+    c.n_responses = list.n_responses;
+    c.responses = list.responses;
+    c.paused = paused;
+    c.stop = all_stop;
+    if (eng->size > 1) {
+        size_t len = hvd__engine__cycle__get_packed_size(&c);
+        st = body_room(eng, len ? len : 1);
+        if (st != HVD_OK)
+            goto out;
+        hvd__engine__cycle__pack(&c, eng->body);
+        for (int r = 1; r < eng->size && st == HVD_OK; r++)
+            st = send_msg(eng, r, MSG_CYCLE, eng->body, len);
+        if (st != HVD_OK)
+            goto out;
+    }
+    st = run_cycle(eng, &c);
+    *ran = 1;
+    *stop = all_stop;
+out:
+    hvd_coord_free_responses(&list);
+    free(run);
+    free(erase);
+    return st;
+}
+
+/* Another rank: tells rank 0 what changed. */
+static hvd_status send_update(hvd_engine *eng, int stop) {
+    Hvd__Engine__Update u = HVD__ENGINE__UPDATE__INIT;
+    Hvd__Engine__Request *items = NULL, **ptrs = NULL;
+    uint32_t *ready = NULL;
+    int64_t now = hvd_now_ns();
+    size_t nnew = 0, nready = 0, len;
+    hvd_status st = HVD_OK;
+
+    for (int i = 0; i < eng->npending; i++) {
+        nnew += eng->pending[i]->state == REQ_NEW;
+        nready += eng->pending[i]->state == REQ_CACHED;
+    }
+    items = calloc(nnew ? nnew : 1, sizeof(*items));
+    ptrs = calloc(nnew ? nnew : 1, sizeof(*ptrs));
+    ready = calloc(nready ? nready : 1, sizeof(*ready));
+    if (items == NULL || ptrs == NULL || ready == NULL) {
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
     for (int i = 0; i < eng->npending; i++) {
         hvd_request *req = eng->pending[i];
-        if (req->state != REQ_NEW)
-            continue;
-        Hvd__Engine__Request *it = &items[n];
-        hvd__engine__request__init(it);
-        it->name = req->name;
-        it->kind = req->desc.kind;
-        it->dtype = req->desc.dtype;
-        it->op = req->desc.op;
-        it->root = req->desc.root;
-        it->n_counts = req->desc.ncounts;
-        it->counts = req->counts;
-        it->age_s = (double)(now - req->t_submit) / 1e9;
-        ptrs[n++] = it;
-        req->state = REQ_SENT;
-        req->voted = 1;
+        if (req->state == REQ_CACHED) {
+            ready[u.n_ready++] = (uint32_t)req->slot;
+            req->voted = 1;
+        } else if (req->state == REQ_NEW) {
+            Hvd__Engine__Request *it = &items[u.n_requests];
+            hvd__engine__request__init(it);
+            it->name = req->name;
+            it->kind = req->desc.kind;
+            it->dtype = req->desc.dtype;
+            it->op = req->desc.op;
+            it->root = req->desc.root;
+            it->n_counts = req->desc.ncounts;
+            it->counts = req->counts;
+            it->age_s = (double)(now - req->t_submit) / 1e9;
+            ptrs[u.n_requests++] = it;
+            req->state = REQ_SENT;
+        }
     }
-    list.n_requests = n;
-    list.requests = ptrs;
-    len = hvd__engine__request_list__get_packed_size(&list);
+    u.seen_cycle = eng->cycle;
+    u.ready = ready;
+    u.requests = ptrs;
+    u.n_invalidate = (size_t)eng->ninval;
+    u.invalidate = eng->inval;
+    u.stop = stop;
+    len = hvd__engine__update__get_packed_size(&u);
     st = body_room(eng, len ? len : 1);
     if (st == HVD_OK) {
-        hvd__engine__request_list__pack(&list, eng->body);
-        *buf_out = eng->body;
-        *len_out = len;
+        hvd__engine__update__pack(&u, eng->body);
+        st = send_msg(eng, 0, MSG_UPDATE, eng->body, len);
     }
+    eng->ninval = 0;
+    if (stop)
+        eng->stop_told = 1;
 out:
     free(items);
     free(ptrs);
-    return st;
-}
-
-/* Rank 0: feeds the coordinator one rank's RequestList. */
-static hvd_status coord_take(hvd_engine *eng, int rank, const uint8_t *buf,
-                             size_t len, double now) {
-    Hvd__Engine__RequestList *list =
-        hvd__engine__request_list__unpack(NULL, len, buf);
-    hvd_status st = HVD_OK;
-
-    if (list == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "malformed request list from rank %d", rank);
-    for (size_t i = 0; i < list->n_requests && st == HVD_OK; i++) {
-        const Hvd__Engine__Request *it = list->requests[i];
-        hvd_opdesc d = {.kind = (hvd_kind)it->kind,
-                        .dtype = (hvd_dtype)it->dtype,
-                        .op = (hvd_op)it->op,
-                        .root = it->root,
-                        .ncounts = it->n_counts,
-                        .counts = it->counts};
-        if (it->kind >= HVD_KIND_COUNT || it->n_counts < 1)
-            st = hvd_error_set(HVD_ERR_TRANSPORT,
-                               "malformed request '%s' from rank %d", it->name,
-                               rank);
-        else
-            st = hvd_coord_add(eng->coord, rank, it->name, &d, it->age_s, now);
-    }
-    hvd__engine__request_list__free_unpacked(list, NULL);
-    return st;
-}
-
-/*
- * Converts requests that have waited long in the cache path into
- * requests the coordinator hears about, so that the stall inspector can
- * say which ranks are missing; the slot is invalidated on every rank.
- */
-static void uncache_stalled(hvd_engine *eng, int64_t now) {
-    int64_t limit = (int64_t)(eng->cfg.stall_check_s * NS_PER_S / 2);
-
-    if (eng->cfg.stall_check_s <= 0)
-        return;
-    for (int i = 0; i < eng->npending; i++) {
-        hvd_request *req = eng->pending[i];
-        if (req->state == REQ_CACHED && now - req->t_submit > limit) {
-            req->state = REQ_NEW;
-            req->inval = 1;
-            req->voted = 0;
-        }
-    }
-}
-
-/*
- * One cycle. Sets *all_stop when every rank has asked to stop.
- */
-static hvd_status run_cycle(hvd_engine *eng, int stop, int *all_stop) {
-    hvd_cache *cache = &eng->cache;
-    int ns = cache->nslots;
-    size_t vlen = 2 * (size_t)ns + 3;
-    uint8_t *v;
-    int self_joined = 0;
-    int coord_due = 0;
-    Hvd__Engine__ResponseList built = HVD__ENGINE__RESPONSE_LIST__INIT;
-    Hvd__Engine__ResponseList *got = NULL;
-    size_t nresp = 0;
-    hvd_status st = HVD_OK;
-    int64_t now = hvd_now_ns();
-
-    eng->n_cached = eng->n_negotiated = eng->n_collectives = 0;
-    uncache_stalled(eng, now);
-    if (eng->rank == 0) {
-        double dl = hvd_coord_next_deadline(eng->coord);
-        coord_due = dl >= 0 && dl * NS_PER_S <= (double)now;
-    }
-
-    /* 1. The vote. */
-    if (vlen > eng->vote_cap) {
-        uint8_t *p = realloc(eng->vote, vlen * 2);
-        if (p == NULL)
-            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-        eng->vote = p;
-        eng->vote_cap = vlen * 2;
-    }
-    v = eng->vote;
-    memset(v, 0, (size_t)ns);
-    memset(v + ns, 1, (size_t)ns);
-    v[2 * ns] = 1;     /* 1 - "I have requests for the coordinator" */
-    v[2 * ns + 1] = 1; /* 1 - "I am joined" */
-    v[2 * ns + 2] = (uint8_t)(stop != 0);
-    for (int i = 0; i < eng->npending; i++) {
-        hvd_request *req = eng->pending[i];
-        if (req->inval && req->slot >= 0 && req->slot < ns) {
-            v[ns + req->slot] = 0;
-            req->inval = 0;
-        }
-        if (req->state == REQ_CACHED) {
-            v[req->slot] = 1;
-            req->voted = 1;
-        }
-        if (req->state == REQ_NEW)
-            v[2 * ns] = 0;
-        if (req->desc.kind == HVD_KIND_JOIN && req->state == REQ_SENT)
-            self_joined = 1;
-    }
-    if (coord_due)
-        v[2 * ns] = 0;
-    if (self_joined)
-        v[2 * ns + 1] = 0;
-    if (stop)
-        eng->stop_voted = 1;
-    if (eng->size > 1) {
-        st = hvd_coll_allreduce(eng->data, v, v, vlen, HVD_UINT8, HVD_MIN);
-        if (st != HVD_OK)
-            return st;
-    }
-    int gather = v[2 * ns] == 0;
-    int any_joined = v[2 * ns + 1] == 0;
-    *all_stop = v[2 * ns + 2] == 1;
-
-    /* Cached operations every rank has ready. While a rank is joined the
-     * cache path pauses: joined ranks do not vote, so those operations go
-     * to the coordinator, which knows who is joined. */
-    st = resps_room(eng, (size_t)ns);
-    if (st != HVD_OK)
-        return st;
-    for (int s = 0; s < ns; s++) {
-        if (v[s] != 1 || any_joined)
-            continue;
-        hvd_cache_entry *e = &cache->slots[s];
-        resp *r = &eng->resps[nresp++];
-        memset(r, 0, sizeof(*r));
-        r->name = e->name;
-        r->desc = e->desc;
-        r->status = HVD_OK;
-        r->contributors = eng->size;
-        r->cached = 1;
-        hvd_cache_touch(cache, s, eng->cycle);
-        eng->n_cached++;
-    }
-    if (any_joined) {
-        int moved = 0;
-        for (int i = 0; i < eng->npending; i++) {
-            if (eng->pending[i]->state == REQ_CACHED) {
-                eng->pending[i]->state = REQ_NEW;
-                eng->pending[i]->voted = 0;
-                moved = 1;
-            }
-        }
-        if (moved)
-            eng->rang = 0; /* ring again for the next cycle */
-    }
-    /* Invalidated slots: erased everywhere; their requests go to the
-     * coordinator next. */
-    for (int s = 0; s < ns; s++) {
-        if (v[ns + s] != 0)
-            continue;
-        for (int i = 0; i < eng->npending; i++) {
-            hvd_request *req = eng->pending[i];
-            if (req->slot == s) {
-                req->slot = -1;
-                if (req->state == REQ_CACHED) {
-                    req->state = REQ_NEW;
-                    req->voted = 0;
-                }
-            }
-        }
-        hvd_cache_erase(cache, s);
-    }
-
-    /* 2. Negotiation through rank 0. */
-    if (gather) {
-        uint8_t *buf;
-        size_t len;
-        double tnow = (double)hvd_now_ns() / 1e9;
-
-        if (eng->rank == 0) {
-            st = pack_requests(eng, &buf, &len);
-            if (st == HVD_OK)
-                st = coord_take(eng, 0, buf, len, tnow);
-            for (int r = 1; r < eng->size && st == HVD_OK; r++) {
-                st = recv_msg(eng, r, MSG_REQUESTS, &len, 1);
-                if (st == HVD_OK)
-                    st = coord_take(eng, r, eng->body, len, tnow);
-            }
-            if (st == HVD_OK)
-                st = hvd_coord_collect(eng->coord, tnow, &built);
-            if (st == HVD_OK) {
-                len = hvd__engine__response_list__get_packed_size(&built);
-                st = body_room(eng, len ? len : 1);
-                if (st == HVD_OK)
-                    hvd__engine__response_list__pack(&built, eng->body);
-                for (int r = 1; r < eng->size && st == HVD_OK; r++)
-                    st = send_msg(eng, r, MSG_RESPONSES, eng->body, len);
-            }
-            got = &built;
-        } else {
-            st = pack_requests(eng, &buf, &len);
-            if (st == HVD_OK)
-                st = send_msg(eng, 0, MSG_REQUESTS, buf, len);
-            if (st == HVD_OK)
-                st = recv_msg(eng, 0, MSG_RESPONSES, &len, 1);
-            if (st == HVD_OK) {
-                got = hvd__engine__response_list__unpack(NULL, len, eng->body);
-                if (got == NULL)
-                    st = hvd_error_set(HVD_ERR_TRANSPORT,
-                                       "malformed response list from rank 0");
-            }
-        }
-        if (st != HVD_OK)
-            goto out;
-        st = resps_room(eng, nresp + got->n_responses);
-        if (st != HVD_OK)
-            goto out;
-        for (size_t i = 0; i < got->n_responses; i++) {
-            const Hvd__Engine__Response *g = got->responses[i];
-            resp *r = &eng->resps[nresp++];
-            memset(r, 0, sizeof(*r));
-            r->name = g->name;
-            r->desc.kind = (hvd_kind)g->kind;
-            r->desc.dtype = (hvd_dtype)g->dtype;
-            r->desc.op = (hvd_op)g->op;
-            r->desc.root = g->root;
-            r->desc.ncounts = g->n_counts;
-            r->desc.counts = g->counts;
-            r->status = (hvd_status)g->status;
-            r->error = g->error;
-            r->contributors = (int)g->contributors;
-            r->last_joined = g->last_joined;
-            r->self_joined = in_list(g->joined, g->n_joined, eng->rank);
-            if (r->desc.kind >= HVD_KIND_COUNT || r->desc.ncounts < 1 ||
-                !hvd_dtype_valid(r->desc.dtype) || !hvd_op_valid(r->desc.op)) {
-                st = hvd_error_set(HVD_ERR_TRANSPORT,
-                                   "malformed response '%s' from rank 0",
-                                   r->name);
-                goto out;
-            }
-            eng->n_negotiated++;
-        }
-    }
-
-    /* 3. Run them, in the same order everywhere. */
-    st = run_responses(eng, eng->resps, nresp);
-    if (st != HVD_OK)
-        goto out;
-
-    /* The cache learns the negotiated operations, in order. */
-    for (size_t i = 0; i < nresp; i++) {
-        resp *r = &eng->resps[i];
-        if (r->cached || r->status != HVD_OK || r->desc.kind == HVD_KIND_JOIN ||
-            r->desc.kind == HVD_KIND_CALL || r->contributors != eng->size)
-            continue;
-        if (eng->cache.capacity > 0 &&
-            hvd_cache_put(cache, r->name, &r->desc, eng->cycle) < 0) {
-            st = hvd_error_set(HVD_ERR_NO_MEMORY,
-                               "out of memory in the response cache");
-            goto out;
-        }
-    }
-    HVD_DEBUG("engine", "cycle %llu: %d cached, %d negotiated, %d collectives",
-              (unsigned long long)eng->cycle, eng->n_cached, eng->n_negotiated,
-              eng->n_collectives);
-    hvd_timeline_flush(eng->timeline);
-out:
-    if (eng->rank == 0)
-        hvd_coord_free_responses(&built);
-    else if (got != NULL)
-        hvd__engine__response_list__free_unpacked(got, NULL);
+    free(ready);
     return st;
 }
 
 /* ------------------------------------------------------------------ */
 /* The thread                                                          */
 
-/* How long the idle engine may wait (ms) before a timer needs it. */
-static int idle_timeout_ms(hvd_engine *eng, int64_t now) {
-    int64_t next = now + (int64_t)IDLE_WAIT_MS * 1000000;
+static double now_s(void) { return (double)hvd_now_ns() / 1e9; }
 
-    if (eng->cfg.stall_check_s > 0) {
-        int64_t limit = (int64_t)(eng->cfg.stall_check_s * NS_PER_S / 2);
-        for (int i = 0; i < eng->npending; i++)
-            if (eng->pending[i]->state == REQ_CACHED &&
-                eng->pending[i]->t_submit + limit + 1 < next)
-                next = eng->pending[i]->t_submit + limit + 1;
-    }
+/* How long the idle engine may wait (ms) before a timer needs it. */
+static int idle_timeout_ms(hvd_engine *eng) {
+    double now = now_s(), next = now + IDLE_WAIT_MS / 1000.0;
+
     if (eng->rank == 0) {
-        double dl = hvd_coord_next_deadline(eng->coord);
-        if (dl >= 0 && (int64_t)(dl * NS_PER_S) < next)
-            next = (int64_t)(dl * NS_PER_S);
+        double a = hvd_coord_next_deadline(eng->coord);
+        double b = eng->vt.capacity > 0 ? vote_deadline(eng) : -1;
+        if (a >= 0 && a < next)
+            next = a;
+        if (b >= 0 && b < next)
+            next = b;
     }
-    int64_t ms = (next - now + 999999) / 1000000;
-    return ms < 0 ? 0 : (int)ms;
+    double ms = (next - now) * 1000.0;
+    return ms <= 0 ? 0 : (int)ms + 1;
+}
+
+/*
+ * 1 if something is already there to handle. A wake-up (or a message)
+ * may have been consumed by a progress call inside another wait of the
+ * engine; looking before blocking keeps it from being lost.
+ */
+static int work_waiting(hvd_engine *eng) {
+    int waiting;
+
+    pthread_mutex_lock(&lock);
+    waiting =
+        eng->queue_head != NULL || (eng->stop_requested && !eng->stop_seen);
+    pthread_mutex_unlock(&lock);
+    for (int r = 0; r < eng->size && !waiting && eng->size > 1; r++)
+        if ((eng->rank == 0) != (r == 0))
+            waiting = eng->ports[eng->rank == 0 ? r : 0].req.done;
+    return waiting;
 }
 
 /* Waits for work, a message or a timer. */
 static hvd_status idle_wait(hvd_engine *eng, int timeout_ms) {
+    if (work_waiting(eng))
+        return HVD_OK;
     if (eng->tp != NULL)
         return eng->tp->ops->progress(eng->tp, timeout_ms);
     struct timespec ts;
@@ -1088,53 +1333,14 @@ static hvd_status idle_wait(hvd_engine *eng, int timeout_ms) {
     return HVD_OK;
 }
 
-/* Batching window: gives other threads HVD_CYCLE_TIME_MS to add work. */
-static void batch_window(hvd_engine *eng) {
-    int64_t end = hvd_now_ns() + (int64_t)eng->cfg.cycle_time_ms * 1000000;
-    int stop;
-
-    while (eng->cfg.cycle_time_ms > 0) {
-        int64_t left = end - hvd_now_ns();
-        if (left <= 0)
-            break;
-        if (idle_wait(eng, (int)((left + 999999) / 1000000)) != HVD_OK)
-            break;
-        intake(eng, &stop);
-    }
-}
-
-/* Rank 0, idle: which ranks rang since the last cycle. */
-static hvd_status check_doorbells(hvd_engine *eng, int *rung) {
-    *rung = 0;
-    for (int r = 1; r < eng->size; r++) {
-        ctrl_port *p = &eng->ports[r];
-        if (!p->req.done)
-            continue;
-        if (p->req.status != HVD_OK)
-            return hvd_comm_wait(eng->ctrl, &p->req);
-        if (p->hdr.type != MSG_DOORBELL)
-            return hvd_error_set(HVD_ERR_INTERNAL,
-                                 "control message %u from rank %d between "
-                                 "cycles",
-                                 p->hdr.type, r);
-        /* A doorbell rung before that rank saw the last cycle begin was
-         * covered by it. */
-        if (p->hdr.cycle == (uint32_t)eng->cycle)
-            *rung = 1;
-        hvd_status st = post_header(eng, r);
-        if (st != HVD_OK)
-            return st;
-    }
-    return HVD_OK;
-}
-
 /*
  * Every rank has stopped: the header receives still posted are completed
- * by a last STOP message each way, so nothing is in flight when the
- * transport says goodbye.
+ * by a last STOP message each way (updates sent before it are read and
+ * dropped), so nothing is in flight when the transport says goodbye.
  */
 static hvd_status close_ports(hvd_engine *eng) {
     hvd_status st = HVD_OK;
+    uint32_t type = 0;
     size_t len;
 
     if (eng->size == 1)
@@ -1143,18 +1349,19 @@ static hvd_status close_ports(hvd_engine *eng) {
         for (int r = 1; r < eng->size && st == HVD_OK; r++)
             st = send_msg(eng, r, MSG_STOP, NULL, 0);
         for (int r = 1; r < eng->size && st == HVD_OK; r++)
-            st = recv_msg(eng, r, MSG_STOP, &len, 0);
+            for (type = 0; st == HVD_OK && type != MSG_STOP;)
+                st = take_msg(eng, r, &type, &len);
     } else {
         st = send_msg(eng, 0, MSG_STOP, NULL, 0);
-        if (st == HVD_OK)
-            st = recv_msg(eng, 0, MSG_STOP, &len, 0);
+        while (st == HVD_OK && type != MSG_STOP)
+            st = take_msg(eng, 0, &type, &len);
     }
     return st;
 }
 
 static hvd_status engine_loop(hvd_engine *eng) {
     hvd_status st;
-    int stop = 0, all_stop = 0;
+    int stop = 0;
 
     if (eng->size > 1) {
         for (int r = 0; r < eng->size; r++) {
@@ -1166,8 +1373,6 @@ static hvd_status engine_loop(hvd_engine *eng) {
         }
     }
     for (;;) {
-        int begin = 0;
-
         intake(eng, &stop);
         if (stop && eng->stop_deadline == 0)
             eng->stop_deadline = hvd_now_ns() + eng->cfg.timeout_ns;
@@ -1176,68 +1381,75 @@ static hvd_status engine_loop(hvd_engine *eng) {
                                  "rank %d: not every rank called hvd_shutdown "
                                  "within %.0f s; leaving without them",
                                  eng->rank, (double)eng->cfg.timeout_ns / 1e9);
-        int news = has_news(eng, stop);
 
         if (eng->rank == 0) {
-            int rung = 0;
-            if (eng->size > 1) {
-                st = check_doorbells(eng, &rung);
-                if (st != HVD_OK)
-                    return st;
-            }
-            double dl = hvd_coord_next_deadline(eng->coord);
-            int due = dl >= 0 && dl * NS_PER_S <= (double)hvd_now_ns();
-            begin = news || rung || due;
-            if (begin) {
-                if (news)
-                    batch_window(eng);
-                eng->cycle++;
-                for (int r = 1; r < eng->size; r++) {
-                    msg_header h = {.type = MSG_START,
-                                    .cycle = (uint32_t)eng->cycle};
-                    hvd_req req;
-                    st = hvd_comm_isend(eng->ctrl, r, &h, sizeof(h), &req);
-                    if (st == HVD_OK)
-                        st = hvd_comm_wait(eng->ctrl, &req);
+            int ran = 0, last = 0;
+            int news = has_news(eng, stop);
+            if (news && eng->cfg.cycle_time_ms > 0) {
+                /* Batching window: let more work arrive first. */
+                int64_t end =
+                    hvd_now_ns() + (int64_t)eng->cfg.cycle_time_ms * 1000000;
+                while (hvd_now_ns() < end) {
+                    st = idle_wait(eng,
+                                   (int)((end - hvd_now_ns()) / 1000000) + 1);
                     if (st != HVD_OK)
                         return st;
+                    intake(eng, &stop);
                 }
             }
-        } else {
-            ctrl_port *p = &eng->ports[0];
-            if (news && !eng->rang) {
-                st = send_msg(eng, 0, MSG_DOORBELL, NULL, 0);
-                if (st != HVD_OK)
-                    return st;
-                eng->rang = 1;
-            }
-            if (p->req.done) {
-                if (p->req.status != HVD_OK)
-                    return hvd_comm_wait(eng->ctrl, &p->req);
-                if (p->hdr.type != MSG_START)
-                    return hvd_error_set(HVD_ERR_INTERNAL,
-                                         "control message %u from rank 0 "
-                                         "between cycles",
-                                         p->hdr.type);
-                eng->cycle = p->hdr.cycle;
-                st = post_header(eng, 0);
-                if (st != HVD_OK)
-                    return st;
-                eng->rang = 0;
-                begin = 1;
-            }
-        }
-        if (begin) {
-            /* Anything that arrived meanwhile rides in this cycle. */
-            intake(eng, &stop);
-            st = run_cycle(eng, stop, &all_stop);
+            st = local_update(eng, stop, now_s());
+            if (st == HVD_OK && eng->size > 1)
+                st = read_updates(eng, now_s());
+            if (st == HVD_OK)
+                st = decide(eng, now_s(), &ran, &last);
             if (st != HVD_OK)
                 return st;
-            if (all_stop)
+            if (last)
                 return close_ports(eng);
-            continue;
+            if (ran)
+                continue;
+        } else {
+            ctrl_port *p = &eng->ports[0];
+            if (has_news(eng, stop)) {
+                st = send_update(eng, stop);
+                if (st != HVD_OK)
+                    return st;
+            }
+            if (p->req.done) {
+                uint32_t type;
+                size_t len;
+                st = take_msg(eng, 0, &type, &len);
+                if (st != HVD_OK)
+                    return st;
+                if (type != MSG_CYCLE)
+                    return hvd_error_set(HVD_ERR_TRANSPORT,
+                                         "control message %u from rank 0 "
+                                         "where a cycle was expected",
+                                         type);
+                Hvd__Engine__Cycle *c =
+                    hvd__engine__cycle__unpack(NULL, len, eng->body);
+                if (c == NULL)
+                    return hvd_error_set(HVD_ERR_TRANSPORT,
+                                         "malformed cycle from rank 0");
+                if (c->number != eng->cycle + 1) {
+                    st = hvd_error_set(HVD_ERR_TRANSPORT,
+                                       "cycle %llu from rank 0 after cycle "
+                                       "%llu",
+                                       (unsigned long long)c->number,
+                                       (unsigned long long)eng->cycle);
+                } else {
+                    st = run_cycle(eng, c);
+                }
+                int last = c->stop;
+                hvd__engine__cycle__free_unpacked(c, NULL);
+                if (st != HVD_OK)
+                    return st;
+                if (last)
+                    return close_ports(eng);
+                continue;
+            }
         }
-        st = idle_wait(eng, idle_timeout_ms(eng, hvd_now_ns()));
+        st = idle_wait(eng, idle_timeout_ms(eng));
         if (st != HVD_OK)
             return st;
     }
@@ -1281,10 +1493,10 @@ static void engine_free(hvd_engine *eng) {
     hvd_namemap_destroy(&eng->by_name);
     hvd_timeline_close(eng->timeline);
     free(eng->pending);
-    free(eng->doorbell);
     free(eng->ports);
-    free(eng->vote);
+    free(eng->inval);
     free(eng->body);
+    vote_free(&eng->vt);
     free(eng->resps);
     free(eng->fusion);
     free(eng);
@@ -1316,7 +1528,11 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
         goto fail;
     }
     eng->ports = calloc((size_t)size, sizeof(*eng->ports));
-    if (eng->ports == NULL) {
+    eng->inval =
+        calloc((size_t)(cfg->cache_capacity > 0 ? cfg->cache_capacity : 1),
+               sizeof(*eng->inval));
+    if (eng->ports == NULL || eng->inval == NULL ||
+        (rank == 0 && vote_init(&eng->vt, size, cfg->cache_capacity) != 0)) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
