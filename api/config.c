@@ -96,7 +96,7 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     c.tcp_stripe_min = 256 * 1024;
     hvd_comm_config_default(&c.comm);
     c.fusion_threshold = 64 * 1024 * 1024;
-    c.fusion_tensor_max = 1024 * 1024;
+    c.fusion_tensor_max = 256 * 1024;
     c.cache_capacity = 1024;
     c.cycle_time_ms = 0;
     int stall_check = 60, stall_shutdown = 0;

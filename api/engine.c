@@ -20,6 +20,14 @@
 #define NS_PER_S 1000000000LL
 /* The longest an idle engine waits before looking at its timers again. */
 #define IDLE_WAIT_MS 1000
+/*
+ * Rank 0 holds small operations every rank has ready for at most
+ * FUSION_WAIT_S while others are ready on some ranks only and votes keep
+ * coming (none for FUSION_QUIET_S ends the wait), so that a burst of
+ * gradients fuses instead of taking one cycle each.
+ */
+#define FUSION_WAIT_S 0.002
+#define FUSION_QUIET_S 0.0002
 
 /*
  * Control messages travel on the control channel as a 16-byte header and,
@@ -73,13 +81,15 @@ typedef struct resp {
  */
 typedef struct vote_table {
     int capacity;
-    uint8_t *votes;    /* [rank * capacity + slot] */
-    int *count;        /* ranks voting per slot */
-    double *first;     /* when the first vote came (s) */
-    double *warned;    /* when the stall inspector last warned */
-    uint64_t *changed; /* last cycle that ran, erased or reused it */
-    uint8_t *erase;    /* invalidated by some rank: erase next cycle */
-    uint8_t *stop;     /* per rank: it has called hvd_shutdown */
+    uint8_t *votes;     /* [rank * capacity + slot] */
+    int *count;         /* ranks voting per slot */
+    double *first;      /* when the first vote came (s) */
+    double *warned;     /* when the stall inspector last warned */
+    double small_since; /* small ready operations wait since (0: none) */
+    double last_vote;   /* when a vote last changed */
+    uint64_t *changed;  /* last cycle that ran, erased or reused it */
+    uint8_t *erase;     /* invalidated by some rank: erase next cycle */
+    uint8_t *stop;      /* per rank: it has called hvd_shutdown */
 } vote_table;
 
 struct hvd_engine {
@@ -482,6 +492,11 @@ static hvd_status fusion_room(hvd_engine *eng, size_t bytes) {
     return HVD_OK;
 }
 
+/* Now, if a timeline is written (clock reads cost nothing otherwise). */
+static int64_t stamp(const hvd_engine *eng) {
+    return eng->timeline != NULL ? hvd_now_ns() : 0;
+}
+
 /* Timeline args of a collective: where it ran and how. */
 static void collective_args(hvd_engine *eng, char *out, size_t outlen,
                             const char *algo, int ntensors, size_t bytes) {
@@ -556,7 +571,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
                                ? NULL
                                : hvd_namemap_get(&eng->by_name, rs[i].name);
         hvd_timeline_begin(eng->timeline, rs[i].name, "MEMCPY_IN_FUSION_BUFFER",
-                           t, NULL);
+                           stamp(eng), NULL);
         for (size_t k = 0; k < rs[i].desc.ncounts; k++) {
             size_t n = (size_t)rs[i].desc.counts[k];
             if (req == NULL)
@@ -565,22 +580,18 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
                 memcpy(fb + off, req->send[k], n * esize);
             off += n * esize;
         }
+        hvd_timeline_end(eng->timeline, rs[i].name, stamp(eng));
     }
-    t = hvd_now_ns();
-    for (size_t i = first; i < last; i++) {
-        hvd_timeline_end(eng->timeline, rs[i].name, t);
+    t = stamp(eng);
+    for (size_t i = first; i < last; i++)
         hvd_timeline_begin(eng->timeline, rs[i].name, "ALLREDUCE", t, args);
-    }
     st = hvd_coll_allreduce(eng->data, fb, fb, total, dtype, op);
     if (st == HVD_OK && average_here)
         hvd_reduce_scale_div(fb, total, dtype, r0->contributors);
     eng->n_collectives++;
-    t = hvd_now_ns();
-    for (size_t i = first; i < last; i++) {
+    t = stamp(eng);
+    for (size_t i = first; i < last; i++)
         hvd_timeline_end(eng->timeline, rs[i].name, t);
-        hvd_timeline_begin(eng->timeline, rs[i].name,
-                           "MEMCPY_OUT_FUSION_BUFFER", t, NULL);
-    }
     if (st != HVD_OK)
         return st;
     off = 0;
@@ -588,13 +599,15 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
         hvd_request *req = rs[i].self_joined
                                ? NULL
                                : hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_timeline_begin(eng->timeline, rs[i].name,
+                           "MEMCPY_OUT_FUSION_BUFFER", stamp(eng), NULL);
         for (size_t k = 0; k < rs[i].desc.ncounts; k++) {
             size_t n = (size_t)rs[i].desc.counts[k];
             if (req != NULL && n > 0)
                 memcpy(req->recv[k], fb + off, n * esize);
             off += n * esize;
         }
-        hvd_timeline_end(eng->timeline, rs[i].name, hvd_now_ns());
+        hvd_timeline_end(eng->timeline, rs[i].name, stamp(eng));
         if (req != NULL)
             complete(eng, req, HVD_OK, NULL);
     }
@@ -761,6 +774,7 @@ static void vote_set(vote_table *vt, int rank, int slot, double now) {
     if (*v)
         return;
     *v = 1;
+    vt->last_vote = now;
     if (vt->count[slot]++ == 0) {
         vt->first[slot] = now;
         vt->warned[slot] = -1;
@@ -1165,13 +1179,42 @@ static hvd_status decide(hvd_engine *eng, double now, int *ran, int *stop) {
             goto out;
         }
     }
+    /* Small operations ready on every rank wait (briefly) while others
+     * are ready on some ranks only, so that they fuse; large ones run at
+     * once (they run alone anyway). */
+    int partial = 0, small = 0, nrun_big = 0;
+    for (int s = 0; s < ns; s++)
+        partial |= vt->count[s] > 0 && vt->count[s] < eng->size;
+    int hold = partial && !paused && vt->small_since != 0 &&
+               now - vt->small_since < FUSION_WAIT_S &&
+               now - vt->last_vote < FUSION_QUIET_S;
     for (int s = 0; s < ns; s++) {
         votes |= vt->count[s] > 0;
-        if (vt->erase[s])
+        if (vt->erase[s]) {
             erase[c.n_erase++] = (uint32_t)s;
-        else if (vt->count[s] == eng->size && !paused)
-            run[c.n_run++] = (uint32_t)s;
+        } else if (vt->count[s] == eng->size && !paused) {
+            const hvd_opdesc *d = &eng->cache.slots[s].desc;
+            size_t bytes =
+                (size_t)hvd_opdesc_total(d) * hvd_dtype_size(d->dtype);
+            int fusable = d->kind == HVD_KIND_ALLREDUCE &&
+                          bytes <= eng->cfg.fusion_tensor_max &&
+                          bytes <= eng->cfg.fusion_threshold;
+            if (!fusable) {
+                run[c.n_run++] = (uint32_t)s;
+                nrun_big++;
+            } else if (partial && vt->small_since == 0) {
+                small++; /* the wait starts now */
+            } else if (hold) {
+                small++;
+            } else {
+                run[c.n_run++] = (uint32_t)s;
+            }
+        }
     }
+    if (small > 0 && vt->small_since == 0)
+        vt->small_since = now;
+    if (small == 0 && c.n_run > (size_t)nrun_big)
+        vt->small_since = 0;
     for (int r = 0; r < eng->size; r++)
         all_stop &= vt->stop[r];
     /* A joined rank does not vote, so while one is, cached requests are
@@ -1289,6 +1332,13 @@ static int idle_timeout_ms(hvd_engine *eng) {
             next = a;
         if (b >= 0 && b < next)
             next = b;
+        if (eng->vt.small_since != 0) {
+            double c = eng->vt.small_since + FUSION_WAIT_S;
+            double q = eng->vt.last_vote + FUSION_QUIET_S;
+            double d = c < q ? c : q;
+            if (d < next)
+                next = d;
+        }
     }
     double ms = (next - now) * 1000.0;
     return ms <= 0 ? 0 : (int)ms + 1;
