@@ -168,8 +168,8 @@ static int match(fake *f) {
     return matched;
 }
 
-static hvd_status fake_irecv(hvd_transport *t, int peer, int channel,
-                             void *buf, size_t len, hvd_req *req) {
+static hvd_status fake_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                             size_t len, hvd_req *req) {
     fake *f = (fake *)t;
 
     (void)channel;

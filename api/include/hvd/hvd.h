@@ -176,21 +176,19 @@ HVD_EXPORT hvd_status hvd_join(int *last_rank_out);
  * not be touched until hvd_wait (or a successful hvd_test) reports done.
  * hvd_wait releases the handle.
  */
-HVD_EXPORT hvd_status hvd_allreduce_async(const char *name,
-                                          const void *sendbuf, void *recvbuf,
-                                          size_t count, hvd_dtype dtype,
-                                          hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
+                                          void *recvbuf, size_t count,
+                                          hvd_dtype dtype, hvd_op op,
+                                          hvd_handle *out);
 HVD_EXPORT hvd_status hvd_broadcast_async(const char *name, void *buf,
                                           size_t count, hvd_dtype dtype,
                                           int root, hvd_handle *out);
-HVD_EXPORT hvd_status hvd_allgather_async(const char *name,
-                                          const void *sendbuf, void *recvbuf,
-                                          size_t count, hvd_dtype dtype,
-                                          hvd_handle *out);
+HVD_EXPORT hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
+                                          void *recvbuf, size_t count,
+                                          hvd_dtype dtype, hvd_handle *out);
 HVD_EXPORT hvd_status hvd_grouped_allreduce_async(
-    const char *name, int n, const void *const *sendbufs,
-    void *const *recvbufs, const size_t *counts, hvd_dtype dtype, hvd_op op,
-    hvd_handle *out);
+    const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
+    const size_t *counts, hvd_dtype dtype, hvd_op op, hvd_handle *out);
 
 /**
  * Waits for the operation and releases the handle. Returns its status;
