@@ -55,16 +55,17 @@ static hvd_status integer(hvd_env_get_fn get, void *ctx, const char *name,
 
 static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
                             hvd_algo a, hvd_algo b, hvd_algo *out) {
+    /* Every collective also takes auto and native. */
     const char *text = get(name, ctx);
     hvd_algo v;
 
     if (text == NULL || *text == '\0')
         return HVD_OK;
     if (hvd_algo_parse(text, &v) != 0 ||
-        (v != HVD_ALGO_AUTO && v != a && v != b))
+        (v != HVD_ALGO_AUTO && v != HVD_ALGO_NATIVE && v != a && v != b))
         return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "%s=%s is not one of auto, %s, %s", name, text,
-                             hvd_algo_name(a), hvd_algo_name(b));
+                             "%s=%s is not one of auto, %s, %s, native", name,
+                             text, hvd_algo_name(a), hvd_algo_name(b));
     *out = v;
     return HVD_OK;
 }
@@ -92,6 +93,7 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     snprintf(c.transport, sizeof(c.transport), "auto");
     c.timeout_ns = 300 * NS_PER_S;
     c.start_timeout_ns = 120 * NS_PER_S;
+    c.tcp_setup_timeout_ns = 30 * NS_PER_S;
     c.tcp_nsocks = 1;
     c.tcp_stripe_min = 256 * 1024;
     hvd_comm_config_default(&c.comm);
@@ -109,6 +111,9 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     if (st == HVD_OK)
         st =
             seconds(get, ctx, "HVD_START_TIMEOUT_SECONDS", &c.start_timeout_ns);
+    if (st == HVD_OK)
+        st =
+            seconds(get, ctx, "HVD_TCP_SETUP_SECONDS", &c.tcp_setup_timeout_ns);
     if (st == HVD_OK)
         st = integer(get, ctx, "HVD_TCP_NSOCKS", 1, HVD_TCP_MAX_SOCKS,
                      &c.tcp_nsocks);

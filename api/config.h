@@ -14,22 +14,23 @@
 #include "transport/base/env.h"
 
 typedef struct hvd_config {
-    char transport[16];       /* HVD_TRANSPORT: auto, tcp, ... */
-    char iface[64];           /* HVD_IFACE, "" = auto */
-    int64_t timeout_ns;       /* HVD_TIMEOUT_SECONDS */
-    int64_t start_timeout_ns; /* HVD_START_TIMEOUT_SECONDS */
-    int tcp_nsocks;           /* HVD_TCP_NSOCKS */
-    size_t tcp_stripe_min;    /* HVD_TCP_STRIPE_MIN */
-    hvd_comm_config comm;     /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
-                                 HVD_ALGORITHM, HVD_BCAST_ALGORITHM,
-                                 HVD_RD_MAX_BYTES, HVD_TREE_MAX_BYTES */
-    size_t fusion_threshold;  /* HVD_FUSION_THRESHOLD */
-    size_t fusion_tensor_max; /* HVD_FUSION_TENSOR_MAX */
-    int cache_capacity;       /* HVD_CACHE_CAPACITY */
-    int cycle_time_ms;        /* HVD_CYCLE_TIME_MS */
-    double stall_check_s;     /* HVD_STALL_CHECK_SECONDS */
-    double stall_shutdown_s;  /* HVD_STALL_SHUTDOWN_SECONDS */
-    char timeline[512];       /* HVD_TIMELINE */
+    char transport[16];           /* HVD_TRANSPORT: auto, tcp, ... */
+    char iface[64];               /* HVD_IFACE, "" = auto */
+    int64_t timeout_ns;           /* HVD_TIMEOUT_SECONDS */
+    int64_t start_timeout_ns;     /* HVD_START_TIMEOUT_SECONDS */
+    int64_t tcp_setup_timeout_ns; /* HVD_TCP_SETUP_SECONDS */
+    int tcp_nsocks;               /* HVD_TCP_NSOCKS */
+    size_t tcp_stripe_min;        /* HVD_TCP_STRIPE_MIN */
+    hvd_comm_config comm;         /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
+                                     HVD_ALGORITHM, HVD_BCAST_ALGORITHM,
+                                     HVD_RD_MAX_BYTES, HVD_TREE_MAX_BYTES */
+    size_t fusion_threshold;      /* HVD_FUSION_THRESHOLD */
+    size_t fusion_tensor_max;     /* HVD_FUSION_TENSOR_MAX */
+    int cache_capacity;           /* HVD_CACHE_CAPACITY */
+    int cycle_time_ms;            /* HVD_CYCLE_TIME_MS */
+    double stall_check_s;         /* HVD_STALL_CHECK_SECONDS */
+    double stall_shutdown_s;      /* HVD_STALL_SHUTDOWN_SECONDS */
+    char timeline[512];           /* HVD_TIMELINE */
 } hvd_config;
 
 /* Defaults, then the variables get() returns; a malformed value is

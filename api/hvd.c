@@ -24,6 +24,12 @@
 #include "transport/rendezvous.h"
 #include "transport/transport.h"
 
+#include <openssl/rand.h>
+
+#ifdef HVD_WITH_MPI
+#include "transport/mpi/mpi.h"
+#endif
+
 typedef struct host_blob {
     char host[HVD_HOST_MAX];
     int32_t pid;
@@ -90,14 +96,27 @@ static void place_ranks(hvd_procinfo *info, const host_blob *all) {
         info->cross_size = cross_size;
 }
 
-static hvd_status pick_transport(const hvd_config *cfg,
-                                 const hvd_transport_ops **ops) {
-    const char *name = cfg->transport;
-
-    if (strcasecmp(name, "auto") == 0 || strcasecmp(name, "tcp") == 0)
-        return hvd_transport_lookup("tcp", ops);
-    if (strcasecmp(name, "shm") == 0 || strcasecmp(name, "mpi") == 0 ||
-        strcasecmp(name, "verbs") == 0 || strcasecmp(name, "nccl") == 0)
+/* What HVD_TRANSPORT asks for: "tcp", "mpi", or "auto". */
+static hvd_status transport_choice(const char *name, const char **out) {
+    if (strcasecmp(name, "auto") == 0 || strcasecmp(name, "tcp") == 0 ||
+        strcasecmp(name, "mpi") == 0) {
+        *out = strcasecmp(name, "auto") == 0  ? "auto"
+               : strcasecmp(name, "tcp") == 0 ? "tcp"
+                                              : "mpi";
+        const hvd_transport_ops *ops;
+        if (strcmp(*out, "auto") != 0 &&
+            hvd_transport_lookup(*out, &ops) != HVD_OK)
+            return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                                 "HVD_TRANSPORT=%s: that transport is not "
+                                 "built into this hvd (built in: %s; MPI "
+                                 "support needs Open MPI's development "
+                                 "files when hvd is built); unset it or use "
+                                 "tcp",
+                                 name, hvd_transport_names());
+        return HVD_OK;
+    }
+    if (strcasecmp(name, "shm") == 0 || strcasecmp(name, "verbs") == 0 ||
+        strcasecmp(name, "nccl") == 0)
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: that transport is not built "
                              "into this hvd (built in: %s); unset it or use "
@@ -109,6 +128,127 @@ static hvd_status pick_transport(const hvd_config *cfg,
                          name);
 }
 
+/* The secret and job id rank 0 makes for a job bootstrapped through MPI
+ * (MPI's own channel carries them, so no one else sees them). */
+typedef struct job_blob {
+    char secret[65];
+    uint8_t job_id[HVD_JOB_ID_LEN];
+} job_blob;
+
+static hvd_status mpi_job_identity(hvd_bootstrap *bs, hvd_procinfo *info) {
+    job_blob mine, *all = calloc((size_t)bs->size, sizeof(*all));
+    uint8_t raw[32];
+
+    if (all == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    memset(&mine, 0, sizeof(mine));
+    if (bs->rank == 0) {
+        if (RAND_bytes(raw, sizeof(raw)) != 1 ||
+            RAND_bytes(mine.job_id, sizeof(mine.job_id)) != 1) {
+            free(all);
+            return hvd_error_set(HVD_ERR_INTERNAL,
+                                 "RAND_bytes failed to make a job secret");
+        }
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(mine.secret + 2 * i, 3, "%02x", raw[i]);
+    }
+    hvd_status st = bs->allgather(bs, &mine, sizeof(mine), all);
+    if (st == HVD_OK) {
+        all[0].secret[64] = '\0';
+        snprintf(info->secret, sizeof(info->secret), "%s", all[0].secret);
+        memcpy(info->job_id, all[0].job_id, HVD_JOB_ID_LEN);
+        info->have_job_id = 1;
+    }
+    free(all);
+    return st;
+}
+
+/*
+ * The bootstrap: hvdrun's rendezvous when it is given, else MPI (under
+ * mpirun or srun, in an MPI build). local_addr_out gets the address to
+ * listen on by default ("" when the bootstrap does not tell one).
+ */
+static hvd_status open_bootstrap(hvd_procinfo *info, hvd_bootstrap **bs_out,
+                                 int *via_mpi, char local_addr_out[64]) {
+    hvd_status st;
+
+    local_addr_out[0] = '\0';
+    *via_mpi = 0;
+    if (info->rdv_port != 0) {
+        if (info->secret[0] == '\0' || !info->have_job_id)
+            return hvd_error_set(HVD_ERR_AUTH,
+                                 "HVD_SECRET and HVD_JOB_ID must be set for "
+                                 "a job of %d ranks (hvdrun sets them): "
+                                 "refusing to connect without a job secret",
+                                 info->size);
+        return hvd_rdv_client_connect(info->rdv_addr, info->rdv_port,
+                                      info->rank, info->size, info->job_id,
+                                      info->secret, g.cfg.start_timeout_ns,
+                                      bs_out, local_addr_out);
+    }
+#ifdef HVD_WITH_MPI
+    int mrank, msize;
+    st = hvd_mpi_env_init(&mrank, &msize);
+    if (st != HVD_OK)
+        return st;
+    if (msize != info->size || mrank != info->rank) {
+        /* MPI is the authority on who is who when it launched the job. */
+        HVD_DEBUG("api", "MPI says rank %d of %d (%s said %d of %d)", mrank,
+                  msize, info->source, info->rank, info->size);
+        info->rank = mrank;
+        info->size = msize;
+        info->local_rank = info->local_size = -1;
+        info->cross_rank = info->cross_size = -1;
+        hvd_log_set_rank(mrank);
+    }
+    st = hvd_mpi_bootstrap_open(bs_out);
+    if (st != HVD_OK)
+        return st;
+    *via_mpi = 1;
+    st = mpi_job_identity(*bs_out, info);
+    if (st != HVD_OK) {
+        hvd_mpi_bootstrap_close(*bs_out);
+        *bs_out = NULL;
+    }
+    return st;
+#else
+    (void)st;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "started by %s as rank %d of %d, but no rendezvous "
+                         "is given (HVD_RENDEZVOUS_ADDR/PORT) and this hvd "
+                         "was built without MPI to bootstrap through: start "
+                         "the job with `hvdrun -np %d ...`, or build hvd "
+                         "with Open MPI's development files",
+                         info->source, info->rank, info->size, info->size);
+#endif
+}
+
+static void close_bootstrap(hvd_bootstrap *bs, int via_mpi) {
+#ifdef HVD_WITH_MPI
+    if (via_mpi) {
+        hvd_mpi_bootstrap_close(bs);
+        return;
+    }
+#endif
+    (void)via_mpi;
+    hvd_rdv_client_close(bs);
+}
+
+/* Opens transport name, and learns whether it has native collectives. */
+static hvd_status open_transport(const char *name,
+                                 const hvd_transport_params *params) {
+    hvd_caps caps;
+    hvd_status st = hvd_transport_lookup(name, &g.ops);
+
+    if (st == HVD_OK)
+        st = g.ops->probe(params, &caps);
+    if (st == HVD_OK)
+        st = g.ops->open(params, &g.tp);
+    if (st == HVD_OK)
+        g.cfg.comm.native = caps.native_collectives;
+    return st;
+}
+
 static hvd_status init_multi(void) {
     hvd_procinfo *info = &g.info;
     hvd_bootstrap *bs = NULL;
@@ -116,41 +256,16 @@ static hvd_status init_multi(void) {
     char local_addr[64], bind_addr[64];
     const char(*hosts)[HVD_HOST_MAX] = NULL;
     int *pids = NULL;
+    int via_mpi = 0;
+    const char *want = "auto";
     hvd_transport_params params;
     hvd_status st;
 
-    if (info->rdv_port == 0)
-        return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                             "started by %s as rank %d of %d, but no "
-                             "rendezvous is given (HVD_RENDEZVOUS_ADDR and "
-                             "HVD_RENDEZVOUS_PORT): this release "
-                             "bootstraps multi-rank jobs through hvdrun; "
-                             "start the job with `hvdrun -np %d ...`",
-                             info->source, info->rank, info->size, info->size);
-    if (info->secret[0] == '\0' || !info->have_job_id)
-        return hvd_error_set(HVD_ERR_AUTH,
-                             "HVD_SECRET and HVD_JOB_ID must be set for a "
-                             "job of %d ranks (hvdrun sets them): refusing "
-                             "to connect without a job secret",
-                             info->size);
-    st = pick_transport(&g.cfg, &g.ops);
+    st = transport_choice(g.cfg.transport, &want);
+    if (st == HVD_OK)
+        st = open_bootstrap(info, &bs, &via_mpi, local_addr);
     if (st != HVD_OK)
         return st;
-
-    st = hvd_rdv_client_connect(info->rdv_addr, info->rdv_port, info->rank,
-                                info->size, info->job_id, info->secret,
-                                g.cfg.start_timeout_ns, &bs, local_addr);
-    if (st != HVD_OK)
-        return st;
-
-    /* Listen where the rendezvous host reached us, unless told. */
-    if (g.cfg.iface[0] != '\0') {
-        st = hvd_net_iface_addr(g.cfg.iface, bind_addr, sizeof(bind_addr));
-        if (st != HVD_OK)
-            goto out;
-    } else {
-        snprintf(bind_addr, sizeof(bind_addr), "%s", local_addr);
-    }
 
     memset(&mine, 0, sizeof(mine));
     if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
@@ -163,15 +278,34 @@ static hvd_status init_multi(void) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto out;
     }
-    st = bs->allgather(bs, &mine, sizeof(mine), all);
-    if (st != HVD_OK)
-        goto out;
+    {
+        hvd_status bst = bs->allgather(bs, &mine, sizeof(mine), all);
+        if (bst != HVD_OK) {
+            st = bst;
+            goto out;
+        }
+    }
     for (int i = 0; i < info->size; i++) {
         all[i].host[HVD_HOST_MAX - 1] = '\0';
         memcpy((char *)hosts[i], all[i].host, HVD_HOST_MAX);
         pids[i] = all[i].pid;
     }
     place_ranks(info, all);
+
+    /* Listen where the rendezvous host reached us, unless told; under MPI
+     * on loopback when every rank is on this host, else on this host's
+     * first routable address. A bad HVD_IFACE fails TCP (and, with auto
+     * under MPI, makes every rank take MPI). */
+    if (g.cfg.iface[0] != '\0')
+        st = hvd_net_iface_addr(g.cfg.iface, bind_addr, sizeof(bind_addr));
+    else if (local_addr[0] != '\0')
+        snprintf(bind_addr, sizeof(bind_addr), "%s", local_addr);
+    else if (info->cross_size == 1)
+        snprintf(bind_addr, sizeof(bind_addr), "127.0.0.1");
+    else
+        st = hvd_net_host_addr(bind_addr, sizeof(bind_addr));
+    if (st != HVD_OK && strcmp(want, "tcp") == 0)
+        goto out;
 
     memset(&params, 0, sizeof(params));
     params.rank = info->rank;
@@ -186,20 +320,54 @@ static hvd_status init_multi(void) {
     params.connect_timeout_ns = g.cfg.start_timeout_ns;
     params.tcp_nsocks = g.cfg.tcp_nsocks;
     params.tcp_stripe_min = g.cfg.tcp_stripe_min;
-    st = g.ops->open(&params, &g.tp);
+
+    if (strcmp(want, "mpi") == 0) {
+        st = open_transport("mpi", &params);
+    } else if (strcmp(want, "tcp") == 0 || !via_mpi) {
+        st = st == HVD_OK ? open_transport("tcp", &params) : st;
+    } else {
+#ifdef HVD_WITH_MPI
+        /* auto under MPI: TCP if every rank can set it up in time, else
+         * MPI; every rank decides the same. */
+        char why[HVD_ERROR_MAX] = "";
+        int all_ok = 0;
+        params.connect_timeout_ns = g.cfg.tcp_setup_timeout_ns;
+        if (st == HVD_OK)
+            st = open_transport("tcp", &params);
+        if (st != HVD_OK)
+            snprintf(why, sizeof(why), "%s", hvd_error_get());
+        hvd_status ast = hvd_mpi_agree(st == HVD_OK, &all_ok);
+        if (ast != HVD_OK) {
+            st = ast;
+            goto out;
+        }
+        if (!all_ok) {
+            if (g.tp != NULL)
+                g.ops->close(g.tp);
+            g.tp = NULL;
+            HVD_WARN("api",
+                     "HVD_TRANSPORT=auto: the TCP mesh could not be set up "
+                     "(%s; the limit is HVD_TCP_SETUP_SECONDS=%.0f); using "
+                     "MPI instead",
+                     why[0] ? why : "another rank could not set it up",
+                     (double)g.cfg.tcp_setup_timeout_ns / 1e9);
+            st = open_transport("mpi", &params);
+        }
+#endif
+    }
     if (st != HVD_OK)
         goto out;
     HVD_INFO("api",
              "rank %d of %d (local %d of %d, host %d of %d) via %s, "
              "transport %s on %s",
              info->rank, info->size, info->local_rank, info->local_size,
-             info->cross_rank, info->cross_size, info->source, g.ops->name,
-             bind_addr);
+             info->cross_rank, info->cross_size, via_mpi ? "MPI" : info->source,
+             g.ops->name, bind_addr);
 out:
     free(all);
     free((void *)hosts);
     free(pids);
-    hvd_rdv_client_close(bs);
+    close_bootstrap(bs, via_mpi);
     return st;
 }
 
@@ -278,6 +446,9 @@ hvd_status hvd_shutdown(void) {
         g.tp = NULL;
         g.was_initialized = 1;
     }
+#ifdef HVD_WITH_MPI
+    hvd_mpi_env_finalize(); /* only if hvd initialized MPI */
+#endif
     g.initialized = 0;
     hvd_log_set_rank(-1);
 out:

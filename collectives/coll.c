@@ -9,18 +9,32 @@
 #include "collectives/reduce.h"
 
 hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes) {
-    if (comm->cfg.allreduce_algo == HVD_ALGO_RING ||
-        comm->cfg.allreduce_algo == HVD_ALGO_RD)
-        return comm->cfg.allreduce_algo;
+    hvd_algo forced = comm->cfg.allreduce_algo;
+
+    if (forced == HVD_ALGO_RING || forced == HVD_ALGO_RD)
+        return forced;
+    /* A transport's own collectives (MPI's) know their fabric: auto takes
+     * them where they exist. */
+    if (comm->cfg.native && forced != HVD_ALGO_RING)
+        return HVD_ALGO_NATIVE;
     return bytes <= comm->cfg.allreduce_rd_max ? HVD_ALGO_RD : HVD_ALGO_RING;
 }
 
 hvd_algo hvd_select_broadcast(const hvd_comm *comm, size_t bytes) {
-    if (comm->cfg.bcast_algo == HVD_ALGO_TREE ||
-        comm->cfg.bcast_algo == HVD_ALGO_PIPELINE)
-        return comm->cfg.bcast_algo;
+    hvd_algo forced = comm->cfg.bcast_algo;
+
+    if (forced == HVD_ALGO_TREE || forced == HVD_ALGO_PIPELINE)
+        return forced;
+    if (comm->cfg.native)
+        return HVD_ALGO_NATIVE;
     return bytes <= comm->cfg.bcast_tree_max ? HVD_ALGO_TREE
                                              : HVD_ALGO_PIPELINE;
+}
+
+/* The fallback when a native collective does not take this dtype (MPI
+ * has no float16/bfloat16). */
+static hvd_algo without_native(const hvd_comm *comm, size_t bytes) {
+    return bytes <= comm->cfg.allreduce_rd_max ? HVD_ALGO_RD : HVD_ALGO_RING;
 }
 
 hvd_status hvd_coll_allreduce(hvd_comm *comm, const void *sendbuf,
@@ -36,6 +50,20 @@ hvd_status hvd_coll_allreduce(hvd_comm *comm, const void *sendbuf,
         return HVD_OK;
     }
     hvd_algo algo = hvd_select_allreduce(comm, bytes);
+    if (algo == HVD_ALGO_NATIVE) {
+        hvd_op native_op = op == HVD_AVERAGE ? HVD_SUM : op;
+        hvd_status st = comm->tp->ops->allreduce(comm->tp, sendbuf, recvbuf,
+                                                 count, dtype, native_op);
+        if (st == HVD_OK) {
+            comm->last_path = "native";
+            if (op == HVD_AVERAGE)
+                hvd_reduce_scale_div(recvbuf, count, dtype, comm->size);
+            return HVD_OK;
+        }
+        if (st != HVD_ERR_UNSUPPORTED)
+            return st;
+        algo = without_native(comm, bytes);
+    }
     comm->last_path = hvd_algo_name(algo);
     if (algo == HVD_ALGO_RD)
         return hvd_rd_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
@@ -52,6 +80,8 @@ hvd_status hvd_coll_broadcast(hvd_comm *comm, void *buf, size_t count,
     }
     hvd_algo algo = hvd_select_broadcast(comm, bytes);
     comm->last_path = hvd_algo_name(algo);
+    if (algo == HVD_ALGO_NATIVE)
+        return comm->tp->ops->broadcast(comm->tp, buf, count, dtype, root);
     if (algo == HVD_ALGO_TREE)
         return hvd_tree_broadcast(comm, buf, bytes, root);
     return hvd_chain_broadcast(comm, buf, bytes, root);
@@ -59,6 +89,12 @@ hvd_status hvd_coll_broadcast(hvd_comm *comm, void *buf, size_t count,
 
 hvd_status hvd_coll_allgather(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype) {
+    if (comm->size > 1 && comm->cfg.native &&
+        comm->cfg.allreduce_algo != HVD_ALGO_RING) {
+        comm->last_path = "native";
+        return comm->tp->ops->allgather(comm->tp, sendbuf, recvbuf, count,
+                                        dtype);
+    }
     comm->last_path = comm->size == 1 ? "local" : "ring";
     return hvd_ring_allgather(comm, sendbuf, recvbuf,
                               count * hvd_dtype_size(dtype));

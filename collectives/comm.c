@@ -117,6 +117,7 @@ static const char *const algo_names[HVD_ALGO_COUNT] = {
     [HVD_ALGO_RD] = "rd",
     [HVD_ALGO_TREE] = "tree",
     [HVD_ALGO_PIPELINE] = "pipeline",
+    [HVD_ALGO_NATIVE] = "native",
 };
 
 const char *hvd_algo_name(hvd_algo algo) {

@@ -24,6 +24,7 @@ typedef enum {
     HVD_ALGO_RD,       /* recursive doubling allreduce */
     HVD_ALGO_TREE,     /* binomial-tree broadcast */
     HVD_ALGO_PIPELINE, /* pipelined chain broadcast */
+    HVD_ALGO_NATIVE,   /* the transport's own collective (MPI) */
     HVD_ALGO_COUNT
 } hvd_algo;
 
@@ -32,8 +33,9 @@ typedef struct hvd_comm_config {
     int depth;               /* chunks in flight per direction */
     size_t allreduce_rd_max; /* bytes: recursive doubling up to this */
     size_t bcast_tree_max;   /* bytes: binomial tree up to this */
-    hvd_algo allreduce_algo; /* AUTO, RING or RD */
-    hvd_algo bcast_algo;     /* AUTO, TREE or PIPELINE */
+    hvd_algo allreduce_algo; /* AUTO, RING, RD or NATIVE */
+    hvd_algo bcast_algo;     /* AUTO, TREE, PIPELINE or NATIVE */
+    int native;              /* the transport has native collectives */
 } hvd_comm_config;
 
 /* Defaults: the crossovers measured on loopback TCP (docs/benchmarks.md). */

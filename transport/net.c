@@ -190,6 +190,25 @@ hvd_status hvd_net_iface_addr(const char *ifname, char *out, size_t outlen) {
     return HVD_OK;
 }
 
+hvd_status hvd_net_host_addr(char *out, size_t outlen) {
+    struct ifaddrs *list = NULL;
+
+    snprintf(out, outlen, "127.0.0.1");
+    if (getifaddrs(&list) != 0)
+        return HVD_OK;
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != AF_INET ||
+            !(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK))
+            continue;
+        const struct sockaddr_in *in4 =
+            (const struct sockaddr_in *)(const void *)ifa->ifa_addr;
+        if (inet_ntop(AF_INET, &in4->sin_addr, out, (socklen_t)outlen))
+            break;
+    }
+    freeifaddrs(list);
+    return HVD_OK;
+}
+
 void hvd_net_nodelay(int fd) {
     int one = 1;
 

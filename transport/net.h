@@ -37,6 +37,11 @@ void hvd_net_peer_name(int fd, char *out, size_t outlen);
 /* The first IPv4 address of network interface ifname (else IPv6). */
 hvd_status hvd_net_iface_addr(const char *ifname, char *out, size_t outlen);
 
+/* A numeric address of this host that other hosts can reach: the first
+ * IPv4 address of an interface that is up and not loopback, else
+ * 127.0.0.1. */
+hvd_status hvd_net_host_addr(char *out, size_t outlen);
+
 /* Sets TCP_NODELAY. */
 void hvd_net_nodelay(int fd);
 

@@ -7,11 +7,17 @@
 
 #include "transport/base/error.h"
 #include "transport/tcp/tcp.h"
+#ifdef HVD_WITH_MPI
+#include "transport/mpi/mpi.h"
+#endif
 
 /* The transports built in. Adding one is one line here (under its
  * HVD_WITH_<X>) and one folder. */
 static const hvd_transport_ops *const providers[] = {
     &hvd_tcp_ops,
+#ifdef HVD_WITH_MPI
+    &hvd_mpi_ops,
+#endif
 };
 
 #define NPROVIDERS (sizeof(providers) / sizeof(providers[0]))
