@@ -1,7 +1,8 @@
 /*
  * hvdrun: starts the ranks of an hvd job and serves their rendezvous.
  *
- *     hvdrun -np N [options] [--] program [args...]
+ *     hvdrun [-np N] [-H host:slots,... | --hostfile FILE] [options]
+ *            [--] program [args...]
  *
  * hvdrun makes a fresh job secret and job id, opens the rendezvous server
  * (transport/rendezvous.h) and starts N copies of the program, each in its
@@ -12,16 +13,26 @@
  * after the grace period, and hvdrun exits with the failed rank's status.
  * The job ends when the ranks end; the rendezvous never holds it up.
  *
- * Ranks run on this machine only, for now. Placement (which rank runs where,
- * with which local and cross rank) is decided in place_ranks(), and a rank's
- * environment is a list of NAME=VALUE assignments built before it starts, so
- * a remote launch (ssh host env NAME=VALUE... program) is one more branch in
- * spawn_rank() beside launch_local().
+ * Placement (which rank runs on which host, with which local and cross
+ * rank) is decided in place_ranks(). The ranks of a host that is this
+ * machine are forked (launch() with exec_rank()); those of another host
+ * are started by a local ssh process that runs a small sh wrapper there
+ * (remote_script()). The wrapper reads the job secret from ssh's stdin,
+ * so that it is on no command line, and keeps reading: when hvdrun closes
+ * that pipe (teardown) or dies, the wrapper sees EOF and kills the
+ * program. To hvdrun a remote rank is its ssh process, with the same
+ * pipes, prefixes and exit status handling as a local rank; only stopping
+ * differs (close the pipe, SIGKILL ssh after the grace period).
+ *
+ * With --mpi hvdrun starts nothing itself: it execs mpirun with the same
+ * placement, and hvd bootstraps through MPI.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -31,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,9 +81,25 @@
 #define EXIT_USAGE 2
 #define EXIT_TIMEOUT 124
 #define EXIT_NOT_RUN 127
+/* ssh's own status when it cannot connect or log in. */
+#define SSH_FAILED 255
+#define LAST_LINE_MAX 256
+/* At most this many ssh logins run at a time to one host: sshd drops
+ * connections beyond MaxStartups (10 by default) before they log in. */
+#define SSH_MAX_LOGINS 8
+
+/* A host of -H or --hostfile. */
+struct host {
+    char *name;     /* as ssh is given it ("user@" allowed), owned */
+    int slots;      /* from -H or the hostfile */
+    int nranks;     /* ranks placed on it */
+    int cross_rank; /* its index among the hosts used; -1: unused */
+    int local;      /* this machine: its ranks are forked, not ssh'd */
+    int logging_in; /* its ssh processes not yet past the login */
+};
 
 struct options {
-    int np;
+    int np;     /* 0 until given or taken from the slots */
     int prefix; /* 0 with --no-prefix */
     int grace_s;
     long start_timeout_s; /* 0: not given */
@@ -80,7 +108,16 @@ struct options {
     int verbose;
     const char **exports; /* the -x arguments, pointing into argv */
     int nexports;
-    char **prog_argv; /* the program and its arguments, from argv */
+    char **prog_argv;   /* the program and its arguments, from argv */
+    struct host *hosts; /* -H or --hostfile, owned; NULL: all local */
+    int nhosts;
+    int host_cap;
+    int oversubscribe;
+    int mpi;                  /* --mpi: exec mpirun instead */
+    const char *ssh_port;     /* -p, or NULL */
+    const char *ssh_identity; /* -i, or NULL */
+    const char **ssh_opts;    /* the --ssh-opt arguments, pointing into argv */
+    int nssh_opts;
 };
 
 /* An environment under construction: "NAME=VALUE" strings, owned, and a
@@ -99,6 +136,11 @@ struct stream {
     size_t prefix_len;
     size_t len; /* bytes pending after the prefix */
     size_t cap; /* bytes allocated for buf */
+    /* The stderr of a remote rank until its wrapper reports that the
+     * program started: the line saying so is dropped, and the last other
+     * line (ssh's reason, when ssh fails) is kept. */
+    int awaiting_start;
+    char last_line[LAST_LINE_MAX];
 };
 
 enum rank_state { RANK_UNSTARTED, RANK_RUNNING, RANK_EXITED };
@@ -107,7 +149,10 @@ struct rank {
     int index;
     int local_rank, local_size; /* among the ranks of its host */
     int cross_rank, cross_size; /* its host among the job's hosts */
-    pid_t pid;                  /* also its process group id */
+    struct host *host;          /* NULL without -H or --hostfile */
+    int remote;                 /* started over ssh; pid is ssh's */
+    int stdin_fd; /* remote: write end of ssh's stdin; -1 once closed */
+    pid_t pid;    /* also its process group id */
     enum rank_state state;
     int wstatus; /* from waitpid(), once exited */
     struct stream out;
@@ -123,10 +168,13 @@ enum job_phase {
 struct job {
     const struct options *opt;
     struct rank *ranks;
-    int live; /* ranks started and not yet reaped */
+    int live;    /* ranks started and not yet reaped */
+    int pending; /* ranks not started yet (remote ones wait for a login) */
     struct env env;
     hvd_rdv_server *srv;
-    char bind_addr[INET_ADDRSTRLEN];
+    char bind_addr[HVD_ADDR_MAX];
+    char secret[2 * SECRET_BYTES + 1];
+    char cwd[PATH_MAX]; /* where remote ranks run */
     int joined;
     int null_fd; /* /dev/null, the stdin of ranks that get none */
     int stdin_to_rank0;
@@ -164,21 +212,41 @@ static const char *const foreign_vars[] = {
     "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
 static const char foreign_prefix[] = "OMPI_COMM_WORLD_";
 
+/* The line a remote rank's wrapper writes on stderr once it has started
+ * the program: "hvdrun-started <job id>". */
+static char start_marker[64];
+
 static const char usage_text[] =
-    "usage: hvdrun -np N [options] [--] program [args...]\n"
+    "usage: hvdrun [-np N] [-H HOSTS | --hostfile FILE] [options]\n"
+    "              [--] program [args...]\n"
     "\n"
-    "Starts N ranks of an hvd job on this machine and serves their\n"
-    "rendezvous. Options come before the program (or before --).\n"
+    "Starts N ranks of an hvd job, on this machine or on the hosts given, and\n"
+    "serves their rendezvous. Options come before the program (or before --).\n"
     "\n"
     "options:\n"
     "  -np N, -n N, --num-proc N\n"
-    "                     number of ranks, 1 to 4096 (required)\n"
+    "                     number of ranks, 1 to 4096 (required without -H\n"
+    "                     or --hostfile; with them, default: all slots)\n"
+    "  -H, --hosts HOST[:SLOTS],...\n"
+    "                     run on these hosts (SLOTS default 1; [IPv6]:SLOTS);\n"
+    "                     ranks fill the hosts in order, SLOTS at a time\n"
+    "  --hostfile FILE    the hosts, one a line: HOST, HOST:SLOTS or\n"
+    "                     HOST slots=SLOTS; # starts a comment\n"
+    "  --oversubscribe    allow -np above the slots (the extra ranks go\n"
+    "                     round-robin over the hosts)\n"
+    "  -p, --ssh-port PORT\n"
+    "                     ssh port of the remote hosts\n"
+    "  -i, --ssh-identity FILE\n"
+    "                     ssh private key for the remote hosts\n"
+    "  --ssh-opt OPT      pass -o OPT to ssh (repeatable)\n"
     "  -x NAME=VALUE      set NAME=VALUE for every rank (repeatable)\n"
     "  -x NAME            pass hvdrun's value of NAME to every rank\n"
     "  --network-interface IFACE\n"
     "                     serve the rendezvous on the IPv4 address of IFACE\n"
     "                     and set HVD_IFACE=IFACE for the ranks (default:\n"
-    "                     HVD_IFACE from the environment, else 127.0.0.1)\n"
+    "                     HVD_IFACE from the environment, else 127.0.0.1,\n"
+    "                     or with remote hosts the address this machine\n"
+    "                     reaches the first of them from)\n"
     "  --start-timeout S  set HVD_START_TIMEOUT_SECONDS=S (how long hvd_init\n"
     "                     waits for the other ranks) unless already set\n"
     "  --timeout S        stop the job after S seconds (exit status 124)\n"
@@ -186,6 +254,8 @@ static const char usage_text[] =
     "                     is stopped (default 3; 0: SIGKILL at once)\n"
     "  --no-prefix        pass the ranks' output through untouched instead\n"
     "                     of as \"[rank] line\"\n"
+    "  --mpi              exec mpirun with these ranks and hosts instead of\n"
+    "                     starting them (hvd then bootstraps through MPI)\n"
     "  -v, --verbose      log what hvdrun does (info level)\n"
     "  --help             print this text\n"
     "  --version          print hvdrun's version\n"
@@ -199,15 +269,24 @@ static const char usage_text[] =
     "removed, so that an outer launcher's values do not count. HVD_LOG_LEVEL\n"
     "sets the log level of hvdrun and of the ranks.\n"
     "\n"
+    "A host is this machine when it is localhost, a 127.x address, this\n"
+    "machine's host name or a name or address of one of its interfaces; its\n"
+    "ranks are forked, with hvdrun's environment. The ranks of any other host\n"
+    "are started with ssh -o BatchMode=yes (keys, no passwords), in the same\n"
+    "directory, with the same program path and arguments, hvdrun's HVD_*\n"
+    "variables and the -x variables; the job secret goes on ssh's stdin.\n"
+    "\n"
     "When a rank fails (non-zero exit or a signal), the other ranks get\n"
     "SIGTERM and, after the grace period, SIGKILL. SIGINT, SIGTERM and SIGHUP\n"
     "sent to hvdrun are passed on to the ranks the same way; a second one\n"
-    "kills them at once.\n"
+    "kills them at once. A remote rank is stopped by closing its ssh's stdin:\n"
+    "the wrapper there sends SIGTERM, SIGKILL after the grace period; hvdrun\n"
+    "kills ssh after the grace period.\n"
     "\n"
     "exit status: 0 when every rank exits 0; else the first failed rank's\n"
-    "status (128+N for signal N); 128+N when hvdrun got signal N; 124 after\n"
-    "--timeout; 127 when the program cannot be run; 2 for a usage error;\n"
-    "1 when hvdrun itself cannot start the job.\n";
+    "status (128+N for signal N; 255 when ssh fails); 128+N when hvdrun got\n"
+    "signal N; 124 after --timeout; 127 when the program cannot be run; 2 for\n"
+    "a usage error; 1 when hvdrun itself cannot start the job.\n";
 
 /* ---- output helpers ---- */
 
@@ -330,15 +409,238 @@ static int check_export(const char *arg) {
     return 0;
 }
 
+/* Adds len bytes of name with slots to opt->hosts; a name given again gets
+ * the sum of its slots, as with mpirun. where names the source in
+ * messages ("-H" or "FILE:LINE"). */
+static int add_host(struct options *opt, const char *name, size_t len,
+                    long slots, const char *where) {
+    if (len == 0) {
+        say("%s: empty host name", where);
+        return -1;
+    }
+    if (name[0] == '-') {
+        say("%s: host name %.*s starts with '-'", where, (int)len, name);
+        return -1;
+    }
+    for (size_t k = 0; k < len; k++) {
+        unsigned char c = (unsigned char)name[k];
+        if (c <= ' ' || c == 0x7f || c == ',' || c == '\'' || c == '"') {
+            say("%s: host name %.*s has a character ssh would not take", where,
+                (int)len, name);
+            return -1;
+        }
+    }
+    for (int h = 0; h < opt->nhosts; h++) {
+        if (strlen(opt->hosts[h].name) == len &&
+            memcmp(opt->hosts[h].name, name, len) == 0) {
+            if (opt->hosts[h].slots + slots > MAX_RANKS) {
+                say("%s: host %.*s has more than %d slots", where, (int)len,
+                    name, MAX_RANKS);
+                return -1;
+            }
+            opt->hosts[h].slots += (int)slots;
+            return 0;
+        }
+    }
+    if (opt->nhosts == opt->host_cap) {
+        int cap = opt->host_cap == 0 ? 8 : 2 * opt->host_cap;
+        struct host *hosts = realloc(opt->hosts, (size_t)cap * sizeof(*hosts));
+        if (hosts == NULL) {
+            say("out of memory");
+            return -1;
+        }
+        opt->hosts = hosts;
+        opt->host_cap = cap;
+    }
+    struct host *host = &opt->hosts[opt->nhosts];
+    memset(host, 0, sizeof(*host));
+    if ((host->name = strndup(name, len)) == NULL) {
+        say("out of memory");
+        return -1;
+    }
+    host->slots = (int)slots;
+    host->cross_rank = -1;
+    opt->nhosts++;
+    return 0;
+}
+
+/* The slot count of len bytes of text, 1 to MAX_RANKS. */
+static int parse_slots(const char *text, size_t len, const char *where,
+                       long *slots_out) {
+    char buf[16];
+    char *end;
+    long v;
+
+    if (len == 0 || len >= sizeof(buf) || strspn(text, "0123456789") < len) {
+        say("%s: slots %.*s: expected a whole number from 1 to %d", where,
+            (int)len, text, MAX_RANKS);
+        return -1;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    v = strtol(buf, &end, 10);
+    if (v < 1 || v > MAX_RANKS) {
+        say("%s: slots %s: expected a whole number from 1 to %d", where, buf,
+            MAX_RANKS);
+        return -1;
+    }
+    *slots_out = v;
+    return 0;
+}
+
+/* One host: "host", "host:N", "[v6 address]" or "[v6 address]:N". An
+ * unbracketed name with several colons is an IPv6 address of one slot.
+ * slots > 0 is the hostfile's "slots=N", which excludes ":N". */
+static int parse_host_spec(struct options *opt, const char *spec, size_t len,
+                           long slots, const char *where) {
+    const char *name = spec;
+    size_t name_len = len;
+    const char *count = NULL;
+    size_t count_len = 0;
+    long n = 1;
+
+    if (len > 0 && spec[0] == '[') {
+        const char *close = memchr(spec, ']', len);
+        if (close == NULL || (close + 1 < spec + len && close[1] != ':')) {
+            say("%s: %.*s: expected [address] or [address]:SLOTS", where,
+                (int)len, spec);
+            return -1;
+        }
+        name = spec + 1;
+        name_len = (size_t)(close - name);
+        if (close + 1 < spec + len) {
+            count = close + 2;
+            count_len = len - (size_t)(count - spec);
+        }
+    } else {
+        const char *colon = memchr(spec, ':', len);
+        if (colon != NULL &&
+            memchr(colon + 1, ':', len - (size_t)(colon + 1 - spec)) == NULL) {
+            name_len = (size_t)(colon - spec);
+            count = colon + 1;
+            count_len = len - name_len - 1;
+        }
+    }
+    if (count != NULL && parse_slots(count, count_len, where, &n) != 0)
+        return -1;
+    if (slots > 0) {
+        if (count != NULL) {
+            say("%s: %.*s: give the slots as :N or as slots=N, not both", where,
+                (int)len, spec);
+            return -1;
+        }
+        n = slots;
+    }
+    return add_host(opt, name, name_len, n, where);
+}
+
+/* -H host1:2,host2:2 */
+static int parse_host_list(struct options *opt, const char *list) {
+    const char *p = list;
+
+    if (*list == '\0') {
+        usage_error("-H needs a host list");
+        return -1;
+    }
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (parse_host_spec(opt, p, len, 0, "-H") != 0)
+            return -1;
+        if (p[len] == '\0')
+            return 0;
+        p += len + 1;
+    }
+}
+
+/* Lines "host", "host:N" or "host slots=N"; # to the end of a line is a
+ * comment; blank lines are skipped. */
+static int parse_hostfile(struct options *opt, const char *path) {
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    int rc = -1;
+
+    if (f == NULL) {
+        say("--hostfile %s: cannot open it: %s", path, strerror(errno));
+        return -1;
+    }
+    while (getline(&line, &cap, f) >= 0) {
+        char where[PATH_MAX + 32];
+        char *save = NULL;
+        long slots = 0;
+
+        lineno++;
+        snprintf(where, sizeof(where), "%s:%d", path, lineno);
+        line[strcspn(line, "#")] = '\0';
+        char *spec = strtok_r(line, " \t\r\n", &save);
+        if (spec == NULL)
+            continue;
+        for (char *tok; (tok = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
+            if (strncmp(tok, "slots=", 6) != 0) {
+                say("%s: unknown field '%s' (lines are HOST, HOST:SLOTS or "
+                    "HOST slots=SLOTS)",
+                    where, tok);
+                goto close_file;
+            }
+            if (parse_slots(tok + 6, strlen(tok + 6), where, &slots) != 0)
+                goto close_file;
+        }
+        if (parse_host_spec(opt, spec, strlen(spec), slots, where) != 0)
+            goto close_file;
+    }
+    if (ferror(f)) {
+        say("--hostfile %s: read failed: %s", path, strerror(errno));
+        goto close_file;
+    }
+    if (opt->nhosts == 0) {
+        say("--hostfile %s names no host", path);
+        goto close_file;
+    }
+    rc = 0;
+
+close_file:
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+/* -np from the slots, or checked against them. */
+static int check_slots(struct options *opt) {
+    long total = 0;
+
+    for (int h = 0; h < opt->nhosts; h++)
+        total += opt->hosts[h].slots;
+    if (opt->np == 0) {
+        if (total > MAX_RANKS) {
+            usage_error("the hosts have %ld slots, more than the %d ranks "
+                        "hvdrun starts; give -np",
+                        total, MAX_RANKS);
+            return -1;
+        }
+        opt->np = (int)total;
+    } else if (opt->np > total && !opt->oversubscribe) {
+        usage_error("-np %d is more than the %ld slots of the hosts; add "
+                    "slots or --oversubscribe",
+                    opt->np, total);
+        return -1;
+    }
+    return 0;
+}
+
 /* Returns -1 to go on and run the job, else the exit status. */
 static int parse_options(int argc, char **argv, struct options *opt) {
+    const char *host_list = NULL;
+    const char *hostfile = NULL;
+
     int i;
 
     memset(opt, 0, sizeof(*opt));
     opt->prefix = 1;
     opt->grace_s = DEFAULT_GRACE_S;
     opt->exports = malloc((size_t)argc * sizeof(*opt->exports));
-    if (opt->exports == NULL) {
+    opt->ssh_opts = malloc((size_t)argc * sizeof(*opt->ssh_opts));
+    if (opt->exports == NULL || opt->ssh_opts == NULL) {
         say("out of memory");
         return EXIT_SETUP;
     }
@@ -369,6 +671,14 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         }
         if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
             opt->verbose = 1;
+            continue;
+        }
+        if (strcmp(arg, "--oversubscribe") == 0) {
+            opt->oversubscribe = 1;
+            continue;
+        }
+        if (strcmp(arg, "--mpi") == 0) {
+            opt->mpi = 1;
             continue;
         }
         if ((m = value_option(argc, argv, &i, "-np", &val)) != 0 ||
@@ -404,6 +714,42 @@ static int parse_options(int argc, char **argv, struct options *opt) {
             if (m < 0 || check_export(val) != 0)
                 return EXIT_USAGE;
             opt->exports[opt->nexports++] = val;
+        } else if ((m = value_option(argc, argv, &i, "-H", &val)) != 0 ||
+                   (m = value_option(argc, argv, &i, "--hosts", &val)) != 0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            host_list = val;
+        } else if ((m = value_option(argc, argv, &i, "--hostfile", &val)) !=
+                   0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            hostfile = val;
+        } else if ((m = value_option(argc, argv, &i, "-p", &val)) != 0 ||
+                   (m = value_option(argc, argv, &i, "--ssh-port", &val)) !=
+                       0) {
+            if (m < 0 || parse_long("--ssh-port", val, 1, 65535, &v) != 0)
+                return EXIT_USAGE;
+            opt->ssh_port = val;
+        } else if ((m = value_option(argc, argv, &i, "-i", &val)) != 0 ||
+                   (m = value_option(argc, argv, &i, "--ssh-identity", &val)) !=
+                       0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            if (*val == '\0') {
+                usage_error("--ssh-identity needs a key file");
+                return EXIT_USAGE;
+            }
+            opt->ssh_identity = val;
+        } else if ((m = value_option(argc, argv, &i, "--ssh-opt", &val)) != 0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            if (*val == '\0' || *val == '-') {
+                usage_error("--ssh-opt %s: expected an ssh option such as "
+                            "Port=2222 (it is passed as -o OPT)",
+                            val);
+                return EXIT_USAGE;
+            }
+            opt->ssh_opts[opt->nssh_opts++] = val;
         } else {
             usage_error("unknown option %s", arg);
             return EXIT_USAGE;
@@ -414,12 +760,28 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         usage_error("no program to run");
         return EXIT_USAGE;
     }
+    if (host_list != NULL && hostfile != NULL) {
+        usage_error("give -H or --hostfile, not both");
+        return EXIT_USAGE;
+    }
+    if ((host_list != NULL && parse_host_list(opt, host_list) != 0) ||
+        (hostfile != NULL && parse_hostfile(opt, hostfile) != 0) ||
+        (opt->nhosts > 0 && check_slots(opt) != 0))
+        return EXIT_USAGE;
     if (opt->np == 0) {
         usage_error("-np N is required");
         return EXIT_USAGE;
     }
     opt->prog_argv = argv + i;
     return -1;
+}
+
+static void free_options(struct options *opt) {
+    for (int h = 0; h < opt->nhosts; h++)
+        free(opt->hosts[h].name);
+    free(opt->hosts);
+    free(opt->exports);
+    free(opt->ssh_opts);
 }
 
 /* ---- environment ---- */
@@ -559,33 +921,254 @@ static int random_bytes(uint8_t *out, size_t n) {
     return 0;
 }
 
-/* Decides where each rank runs. One host for now: every rank is local. */
-static void place_ranks(struct job *job) {
-    for (int r = 0; r < job->opt->np; r++) {
-        struct rank *rk = &job->ranks[r];
-        rk->local_rank = r;
-        rk->local_size = job->opt->np;
-        rk->cross_rank = 0;
-        rk->cross_size = 1;
+/*
+ * Decides where each rank runs. Without hosts, all on this machine. With
+ * them, the ranks fill the hosts in order, each up to its slots; ranks
+ * beyond all slots (--oversubscribe) go one per host, round-robin. A
+ * host's ranks are consecutive, so ring neighbours share a host.
+ */
+static void place_ranks(struct job *job, struct host *hosts, int nhosts) {
+    int np = job->opt->np;
+    int left = np;
+    int cross_size = 0;
+    int r = 0;
+
+    if (nhosts == 0) {
+        for (r = 0; r < np; r++) {
+            struct rank *rk = &job->ranks[r];
+            rk->local_rank = r;
+            rk->local_size = np;
+            rk->cross_rank = 0;
+            rk->cross_size = 1;
+        }
+        return;
+    }
+    for (int h = 0; h < nhosts; h++) {
+        hosts[h].nranks = hosts[h].slots < left ? hosts[h].slots : left;
+        left -= hosts[h].nranks;
+    }
+    for (int h = 0; left > 0; h = (h + 1) % nhosts, left--)
+        hosts[h].nranks++;
+    for (int h = 0; h < nhosts; h++)
+        hosts[h].cross_rank = hosts[h].nranks > 0 ? cross_size++ : -1;
+    for (int h = 0; h < nhosts; h++) {
+        for (int k = 0; k < hosts[h].nranks; k++, r++) {
+            struct rank *rk = &job->ranks[r];
+            rk->host = &hosts[h];
+            rk->local_rank = k;
+            rk->local_size = hosts[h].nranks;
+            rk->cross_rank = hosts[h].cross_rank;
+            rk->cross_size = cross_size;
+        }
     }
 }
 
-static int stream_init(struct stream *s, int rank, int out_fd) {
+/* ---- which hosts are this machine ---- */
+
+/* The part of "user@host" ssh connects to. */
+static const char *host_part(const char *name) {
+    const char *at = strrchr(name, '@');
+
+    return at != NULL ? at + 1 : name;
+}
+
+/* Is sa a loopback address or one of an interface of this machine? */
+static int addr_is_local(const struct sockaddr *sa, const struct ifaddrs *ifs) {
+    if (sa->sa_family == AF_INET) {
+        const struct in_addr *a = &((const struct sockaddr_in *)sa)->sin_addr;
+        if ((ntohl(a->s_addr) >> 24) == 127)
+            return 1;
+        for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+            if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+                ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                    a->s_addr)
+                return 1;
+        }
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a =
+            &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return 1;
+        for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+            if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET6 &&
+                memcmp(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+                       a, sizeof(*a)) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Same host name, or same first label ("node1" is "node1.cluster"). */
+static int same_host_name(const char *a, const char *b) {
+    size_t la = strcspn(a, "."), lb = strcspn(b, ".");
+
+    if (strcasecmp(a, b) == 0)
+        return 1;
+    if ((a[la] == '\0') == (b[lb] == '\0'))
+        return 0; /* both short, or both qualified and different */
+    return la == lb && strncasecmp(a, b, la) == 0;
+}
+
+/*
+ * A host is this machine when it is "localhost", this machine's host
+ * name, or a name or address that resolves to a loopback address or to an
+ * address of one of its interfaces. A name that does not resolve here
+ * (perhaps an alias in ~/.ssh/config) is remote.
+ */
+static int host_is_local(const char *host, const char *my_name,
+                         const struct ifaddrs *ifs) {
+    struct addrinfo hints, *res = NULL;
+    int local = 0;
+
+    if (strcasecmp(host, "localhost") == 0 ||
+        (my_name[0] != '\0' && same_host_name(host, my_name)))
+        return 1;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    for (const struct addrinfo *ai = res; ai != NULL && !local;
+         ai = ai->ai_next)
+        local = addr_is_local(ai->ai_addr, ifs);
+    freeaddrinfo(res);
+    return local;
+}
+
+/* Marks each host that gets ranks as local or not. */
+static int classify_hosts(struct host *hosts, int nhosts) {
+    struct ifaddrs *ifs = NULL;
+    char my_name[256];
+
+    if (getifaddrs(&ifs) != 0) {
+        say("getifaddrs() failed: %s", strerror(errno));
+        return -1;
+    }
+    if (gethostname(my_name, sizeof(my_name)) != 0)
+        my_name[0] = '\0';
+    my_name[sizeof(my_name) - 1] = '\0';
+    for (int h = 0; h < nhosts; h++) {
+        if (hosts[h].nranks == 0)
+            continue;
+        hosts[h].local = host_is_local(host_part(hosts[h].name), my_name, ifs);
+        HVD_INFO("hvdrun", "host %s: %d rank%s, %s", hosts[h].name,
+                 hosts[h].nranks, hosts[h].nranks == 1 ? "" : "s",
+                 hosts[h].local ? "this machine (forked)" : "over ssh");
+    }
+    freeifaddrs(ifs);
+    return 0;
+}
+
+/*
+ * The address of this machine that host reaches: the source address the
+ * kernel picks for a datagram to it (connect() on a UDP socket sends
+ * nothing). On failure why gets the reason.
+ */
+static int route_addr(const char *host, char *out, size_t outlen, char *why,
+                      size_t whylen) {
+    struct addrinfo hints, *res = NULL;
+    int rc, found = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_DGRAM;
+    rc = getaddrinfo(host, "9", &hints, &res);
+    if (rc != 0) {
+        snprintf(why, whylen, "getaddrinfo(%s) failed: %s", host,
+                 gai_strerror(rc));
+        return -1;
+    }
+    snprintf(why, whylen, "getaddrinfo(%s) returned no address", host);
+    for (const struct addrinfo *ai = res; ai != NULL && !found;
+         ai = ai->ai_next) {
+        struct sockaddr_storage local;
+        socklen_t len = sizeof(local);
+        char text[HVD_ADDR_MAX];
+        int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+        hvd_net_format(ai->ai_addr, text, sizeof(text));
+        if (fd < 0) {
+            snprintf(why, whylen, "socket() failed: %s", strerror(errno));
+        } else if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            snprintf(why, whylen, "connect(UDP %s) failed: %s", text,
+                     strerror(errno));
+        } else if (getsockname(fd, (struct sockaddr *)&local, &len) != 0) {
+            snprintf(why, whylen, "getsockname() failed: %s", strerror(errno));
+        } else if ((rc = getnameinfo((struct sockaddr *)&local, len, out,
+                                     (socklen_t)outlen, NULL, 0,
+                                     NI_NUMERICHOST)) != 0) {
+            snprintf(why, whylen, "getnameinfo() failed: %s", gai_strerror(rc));
+        } else {
+            found = 1;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    freeaddrinfo(res);
+    return found ? 0 : -1;
+}
+
+/* Where the rendezvous listens: HVD_IFACE's address; else, with remote
+ * ranks, this machine's address towards the first remote host that
+ * resolves; else loopback. */
+static int choose_bind_addr(struct job *job, const char *iface) {
+    char why[256] = "";
+    const char *first = NULL;
+
+    if (iface != NULL && *iface != '\0') {
+        if (hvd_net_iface_addr(iface, job->bind_addr, sizeof(job->bind_addr)) !=
+            HVD_OK) {
+            say("%s", hvd_error_get());
+            return -1;
+        }
+        return 0;
+    }
+    for (int r = 0; r < job->opt->np; r++) {
+        const struct rank *rk = &job->ranks[r];
+        if (!rk->remote || (r > 0 && rk->host == job->ranks[r - 1].host))
+            continue;
+        if (first == NULL)
+            first = rk->host->name;
+        if (route_addr(host_part(rk->host->name), job->bind_addr,
+                       sizeof(job->bind_addr), why, sizeof(why)) == 0) {
+            HVD_INFO("hvdrun",
+                     "serving the rendezvous on %s, the address "
+                     "that reaches %s",
+                     job->bind_addr, rk->host->name);
+            return 0;
+        }
+        HVD_INFO("hvdrun", "no route to %s: %s", rk->host->name, why);
+    }
+    if (first != NULL) {
+        say("cannot tell which address of this machine the remote hosts "
+            "reach (%s: %s); name the interface with --network-interface",
+            first, why);
+        return -1;
+    }
+    snprintf(job->bind_addr, sizeof(job->bind_addr), "127.0.0.1");
+    return 0;
+}
+
+/* prefix: "[rank] " before each line, else nothing (--no-prefix). */
+static int stream_init(struct stream *s, int rank, int out_fd, int prefix) {
     s->fd = -1;
     s->out_fd = out_fd;
     s->cap = LINE_INITIAL_CAP;
     s->buf = malloc(s->cap);
     if (s->buf == NULL)
         return -1;
-    s->prefix_len = (size_t)snprintf(s->buf, s->cap, "[%d] ", rank);
+    s->prefix_len =
+        prefix ? (size_t)snprintf(s->buf, s->cap, "[%d] ", rank) : 0;
     s->len = 0;
     return 0;
 }
 
-/* Raises the soft descriptor limit, as hvdrun holds two pipes per rank. */
-static int raise_nofile(int np) {
+/* Raises the soft descriptor limit, as hvdrun holds two pipes per rank
+ * (three for a remote one). */
+static int raise_nofile(int np, rlim_t fds) {
     struct rlimit lim = orig_nofile;
-    rlim_t want = (rlim_t)np * 2 + 64;
+    rlim_t want = fds + 64;
 
     if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want)
         return 0;
@@ -604,41 +1187,54 @@ static int raise_nofile(int np) {
     return 0;
 }
 
-static int job_setup(struct job *job) {
+static int job_setup(struct job *job, struct host *hosts, int nhosts) {
     const struct options *opt = job->opt;
     uint8_t job_id[HVD_JOB_ID_LEN];
     uint8_t secret_bytes[SECRET_BYTES];
-    char secret[2 * SECRET_BYTES + 1];
     char job_hex[2 * HVD_JOB_ID_LEN + 1];
     int np = opt->np;
+    rlim_t fds = 0;
 
     job->ranks = calloc((size_t)np, sizeof(*job->ranks));
     job->pfds = calloc(2 * (size_t)np + 2, sizeof(*job->pfds));
     job->pfd_streams = calloc(2 * (size_t)np + 2, sizeof(*job->pfd_streams));
     if (job->ranks == NULL || job->pfds == NULL || job->pfd_streams == NULL)
         goto no_memory;
-    for (int r = 0; r < np; r++) {
-        job->ranks[r].index = r;
+    for (int r = 0; r < np; r++)
         job->ranks[r].out.fd = job->ranks[r].err.fd = -1;
-        if (opt->prefix &&
-            (stream_init(&job->ranks[r].out, r, STDOUT_FILENO) != 0 ||
-             stream_init(&job->ranks[r].err, r, STDERR_FILENO) != 0))
-            goto no_memory;
+    place_ranks(job, hosts, nhosts);
+    if (nhosts > 0 && classify_hosts(hosts, nhosts) != 0)
+        return -1;
+    for (int r = 0; r < np; r++) {
+        struct rank *rk = &job->ranks[r];
+        rk->index = r;
+        rk->stdin_fd = -1;
+        rk->remote = rk->host != NULL && !rk->host->local;
+        /* A remote rank's output is always read, to catch its start. */
+        if (opt->prefix || rk->remote) {
+            if (stream_init(&rk->out, r, STDOUT_FILENO, opt->prefix) != 0 ||
+                stream_init(&rk->err, r, STDERR_FILENO, opt->prefix) != 0)
+                goto no_memory;
+            rk->err.awaiting_start = rk->remote;
+            fds += rk->remote ? 3 : 2;
+        }
     }
-    place_ranks(job);
+    for (int r = 0; r < np; r++) {
+        if (job->ranks[r].remote) {
+            if (getcwd(job->cwd, sizeof(job->cwd)) == NULL) {
+                say("getcwd() failed: %s (remote ranks run in hvdrun's "
+                    "working directory)",
+                    strerror(errno));
+                return -1;
+            }
+            break;
+        }
+    }
 
     if (env_build(&job->env, opt) != 0)
         goto no_memory;
-    const char *iface = env_get(&job->env, "HVD_IFACE");
-    if (iface != NULL && *iface != '\0') {
-        if (hvd_net_iface_addr(iface, job->bind_addr, sizeof(job->bind_addr)) !=
-            HVD_OK) {
-            say("%s", hvd_error_get());
-            return -1;
-        }
-    } else {
-        snprintf(job->bind_addr, sizeof(job->bind_addr), "127.0.0.1");
-    }
+    if (choose_bind_addr(job, env_get(&job->env, "HVD_IFACE")) != 0)
+        return -1;
 
     /* The ranks get the secret as text (HVD_SECRET): its 64 hex digits are
      * the secret. The job id is formatted by the library that parses it. */
@@ -646,11 +1242,12 @@ static int job_setup(struct job *job) {
         random_bytes(job_id, sizeof(job_id)) != 0)
         return -1;
     for (size_t k = 0; k < sizeof(secret_bytes); k++)
-        snprintf(secret + 2 * k, 3, "%02x", secret_bytes[k]);
+        snprintf(job->secret + 2 * k, 3, "%02x", secret_bytes[k]);
     hvd_job_id_format(job_id, job_hex);
+    snprintf(start_marker, sizeof(start_marker), "hvdrun-started %s", job_hex);
 
-    hvd_status st =
-        hvd_rdv_server_create(job->bind_addr, 0, np, job_id, secret, &job->srv);
+    hvd_status st = hvd_rdv_server_create(job->bind_addr, 0, np, job_id,
+                                          job->secret, &job->srv);
     if (st != HVD_OK) {
         say("cannot start the rendezvous server on %s: %s", job->bind_addr,
             hvd_error_get());
@@ -663,7 +1260,7 @@ static int job_setup(struct job *job) {
     if (env_set_int(&job->env, "HVD_SIZE", np) != 0 ||
         env_set(&job->env, "HVD_RENDEZVOUS_ADDR", job->bind_addr) != 0 ||
         env_set_int(&job->env, "HVD_RENDEZVOUS_PORT", port) != 0 ||
-        env_set(&job->env, "HVD_SECRET", secret) != 0 ||
+        env_set(&job->env, "HVD_SECRET", job->secret) != 0 ||
         env_set(&job->env, "HVD_JOB_ID", job_hex) != 0)
         goto no_memory;
 
@@ -676,7 +1273,7 @@ static int job_setup(struct job *job) {
         return -1;
     }
     job->stdin_to_rank0 = !isatty(STDIN_FILENO);
-    if (opt->prefix && raise_nofile(np) != 0)
+    if (fds > 0 && raise_nofile(np, fds) != 0)
         return -1;
     return 0;
 
@@ -715,21 +1312,37 @@ static int install_signals(void) {
 
 /* ---- starting ranks ---- */
 
-/* In the child: becomes rank r's program, or exits 127. */
-static void exec_rank(const struct job *job, const struct rank *r, int out_w,
-                      int err_w) __attribute__((noreturn));
-static void exec_rank(const struct job *job, const struct rank *r, int out_w,
-                      int err_w) {
-    const char *prog = job->opt->prog_argv[0];
-    char msg[512];
-
+/* In the child: undoes what hvdrun changed for itself. */
+static void child_reset(void) {
     setpgid(0, 0);
     for (size_t k = 0; k < ARRAY_LEN(handled_signals); k++)
         signal(handled_signals[k], SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &orig_sigmask, NULL);
     setrlimit(RLIMIT_NOFILE, &orig_nofile);
+}
 
+/* In the child, after a failed exec: says so and exits 127. */
+static void exec_failed(const char *prog) __attribute__((noreturn));
+static void exec_failed(const char *prog) {
+    char msg[512];
+    int len = snprintf(msg, sizeof(msg), "hvdrun: cannot run %s: %s\n", prog,
+                       strerror(errno));
+
+    if (len > 0)
+        write_all(STDERR_FILENO, msg,
+                  (size_t)len < sizeof(msg) ? (size_t)len : sizeof(msg) - 1);
+    _exit(EXIT_NOT_RUN);
+}
+
+/* In the child: becomes rank r's program, or exits 127. */
+static void exec_rank(const struct job *job, const struct rank *r, int out_w,
+                      int err_w) __attribute__((noreturn));
+static void exec_rank(const struct job *job, const struct rank *r, int out_w,
+                      int err_w) {
+    const char *prog = job->opt->prog_argv[0];
+
+    child_reset();
     if (r->index != 0 || !job->stdin_to_rank0)
         dup2(job->null_fd, STDIN_FILENO);
     if (out_w >= 0) {
@@ -740,13 +1353,20 @@ static void exec_rank(const struct job *job, const struct rank *r, int out_w,
      * (rather than execvpe) makes the rank's PATH the one searched. */
     environ = job->env.vars;
     execvp(prog, job->opt->prog_argv);
+    exec_failed(prog);
+}
 
-    int len = snprintf(msg, sizeof(msg), "hvdrun: cannot run %s: %s\n", prog,
-                       strerror(errno));
-    if (len > 0)
-        write_all(STDERR_FILENO, msg,
-                  (size_t)len < sizeof(msg) ? (size_t)len : sizeof(msg) - 1);
-    _exit(EXIT_NOT_RUN);
+/* In the child: becomes the ssh of a remote rank, with hvdrun's own
+ * environment (the rank's is in the command ssh runs). */
+static void exec_ssh(char **argv, int in_r, int out_w, int err_w)
+    __attribute__((noreturn));
+static void exec_ssh(char **argv, int in_r, int out_w, int err_w) {
+    child_reset();
+    dup2(in_r, STDIN_FILENO);
+    dup2(out_w, STDOUT_FILENO);
+    dup2(err_w, STDERR_FILENO);
+    execvp(argv[0], argv);
+    exec_failed(argv[0]);
 }
 
 static void close_fd(int *fd) {
@@ -755,14 +1375,299 @@ static void close_fd(int *fd) {
     *fd = -1;
 }
 
-/* Starts rank r as a child of hvdrun. */
-static int launch_local(struct job *job, struct rank *r) {
+/* A growing string; failed is set (and the text dropped) when out of
+ * memory, so a builder checks once at the end. */
+struct sbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+    int failed;
+};
+
+static void sbuf_addn(struct sbuf *b, const char *text, size_t n) {
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap == 0 ? 1024 : b->cap;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            free(b->p);
+            memset(b, 0, sizeof(*b));
+            b->failed = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, text, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sbuf_add(struct sbuf *b, const char *text) {
+    sbuf_addn(b, text, strlen(text));
+}
+
+/* text as one word of POSIX sh: in single quotes, each ' as '\''. */
+static void sbuf_quote(struct sbuf *b, const char *text) {
+    sbuf_add(b, "'");
+    for (const char *q; (q = strchr(text, '\'')) != NULL; text = q + 1) {
+        sbuf_addn(b, text, (size_t)(q - text));
+        sbuf_add(b, "'\\''");
+    }
+    sbuf_add(b, text);
+    sbuf_add(b, "'");
+}
+
+/* printf '%s\n' 'message' >&2 */
+static void sbuf_say(struct sbuf *b, const char *message) {
+    sbuf_add(b, "printf '%s\\n' ");
+    sbuf_quote(b, message);
+    sbuf_add(b, " >&2");
+}
+
+static int is_name(const char *name, size_t len) {
+    if (len == 0 || (name[0] >= '0' && name[0] <= '9'))
+        return 0;
+    for (size_t k = 0; k < len; k++) {
+        char c = name[k];
+        if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+              (c >= '0' && c <= '9')))
+            return 0;
+    }
+    return 1;
+}
+
+/* " export NAME='VALUE';" for var "NAME=VALUE" of the rank's environment. */
+static void export_var(struct sbuf *b, const char *var) {
+    size_t len = strcspn(var, "=");
+
+    if (!is_name(var, len)) {
+        HVD_WARN("hvdrun",
+                 "%.*s is not a shell variable name; not passed to "
+                 "the remote ranks",
+                 (int)len, var);
+        return;
+    }
+    sbuf_add(b, " export ");
+    sbuf_addn(b, var, len + 1);
+    sbuf_quote(b, var + len + 1);
+    sbuf_add(b, ";");
+}
+
+/*
+ * The sh script a remote rank's ssh runs there, on one line (so that any
+ * login shell passes it to sh intact). It
+ *  - reads the job secret, the first line of its stdin, into HVD_SECRET;
+ *  - goes to hvdrun's working directory and exports the rank's HVD_*
+ *    variables (the secret excepted) and the -x variables;
+ *  - checks that the program is there, then writes start_marker on
+ *    stderr: ssh's status 255 before that line means ssh failed;
+ *  - starts the program in the background, in its own session when
+ *    setsid(1) is there (so its descendants go with it), with stdin from
+ *    /dev/null;
+ *  - in a watcher, reads its stdin to EOF: hvdrun closes the pipe to stop
+ *    the rank, and the pipe closes when hvdrun or ssh dies; then it sends
+ *    SIGTERM, SIGKILL after the grace period;
+ *  - waits for the program and exits with its status (128+N when signal N
+ *    killed it), which ssh returns.
+ * A shell without job control makes a background command ignore SIGINT
+ * and SIGQUIT; "trap -" undoes that where the shell allows (bash; dash
+ * does not), and the watcher only sends TERM and KILL.
+ */
+static char *remote_script(const struct job *job, const struct rank *r) {
+    const struct options *opt = job->opt;
+    const char *host = r->host->name;
+    struct sbuf b = {0};
+    char msg[PATH_MAX + 512];
+    char num[16];
+
+    snprintf(msg, sizeof(msg), "hvdrun: rank %d on %s: no job secret on stdin",
+             r->index, host);
+    sbuf_add(&b, "IFS= read -r HVD_SECRET || { ");
+    sbuf_say(&b, msg);
+    sbuf_add(&b, "; exit 1; }; export HVD_SECRET; cd ");
+    sbuf_quote(&b, job->cwd);
+    sbuf_add(&b, " 2>/dev/null || { if test -d ");
+    sbuf_quote(&b, job->cwd);
+    sbuf_add(&b, "; then ");
+    snprintf(msg, sizeof(msg),
+             "hvdrun: cannot start rank %d on %s: cannot cd to %s there "
+             "(ranks run in the directory hvdrun runs in)",
+             r->index, host, job->cwd);
+    sbuf_say(&b, msg);
+    sbuf_add(&b, "; else ");
+    snprintf(msg, sizeof(msg),
+             "hvdrun: cannot start rank %d on %s: there is no directory %s "
+             "there (ranks run in the directory hvdrun runs in)",
+             r->index, host, job->cwd);
+    sbuf_say(&b, msg);
+    sbuf_add(&b, "; fi; exit 127; };");
+
+    for (size_t k = 0; k < job->env.n; k++) {
+        const char *var = job->env.vars[k];
+        if (strncmp(var, "HVD_", 4) == 0 &&
+            strncmp(var, "HVD_SECRET=", 11) != 0)
+            export_var(&b, var);
+    }
+    for (int k = 0; k < opt->nexports; k++) {
+        size_t len = strcspn(opt->exports[k], "=");
+        ssize_t e = env_find(&job->env, opt->exports[k], len);
+        if (e >= 0 && strncmp(opt->exports[k], "HVD_", 4) != 0)
+            export_var(&b, job->env.vars[e]);
+    }
+    sbuf_add(&b, " unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE "
+                 "OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE");
+    for (size_t k = 0; k < ARRAY_LEN(foreign_vars); k++) {
+        sbuf_add(&b, " ");
+        sbuf_add(&b, foreign_vars[k]);
+    }
+
+    sbuf_add(&b, "; hvd_p=");
+    sbuf_quote(&b, opt->prog_argv[0]);
+    sbuf_add(&b,
+             "; case $hvd_p in */*) test -f \"$hvd_p\" && test -x \"$hvd_p\";; "
+             "*) command -v \"$hvd_p\" >/dev/null 2>&1;; esac || { ");
+    snprintf(msg, sizeof(msg),
+             "hvdrun: cannot run %s on %s: not found or not executable there",
+             opt->prog_argv[0], host);
+    sbuf_say(&b, msg);
+    sbuf_add(&b, "; exit 127; }; exec 3<&0 </dev/null; ");
+    sbuf_say(&b, start_marker);
+    sbuf_add(&b, "; hvd_s=; command -v setsid >/dev/null 2>&1 && hvd_s=setsid; "
+                 "( trap - INT QUIT; exec $hvd_s");
+    for (char **a = opt->prog_argv; *a != NULL; a++) {
+        sbuf_add(&b, " ");
+        sbuf_quote(&b, *a);
+    }
+    /* The watcher kills its sleep when it is told to go. */
+    sbuf_add(&b, " ) 3<&- & hvd_p=$!; hvd_g=$hvd_p; test -n \"$hvd_s\" && "
+                 "hvd_g=-$hvd_p; { hvd_t=; trap "
+                 "'kill $hvd_t 2>/dev/null; exit 0' TERM; while IFS= read -r "
+                 "hvd_l; do :; done; ");
+    if (opt->grace_s > 0) {
+        snprintf(num, sizeof(num), "%d", opt->grace_s);
+        sbuf_add(&b, "kill -s TERM -- $hvd_g; kill -s CONT -- $hvd_g; sleep ");
+        sbuf_add(&b, num);
+        sbuf_add(&b, " & hvd_t=$!; wait $hvd_t; ");
+    }
+    /* wait's stderr is dropped: dash reports "Terminated" there. */
+    sbuf_add(&b, "kill -s KILL -- $hvd_g; } <&3 >/dev/null 2>&1 & hvd_w=$!; "
+                 "exec 3<&-; wait $hvd_p 2>/dev/null; hvd_st=$?; "
+                 "kill $hvd_w 2>/dev/null; test -n \"$hvd_s\" && "
+                 "kill -s TERM -- $hvd_g 2>/dev/null; exit $hvd_st");
+    return b.failed ? NULL : b.p;
+}
+
+/* A NULL-terminated argument vector of owned strings. */
+struct strv {
+    char **v;
+    size_t n;
+    size_t cap;
+    int failed;
+};
+
+static void strv_push(struct strv *a, const char *arg) {
+    char *copy = a->failed ? NULL : strdup(arg);
+
+    if (copy != NULL && a->n + 2 > a->cap) {
+        size_t cap = a->cap == 0 ? 32 : 2 * a->cap;
+        char **v = realloc(a->v, cap * sizeof(*v));
+        if (v == NULL) {
+            free(copy);
+            copy = NULL;
+        } else {
+            a->v = v;
+            a->cap = cap;
+        }
+    }
+    if (copy == NULL) {
+        a->failed = 1;
+        return;
+    }
+    a->v[a->n++] = copy;
+    a->v[a->n] = NULL;
+}
+
+static void strv_free(struct strv *a) {
+    for (size_t k = 0; k < a->n; k++)
+        free(a->v[k]);
+    free(a->v);
+    memset(a, 0, sizeof(*a));
+}
+
+/* The arguments as one line for messages, each quoted for sh if needed. */
+static char *strv_text(char *const *argv) {
+    struct sbuf b = {0};
+
+    for (char *const *a = argv; *a != NULL; a++) {
+        if (a != argv)
+            sbuf_add(&b, " ");
+        if (**a != '\0' &&
+            strspn(*a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijkl"
+                       "mnopqrstuvwxyz0123456789_-+=/.,:@%") == strlen(*a))
+            sbuf_add(&b, *a);
+        else
+            sbuf_quote(&b, *a);
+    }
+    return b.failed ? NULL : b.p;
+}
+
+/* ssh -T -o BatchMode=yes [-p PORT] [-i KEY] [-o OPT]... host 'exec sh -c
+ * SCRIPT'. -T: no terminal even where the user's ssh_config asks for one,
+ * which would echo the secret and mangle the stream. */
+static int ssh_argv(const struct job *job, const struct rank *r,
+                    struct strv *a) {
+    const struct options *opt = job->opt;
+    struct sbuf cmd = {0};
+    char *script = remote_script(job, r);
+
+    if (script == NULL)
+        return -1;
+    strv_push(a, "ssh");
+    strv_push(a, "-T");
+    strv_push(a, "-o");
+    strv_push(a, "BatchMode=yes");
+    if (opt->ssh_port != NULL) {
+        strv_push(a, "-p");
+        strv_push(a, opt->ssh_port);
+    }
+    if (opt->ssh_identity != NULL) {
+        strv_push(a, "-i");
+        strv_push(a, opt->ssh_identity);
+    }
+    for (int k = 0; k < opt->nssh_opts; k++) {
+        strv_push(a, "-o");
+        strv_push(a, opt->ssh_opts[k]);
+    }
+    strv_push(a, r->host->name);
+    sbuf_add(&cmd, "exec sh -c ");
+    sbuf_quote(&cmd, script);
+    free(script);
+    if (cmd.failed)
+        return -1;
+    strv_push(a, cmd.p);
+    free(cmd.p);
+    return a->failed ? -1 : 0;
+}
+
+/* Starts rank r as a child of hvdrun: the program itself, or for a remote
+ * rank ssh with ssh_args. */
+static int launch(struct job *job, struct rank *r, char **ssh_args) {
+    int in[2] = {-1, -1};
     int out[2] = {-1, -1};
     int err[2] = {-1, -1};
     sigset_t block, old;
     pid_t pid;
 
-    if (job->opt->prefix) {
+    if (r->remote && pipe2(in, O_CLOEXEC) != 0) {
+        say("cannot start rank %d: pipe2() failed: %s", r->index,
+            strerror(errno));
+        goto close_pipes;
+    }
+    if (r->out.buf != NULL) {
         if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
             say("cannot start rank %d: pipe2() failed: %s", r->index,
                 strerror(errno));
@@ -779,8 +1684,11 @@ static int launch_local(struct job *job, struct rank *r) {
         sigaddset(&block, handled_signals[k]);
     sigprocmask(SIG_BLOCK, &block, &old);
     pid = fork();
-    if (pid == 0)
+    if (pid == 0) {
+        if (r->remote)
+            exec_ssh(ssh_args, in[0], out[1], err[1]);
         exec_rank(job, r, out[1], err[1]);
+    }
     int fork_errno = errno;
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {
@@ -792,6 +1700,7 @@ static int launch_local(struct job *job, struct rank *r) {
     /* Also done in the child; whichever runs first makes the group, so it
      * exists before hvdrun can signal it. */
     setpgid(pid, pid);
+    close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&err[1]);
     r->out.fd = out[0];
@@ -799,10 +1708,23 @@ static int launch_local(struct job *job, struct rank *r) {
     r->pid = pid;
     r->state = RANK_RUNNING;
     job->live++;
-    HVD_INFO("hvdrun", "rank %d: pid %d", r->index, (int)pid);
+    if (r->remote) {
+        /* The secret line fits the empty pipe; the write end stays open
+         * (the wrapper's EOF is the rank's end). A dead ssh is reaped
+         * and reported as usual. */
+        r->stdin_fd = in[1];
+        write_all(r->stdin_fd, job->secret, strlen(job->secret));
+        write_all(r->stdin_fd, "\n", 1);
+        HVD_INFO("hvdrun", "rank %d: ssh to %s, pid %d", r->index,
+                 r->host->name, (int)pid);
+    } else {
+        HVD_INFO("hvdrun", "rank %d: pid %d", r->index, (int)pid);
+    }
     return 0;
 
 close_pipes:
+    close_fd(&in[0]);
+    close_fd(&in[1]);
     close_fd(&out[0]);
     close_fd(&out[1]);
     close_fd(&err[0]);
@@ -811,6 +1733,9 @@ close_pipes:
 }
 
 static int spawn_rank(struct job *job, struct rank *r) {
+    struct strv args = {0};
+    int rc;
+
     if (env_set_int(&job->env, "HVD_RANK", r->index) != 0 ||
         env_set_int(&job->env, "HVD_LOCAL_RANK", r->local_rank) != 0 ||
         env_set_int(&job->env, "HVD_LOCAL_SIZE", r->local_size) != 0 ||
@@ -819,12 +1744,50 @@ static int spawn_rank(struct job *job, struct rank *r) {
         say("cannot start rank %d: out of memory", r->index);
         return -1;
     }
-    return launch_local(job, r);
+    if (!r->remote)
+        return launch(job, r, NULL);
+    if (ssh_argv(job, r, &args) != 0) {
+        say("cannot start rank %d: out of memory", r->index);
+        strv_free(&args);
+        return -1;
+    }
+    if (hvd_log_current >= HVD_LOG_DEBUG) {
+        char *text = strv_text(args.v);
+        HVD_DEBUG("hvdrun", "rank %d: %s", r->index,
+                  text != NULL ? text : "(out of memory)");
+        free(text);
+    }
+    rc = launch(job, r, args.v);
+    strv_free(&args);
+    return rc;
 }
 
 /* ---- output ---- */
 
+/* Until the start marker: drops it, or keeps the line as the last one. */
+static int stream_check_start(struct stream *s) {
+    const char *line = s->buf + s->prefix_len;
+    size_t n = s->len;
+
+    if (n == strlen(start_marker) && memcmp(line, start_marker, n) == 0) {
+        s->awaiting_start = 0;
+        s->len = 0;
+        return 1;
+    }
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        n--; /* ssh ends its messages with \r\n */
+    if (n > 0) {
+        if (n >= sizeof(s->last_line))
+            n = sizeof(s->last_line) - 1;
+        memcpy(s->last_line, line, n);
+        s->last_line[n] = '\0';
+    }
+    return 0;
+}
+
 static void stream_flush(struct stream *s) {
+    if (s->awaiting_start && stream_check_start(s))
+        return;
     s->buf[s->prefix_len + s->len] = '\n';
     write_all(s->out_fd, s->buf, s->prefix_len + s->len + 1);
     s->len = 0;
@@ -914,12 +1877,19 @@ static int group_alive(const struct rank *r) {
            (r->state == RANK_EXITED && (r->out.fd >= 0 || r->err.fd >= 0));
 }
 
+/* A remote rank is asked to stop by closing its ssh's stdin (the wrapper
+ * there then sends SIGTERM); only SIGKILL goes to the ssh itself. */
 static void signal_ranks(struct job *job, int sig) {
     for (int r = 0; r < job->opt->np; r++) {
-        if (group_alive(&job->ranks[r]) && kill(-job->ranks[r].pid, sig) != 0 &&
-            errno != ESRCH)
-            HVD_WARN("hvdrun", "kill(-%d, %s) failed: %s",
-                     (int)job->ranks[r].pid, signal_name(sig), strerror(errno));
+        struct rank *rk = &job->ranks[r];
+        if (rk->remote) {
+            close_fd(&rk->stdin_fd);
+            if (sig != SIGKILL)
+                continue;
+        }
+        if (group_alive(rk) && kill(-rk->pid, sig) != 0 && errno != ESRCH)
+            HVD_WARN("hvdrun", "kill(-%d, %s) failed: %s", (int)rk->pid,
+                     signal_name(sig), strerror(errno));
     }
 }
 
@@ -944,10 +1914,41 @@ static void stop_job(struct job *job, int sig) {
     }
 }
 
+/* Says how remote rank r failed with status code (its ssh's). */
+static void remote_failed(const struct rank *r, int code) {
+    int ws = r->wstatus;
+    const char *host = r->host->name;
+
+    if (!WIFEXITED(ws))
+        say("rank %d on %s: its ssh (pid %d) was killed by signal %d (%s)",
+            r->index, host, (int)r->pid, WTERMSIG(ws),
+            signal_name(WTERMSIG(ws)));
+    else if (code == SSH_FAILED && r->err.awaiting_start)
+        say("cannot start rank %d on %s: ssh exited with status %d (%s)",
+            r->index, host, code,
+            r->err.last_line[0] != '\0' ? r->err.last_line
+                                        : "it printed no reason");
+    else if (code == SSH_FAILED)
+        say("rank %d on %s: ssh exited with status %d: the connection was "
+            "lost, or the program exited with %d",
+            r->index, host, code, code);
+    else if (code > 128 && code < 128 + NSIG)
+        say("rank %d on %s exited with status %d (as when killed by signal %d, "
+            "%s)",
+            r->index, host, code, code - 128, signal_name(code - 128));
+    else
+        say("rank %d on %s exited with status %d", r->index, host, code);
+}
+
 static void rank_exited(struct job *job, struct rank *r) {
     int ws = r->wstatus;
     int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 
+    if (r->remote) {
+        /* ssh is gone: what it wrote is in the pipe, its reason included. */
+        close_fd(&r->stdin_fd);
+        stream_read(&r->err, FINAL_DRAIN_BYTES);
+    }
     if (code == 0) {
         HVD_INFO("hvdrun", "rank %d (pid %d) exited with status 0", r->index,
                  (int)r->pid);
@@ -959,7 +1960,9 @@ static void rank_exited(struct job *job, struct rank *r) {
                  (int)r->pid, code);
         return;
     }
-    if (WIFEXITED(ws))
+    if (r->remote)
+        remote_failed(r, code);
+    else if (WIFEXITED(ws))
         say("rank %d (pid %d) exited with status %d", r->index, (int)r->pid,
             code);
     else
@@ -1060,11 +2063,50 @@ static void add_pfd(struct job *job, nfds_t *n, int fd, struct stream *s) {
     (*n)++;
 }
 
+/*
+ * Starts the ranks not started yet: local ones at once, remote ones while
+ * fewer than SSH_MAX_LOGINS ssh processes to their host have not reported
+ * the program's start. Called again as logins finish.
+ */
+static int start_pending(struct job *job) {
+    int np = job->opt->np;
+
+    for (int r = 0; r < np; r++) {
+        struct rank *rk = &job->ranks[r];
+        if (rk->host != NULL)
+            rk->host->logging_in = 0;
+    }
+    for (int r = 0; r < np; r++) {
+        struct rank *rk = &job->ranks[r];
+        if (rk->remote && rk->state == RANK_RUNNING && rk->err.awaiting_start)
+            rk->host->logging_in++;
+    }
+    for (int r = 0; r < np && job->pending > 0; r++) {
+        struct rank *rk = &job->ranks[r];
+        if (rk->state != RANK_UNSTARTED ||
+            (rk->remote && rk->host->logging_in >= SSH_MAX_LOGINS))
+            continue;
+        if (spawn_rank(job, rk) != 0)
+            return -1;
+        job->pending--;
+        if (rk->remote)
+            rk->host->logging_in++;
+    }
+    return 0;
+}
+
 /* Runs until every started rank is reaped. Returns -1 if poll() fails. */
 static int event_loop(struct job *job) {
-    while (job->live > 0) {
+    while (job->live > 0 || (job->pending > 0 && job->phase == JOB_RUNNING)) {
         int64_t now = hvd_now_ns();
         nfds_t n = 0;
+
+        if (job->pending > 0 && job->phase == JOB_RUNNING &&
+            start_pending(job) != 0) {
+            job->exit_code = EXIT_SETUP;
+            stop_job(job, SIGTERM);
+            continue;
+        }
 
         add_pfd(job, &n, sig_pipe[0], NULL);
         if (now >= job->rdv_quiet_until_ns)
@@ -1148,13 +2190,7 @@ static void kill_and_wait(struct job *job) {
 static int job_run(struct job *job) {
     if (job->opt->timeout_s > 0)
         job->timeout_at_ns = hvd_now_ns() + job->opt->timeout_s * NS_PER_S;
-    for (int r = 0; r < job->opt->np; r++) {
-        if (spawn_rank(job, &job->ranks[r]) != 0) {
-            job->exit_code = EXIT_SETUP;
-            stop_job(job, SIGTERM);
-            break;
-        }
-    }
+    job->pending = job->opt->np;
     if (event_loop(job) != 0) {
         if (job->exit_code < 0)
             job->exit_code = EXIT_SETUP;
@@ -1169,6 +2205,8 @@ static void job_destroy(struct job *job) {
         for (int r = 0; r < job->opt->np; r++) {
             close_fd(&job->ranks[r].out.fd);
             close_fd(&job->ranks[r].err.fd);
+            if (job->ranks[r].remote)
+                close_fd(&job->ranks[r].stdin_fd);
             free(job->ranks[r].out.buf);
             free(job->ranks[r].err.buf);
         }
@@ -1179,6 +2217,162 @@ static void job_destroy(struct job *job) {
     free(job->ranks);
     free(job->pfds);
     free(job->pfd_streams);
+}
+
+/* ---- --mpi ---- */
+
+static int is_hvd_name(const char *const *names, size_t n, const char *name,
+                       size_t len) {
+    for (size_t k = 0; k < n; k++) {
+        if (strlen(names[k]) == len && memcmp(names[k], name, len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * --mpi: execs mpirun -np N [-H host:slots,...] --bind-to none
+ * [--oversubscribe] [--allow-run-as-root] [-x ...] program args. The ranks
+ * bootstrap through MPI, so none of hvdrun's job variables is set (and any
+ * in hvdrun's environment are removed); the -x variables and the HVD_*
+ * variables of hvdrun's environment are passed with -x. Returns only on
+ * failure, with hvdrun's exit status.
+ */
+static int run_mpirun(const struct options *opt) {
+    const char *iface = opt->iface != NULL ? opt->iface : getenv("HVD_IFACE");
+    struct strv a = {0};
+    struct sbuf hosts = {0};
+    char num[32];
+
+    strv_push(&a, "mpirun");
+    strv_push(&a, "-np");
+    snprintf(num, sizeof(num), "%d", opt->np);
+    strv_push(&a, num);
+    if (opt->nhosts > 0) {
+        for (int h = 0; h < opt->nhosts; h++) {
+            if (strchr(opt->hosts[h].name, ':') != NULL) {
+                say("--mpi: mpirun's -H takes no IPv6 address (%s); name "
+                    "the host",
+                    opt->hosts[h].name);
+                strv_free(&a);
+                free(hosts.p);
+                return EXIT_USAGE;
+            }
+            snprintf(num, sizeof(num), ":%d", opt->hosts[h].slots);
+            if (h > 0)
+                sbuf_add(&hosts, ",");
+            sbuf_add(&hosts, opt->hosts[h].name);
+            sbuf_add(&hosts, num);
+        }
+        strv_push(&a, "-H");
+        strv_push(&a, hosts.failed ? "" : hosts.p);
+        a.failed |= hosts.failed;
+        free(hosts.p);
+    }
+    strv_push(&a, "--bind-to");
+    strv_push(&a, "none");
+    if (opt->oversubscribe)
+        strv_push(&a, "--oversubscribe");
+    if (geteuid() == 0)
+        strv_push(&a, "--allow-run-as-root");
+    if (opt->timeout_s > 0) {
+        snprintf(num, sizeof(num), "%ld", opt->timeout_s);
+        strv_push(&a, "--timeout");
+        strv_push(&a, num);
+    }
+    if (iface != NULL && *iface != '\0') {
+        /* Open MPI's own traffic over the same interface. */
+        strv_push(&a, "--mca");
+        strv_push(&a, "btl_tcp_if_include");
+        strv_push(&a, iface);
+        strv_push(&a, "--mca");
+        strv_push(&a, "oob_tcp_if_include");
+        strv_push(&a, iface);
+    }
+    if (opt->ssh_port != NULL || opt->ssh_identity != NULL ||
+        opt->nssh_opts > 0) {
+        struct sbuf rsh = {0};
+        if (opt->ssh_port != NULL) {
+            sbuf_add(&rsh, " -p ");
+            sbuf_add(&rsh, opt->ssh_port);
+        }
+        if (opt->ssh_identity != NULL) {
+            sbuf_add(&rsh, " -i ");
+            sbuf_add(&rsh, opt->ssh_identity);
+        }
+        for (int k = 0; k < opt->nssh_opts; k++) {
+            sbuf_add(&rsh, " -o ");
+            sbuf_add(&rsh, opt->ssh_opts[k]);
+        }
+        strv_push(&a, "--mca");
+        strv_push(&a, "plm_rsh_args");
+        strv_push(&a, rsh.failed ? "" : rsh.p + 1);
+        a.failed |= rsh.failed;
+        free(rsh.p);
+    }
+    for (int k = 0; k < opt->nexports; k++) {
+        strv_push(&a, "-x");
+        strv_push(&a, opt->exports[k]);
+    }
+    if (opt->iface != NULL) {
+        char *var;
+        if (asprintf(&var, "HVD_IFACE=%s", opt->iface) < 0) {
+            a.failed = 1;
+        } else {
+            strv_push(&a, "-x");
+            strv_push(&a, var);
+            free(var);
+        }
+    }
+    if (opt->start_timeout_s > 0 &&
+        getenv("HVD_START_TIMEOUT_SECONDS") == NULL) {
+        snprintf(num, sizeof(num), "%ld", opt->start_timeout_s);
+        if (setenv("HVD_START_TIMEOUT_SECONDS", num, 1) != 0)
+            a.failed = 1;
+    }
+    for (size_t k = 0; k < ARRAY_LEN(job_vars); k++)
+        unsetenv(job_vars[k]);
+    for (char **v = environ; *v != NULL; v++) {
+        size_t len = strcspn(*v, "=");
+        int given = 0;
+        if (strncmp(*v, "HVD_", 4) != 0 || (*v)[len] != '=' ||
+            (opt->iface != NULL && len == 9 &&
+             strncmp(*v, "HVD_IFACE", 9) == 0))
+            continue;
+        for (int k = 0; k < opt->nexports && !given; k++)
+            given = strcspn(opt->exports[k], "=") == len &&
+                    strncmp(opt->exports[k], *v, len) == 0;
+        if (given || is_hvd_name(job_vars, ARRAY_LEN(job_vars), *v, len))
+            continue;
+        char *name = strndup(*v, len);
+        if (name == NULL) {
+            a.failed = 1;
+            break;
+        }
+        strv_push(&a, "-x");
+        strv_push(&a, name);
+        free(name);
+    }
+    for (char **arg = opt->prog_argv; *arg != NULL; arg++)
+        strv_push(&a, *arg);
+    if (a.failed) {
+        say("out of memory");
+        strv_free(&a);
+        return EXIT_SETUP;
+    }
+
+    if (opt->verbose || hvd_log_current >= HVD_LOG_INFO) {
+        char *text = strv_text(a.v);
+        say("running %s", text != NULL ? text : "mpirun (out of memory)");
+        free(text);
+    }
+    fflush(stdout);
+    execvp(a.v[0], a.v);
+    say("cannot run mpirun: %s (it comes with Open MPI; without --mpi "
+        "hvdrun starts the ranks itself)",
+        strerror(errno));
+    strv_free(&a);
+    return EXIT_NOT_RUN;
 }
 
 /* Descriptors 0-2 must be open, or a pipe could land on one of them. */
@@ -1204,6 +2398,10 @@ int main(int argc, char **argv) {
         goto free_options;
     if (opt.verbose && hvd_log_current < HVD_LOG_INFO)
         hvd_log_current = HVD_LOG_INFO;
+    if (opt.mpi) {
+        code = run_mpirun(&opt);
+        goto free_options;
+    }
 
     sigprocmask(SIG_SETMASK, NULL, &orig_sigmask);
     getrlimit(RLIMIT_NOFILE, &orig_nofile);
@@ -1212,7 +2410,7 @@ int main(int argc, char **argv) {
     job.null_fd = -1;
     job.exit_code = -1;
     code = EXIT_SETUP;
-    if (job_setup(&job) != 0 || install_signals() != 0)
+    if (job_setup(&job, opt.hosts, opt.nhosts) != 0 || install_signals() != 0)
         goto destroy_job;
     code = job_run(&job);
 
@@ -1221,6 +2419,6 @@ destroy_job:
     close_fd(&sig_pipe[0]);
     close_fd(&sig_pipe[1]);
 free_options:
-    free(opt.exports);
+    free_options(&opt);
     return code;
 }

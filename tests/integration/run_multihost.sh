@@ -1,0 +1,295 @@
+#!/bin/sh
+# A job over two "hosts": two network namespaces joined by a veth pair,
+# each running its own sshd (in its own UTS namespace, so the two have
+# different host names). hvdrun runs in host A: A's two ranks are forked,
+# B's two are started over ssh.
+#
+# Usage: run_multihost.sh HVDRUN TEST_MULTIHOST
+#
+# Needs root, ip netns, /usr/sbin/sshd, ssh, ssh-keygen and unshare;
+# without them it exits 77 (skipped). Everything it makes is named after
+# its pid and removed on exit; a watchdog outside the test's process tree
+# removes it too when the test is killed (ctest's timeout sends SIGKILL),
+# and a later run removes what a dead run left.
+#
+# Besides the 4-rank job (pass: exit 0 and four PASS lines, two from each
+# host), it checks the remote side of hvdrun: a remote rank's status, the
+# teardown of remote ranks when a local one fails and when hvdrun is
+# killed, the message when ssh cannot connect, and that the job secret is
+# on no command line.
+set -u
+
+prefix=hvd-mh
+addr_a=10.47.0.1
+addr_b=10.47.0.2
+
+# Removes what the run of pid $1 made (its temporary directory is $2, or
+# "" when unknown). Quiet and idempotent.
+cleanup_run() {
+    for ns in $prefix-a-$1 $prefix-b-$1; do
+        if ip netns list 2>/dev/null | grep -q "^$ns\( \|$\)"; then
+            pids=$(ip netns pids "$ns" 2>/dev/null)
+            [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+            ip netns del "$ns" 2>/dev/null
+        fi
+    done
+    ip link del "hvd-a-$1" 2>/dev/null
+    [ -n "$2" ] && rm -rf "$2"
+}
+
+if [ "${1:-}" = "--cleanup" ]; then
+    # The watchdog: waits for the test's shell to go, then cleans up.
+    while kill -0 "$2" 2>/dev/null; do sleep 1; done
+    cleanup_run "$2" "$3"
+    exit 0
+fi
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 HVDRUN TEST_MULTIHOST" >&2
+    exit 2
+fi
+hvdrun=$1
+test_prog=$2
+
+skip() {
+    echo "SKIP multihost: $*"
+    exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, sshd)"
+for tool in ip unshare timeout ssh ssh-keygen pgrep mount; do
+    command -v $tool >/dev/null 2>&1 || skip "$tool is not installed"
+done
+[ -x /usr/sbin/sshd ] || skip "/usr/sbin/sshd is not installed (openssh-server)"
+
+# What earlier runs that were killed left behind.
+for ns in $(ip netns list 2>/dev/null | sed -n "s/^\($prefix-[ab]-[0-9][0-9]*\).*/\1/p"); do
+    pid=${ns##*-}
+    kill -0 "$pid" 2>/dev/null || cleanup_run "$pid" ""
+done
+for dir in /tmp/$prefix-[0-9]*.*; do
+    [ -d "$dir" ] || continue
+    pid=${dir#/tmp/$prefix-}
+    pid=${pid%%.*}
+    kill -0 "$pid" 2>/dev/null || rm -rf "$dir"
+done
+
+ns_a=$prefix-a-$$
+ns_b=$prefix-b-$$
+dir=$(mktemp -d /tmp/$prefix-$$.XXXXXX) || exit 1
+trap 'cleanup_run $$ "$dir"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
+# The watchdog, started in its own session and detached from this shell, so
+# that killing the test's process tree does not kill it.
+if command -v setsid >/dev/null 2>&1; then
+    (setsid sh "$0" --cleanup $$ "$dir" </dev/null >/dev/null 2>&1 &)
+fi
+
+ip netns add "$ns_a" 2>"$dir/err" ||
+    skip "ip netns add failed: $(cat "$dir/err")"
+ip netns add "$ns_b" || exit 1
+
+fails=0
+check() { # name expected actual
+    if [ "$2" = "$3" ]; then
+        echo "ok   $1"
+    else
+        echo "FAIL $1: expected '$2', got '$3'"
+        fails=$((fails + 1))
+    fi
+}
+die() {
+    echo "FAIL multihost: $*"
+    for log in "$dir"/sshd-*.log; do
+        [ -s "$log" ] && { echo "--- $log"; tail -n 20 "$log"; }
+    done
+    exit 1
+}
+
+# ---- the network ----
+ip link add "hvd-a-$$" type veth peer name "hvd-b-$$" || die "ip link add veth"
+ip link set "hvd-a-$$" netns "$ns_a" || die "moving the veth into $ns_a"
+ip link set "hvd-b-$$" netns "$ns_b" || die "moving the veth into $ns_b"
+ip -n "$ns_a" addr add $addr_a/24 dev "hvd-a-$$" || die "ip addr add $addr_a"
+ip -n "$ns_b" addr add $addr_b/24 dev "hvd-b-$$" || die "ip addr add $addr_b"
+for ns in "$ns_a" "$ns_b"; do
+    ip -n "$ns" link set lo up || die "lo up in $ns"
+done
+ip -n "$ns_a" link set "hvd-a-$$" up || die "veth up in $ns_a"
+ip -n "$ns_b" link set "hvd-b-$$" up || die "veth up in $ns_b"
+
+# ---- keys and sshds ----
+ssh-keygen -q -t ed25519 -N '' -C hvd-mh-client -f "$dir/client" ||
+    die "ssh-keygen"
+cp "$dir/client.pub" "$dir/authorized_keys"
+: >"$dir/known_hosts"
+mkdir -p /run/sshd # sshd's privilege separation directory
+for h in a b; do
+    case $h in
+    a) ns=$ns_a addr=$addr_a ;;
+    *) ns=$ns_b addr=$addr_b ;;
+    esac
+    ssh-keygen -q -t ed25519 -N '' -C "hvd-host-$h" -f "$dir/host_$h" ||
+        die "ssh-keygen (host key)"
+    echo "$addr $(cut -d' ' -f1,2 "$dir/host_$h.pub")" >>"$dir/known_hosts"
+    cat >"$dir/sshd_$h.conf" <<EOF
+ListenAddress $addr
+Port 22
+HostKey $dir/host_$h
+AuthorizedKeysFile $dir/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+StrictModes no
+UsePAM no
+PrintMotd no
+PidFile $dir/sshd-$h.pid
+EOF
+    ip netns exec "$ns" unshare --uts sh -c \
+        'hostname "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"' \
+        sh "hvd-host-$h" "$dir/sshd_$h.conf" "$dir/sshd-$h.log" ||
+        die "starting sshd in $ns (see $dir/sshd-$h.log)"
+done
+for h in a b; do
+    n=0
+    until [ -s "$dir/sshd-$h.pid" ]; do
+        n=$((n + 1))
+        [ $n -gt 100 ] && die "sshd of host $h wrote no pid file"
+        sleep 0.1
+    done
+done
+
+# Runs hvdrun in host A, which is named hvd-host-a there too.
+in_a() {
+    ip netns exec "$ns_a" unshare --uts sh -c \
+        'hostname hvd-host-a && exec "$@"' sh "$@"
+}
+ssh_opts="-i $dir/client --ssh-opt UserKnownHostsFile=$dir/known_hosts
+    --ssh-opt GlobalKnownHostsFile=/dev/null
+    --ssh-opt StrictHostKeyChecking=yes --ssh-opt ConnectTimeout=10
+    --ssh-opt GSSAPIAuthentication=no"
+
+# ---- the job: 2 ranks forked in A, 2 over ssh in B ----
+in_a timeout 120 "$hvdrun" -H $addr_a:2,$addr_b:2 $ssh_opts \
+    "$test_prog" >"$dir/out" 2>&1
+code=$?
+cat "$dir/out"
+check "4-rank job exits 0" 0 $code
+check "PASS lines" 4 "$(grep -c '^\[[0-3]\] PASS multihost rank' "$dir/out")"
+check "PASS lines from host A (forked)" 2 \
+    "$(grep -c '^\[[01]\] PASS.*cross_rank 0 .* on hvd-host-a$' "$dir/out")"
+check "PASS lines from host B (ssh)" 2 \
+    "$(grep -c '^\[[23]\] PASS.*cross_rank 1 .* on hvd-host-b$' "$dir/out")"
+if [ $code -ne 0 ] || [ $fails -ne 0 ]; then
+    die "the 4-rank job failed"
+fi
+
+# ---- a remote rank's status and message ----
+out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b $ssh_opts \
+    sh -c 'exit $((HVD_RANK * 7))' 2>&1)
+code=$?
+check "remote rank's status" 7 $code
+case $out in
+*"rank 1 on $addr_b exited with status 7"*) check "remote failure message" ok ok ;;
+*) check "remote failure message" "rank 1 on $addr_b exited with status 7" "$out" ;;
+esac
+
+# ---- more ranks on one host than sshd lets log in at once ----
+out=$(in_a timeout 60 "$hvdrun" -H $addr_b:16 $ssh_opts sh -c 'echo ok' 2>&1)
+check "16 ranks over ssh: status" 0 $?
+check "16 ranks over ssh: output" 16 "$(echo "$out" | grep -c '^\[[0-9]*\] ok$')"
+
+# ---- the environment and directory of a remote rank ----
+out=$(cd "$dir" && in_a timeout 60 "$hvdrun" -H $addr_b:2 -x HVD_MH_X=1 \
+    -x "MH_Y=it's \"quoted\" \$x" $ssh_opts \
+    sh -c 'echo "$HVD_RANK/$HVD_SIZE $HVD_LOCAL_RANK/$HVD_LOCAL_SIZE $HVD_CROSS_RANK/$HVD_CROSS_SIZE $HVD_MH_X $MH_Y $(pwd) $(hostname)"' |
+    sort)
+check "remote environment and directory" \
+    "[0] 0/2 0/2 0/1 1 it's \"quoted\" \$x $dir hvd-host-b
+[1] 1/2 1/2 0/1 1 it's \"quoted\" \$x $dir hvd-host-b" "$out"
+
+# ---- the secret is on no command line, on either host ----
+# printf is a shell builtin: the secret reaches grep on its stdin only.
+out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b $ssh_opts sh -c \
+    'test -n "$HVD_SECRET" || echo "no secret"; printf "%s\n" "$HVD_SECRET" | grep -lF -f - /proc/[0-9]*/cmdline 2>/dev/null; sleep 1' 2>&1)
+check "secret on no command line" "" "$out"
+
+# Does a process of host B run command line $1?
+runs_in_b() {
+    for pid in $(pgrep -x -f "$1"); do
+        [ "$(ip netns identify "$pid" 2>/dev/null)" = "$ns_b" ] && return 0
+    done
+    return 1
+}
+# Polls for 5 s until no process of host B runs command line $1; prints 1
+# if none does.
+gone() {
+    n=0
+    while runs_in_b "$1"; do
+        n=$((n + 1))
+        [ $n -gt 50 ] && break
+        sleep 0.1
+    done
+    echo $((n <= 50))
+}
+
+# ---- a failing local rank tears the remote one down ----
+start=$(date +%s)
+in_a timeout 60 "$hvdrun" --grace-seconds 1 -H $addr_a,$addr_b $ssh_opts \
+    sh -c 'if [ $HVD_RANK = 0 ]; then sleep 1; exit 5; fi; exec sleep 101' \
+    >/dev/null 2>&1
+check "local failure's status" 5 $?
+check "remote rank stopped quickly" 1 $(($(date +%s) - start < 15))
+check "no remote program left" 1 "$(gone "sleep 101")"
+
+# ---- a remote program that ignores SIGTERM gets SIGKILL ----
+start=$(date +%s)
+in_a timeout 60 "$hvdrun" --grace-seconds 1 -H $addr_a,$addr_b $ssh_opts \
+    sh -c 'trap "" TERM; [ $HVD_RANK = 0 ] && exit 3; exec sleep 103' \
+    >/dev/null 2>&1
+check "stubborn remote: status" 3 $?
+check "stubborn remote: stopped quickly" 1 $(($(date +%s) - start < 15))
+check "stubborn remote: killed" 1 "$(gone "sleep 103")"
+
+# ---- a directory that host B does not have ----
+# A tmpfs mounted in a mount namespace of host A's only.
+mkdir "$dir/m"
+out=$(ip netns exec "$ns_a" unshare --uts --mount sh -c \
+    'hostname hvd-host-a && mount -t tmpfs hvd-mh "$1" && mkdir "$1/only-a" &&
+     cd "$1/only-a" && shift && exec "$@"' \
+    sh "$dir/m" timeout 60 "$hvdrun" -H $addr_a,$addr_b $ssh_opts true 2>&1)
+check "missing remote directory: status" 127 $?
+case $out in
+*"cannot start rank 1 on $addr_b: there is no directory $dir/m/only-a there"*)
+    check "missing remote directory: message" ok ok ;;
+*) check "missing remote directory: message" "cannot start rank 1 ... no directory" "$out" ;;
+esac
+
+# ---- killing hvdrun kills the remote rank ----
+in_a timeout 60 "$hvdrun" -H $addr_b $ssh_opts sleep 102 >/dev/null 2>&1 &
+job=$!
+n=0
+until runs_in_b "sleep 102"; do
+    n=$((n + 1))
+    [ $n -gt 100 ] && break
+    sleep 0.1
+done
+check "remote program started" 1 $((n <= 100))
+hvdrun_pid=$(pgrep -x -f "$hvdrun -H $addr_b .*" | head -n 1)
+[ -n "$hvdrun_pid" ] && kill -9 "$hvdrun_pid"
+wait $job
+check "remote program gone after kill -9 hvdrun" 1 "$(gone "sleep 102")"
+
+# ---- ssh cannot connect ----
+out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b -p 2 $ssh_opts true 2>&1)
+check "ssh failure's status" 255 $?
+case $out in
+*"cannot start rank 1 on $addr_b: ssh exited with status 255 (ssh: connect to host $addr_b port 2: Connection refused)"*)
+    check "ssh failure message" ok ok ;;
+*) check "ssh failure message" "cannot start rank 1 on $addr_b: ssh exited with status 255 (...)" "$out" ;;
+esac
+
+[ $fails -eq 0 ] && echo "run_multihost: PASS" && exit 0
+echo "run_multihost: $fails FAILED"
+exit 1
