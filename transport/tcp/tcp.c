@@ -264,7 +264,10 @@ static void send_abort(tsock *s, const hvd_frame_abort *a, int64_t deadline) {
 /*
  * Makes the transport fail for good: every request in flight completes
  * with status, every later call returns it, and every peer is told (an
- * ABORT frame, best effort) so that all ranks report the same cause.
+ * ABORT frame, best effort) so that all ranks report the same cause. text
+ * is the sentence of the rank that detected the failure (origin); the
+ * ABORT relays it as it is, so that a rank that hears it second-hand
+ * says "rank <origin> reported: <text>" once, not once per hop.
  */
 static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
                             const char *text) {
@@ -273,7 +276,11 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
     int64_t deadline = hvd_now_ns() + ABORT_NS;
 
     tp->failed = status;
-    snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
+    if (origin == tp->rank)
+        snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
+    else
+        snprintf(tp->failmsg, sizeof(tp->failmsg), "rank %d reported: %s",
+                 origin, text);
     HVD_ERROR("tcp", "%s", tp->failmsg);
 
     for (int i = 0; i < tp->size * tp->nconn; i++) {
@@ -513,13 +520,11 @@ static hvd_status on_eof(tsock *s) {
 
 static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
     hvd_frame_abort a;
-    char text[HVD_ERROR_MAX];
 
     if (hvd_frame_abort_decode(payload, len, &a) != HVD_OK)
         return fail(s->tp, HVD_ERR_TRANSPORT, s->peer, "rank %d: %s", s->peer,
                     hvd_error_get());
-    snprintf(text, sizeof(text), "rank %d reported: %s", a.origin, a.text);
-    return fail_with(s->tp, a.status, a.culprit, a.origin, text);
+    return fail_with(s->tp, a.status, a.culprit, a.origin, a.text);
 }
 
 static hvd_status sock_recv(tsock *s) {
