@@ -5,7 +5,7 @@
 # is missing (root, ip netns, sch_netem, timeout(1), python3).
 set(HVD_REL_DIR ${CMAKE_CURRENT_SOURCE_DIR}/reliability)
 
-foreach(name fault)
+foreach(name fault soak)
   add_executable(test_${name} ${HVD_REL_DIR}/test_${name}.c)
   target_link_libraries(test_${name} PRIVATE hvd Threads::Threads m)
   target_include_directories(test_${name} PRIVATE
@@ -36,3 +36,35 @@ if(HVD_WITH_MPI AND MPIEXEC_EXECUTABLE)
                        LABELS "reliability;failure;mpi" TIMEOUT 900
                        SKIP_RETURN_CODE 77)
 endif()
+
+# Bad network between two network namespaces (run_badnet.sh): tc netem
+# (skipped where the kernel has no sch_netem), random loss through
+# nftables, and a link cut mid-run.
+foreach(mode netem loss linkcut)
+  add_test(NAME reliability.badnet.${mode}
+           COMMAND sh ${HVD_REL_DIR}/run_badnet.sh ${mode}
+                   $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_soak>
+                   $<TARGET_FILE:test_fault>)
+  set_tests_properties(reliability.badnet.${mode} PROPERTIES
+                       LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
+set_property(TEST reliability.badnet.linkcut APPEND PROPERTY LABELS failure)
+
+# Soak: 20,000 allreduces of random sizes (log-uniform, 0 B to 8 MiB),
+# dtypes and ops at np 3, every result checked, resident memory after the
+# warm-up growing by less than 1 MiB; and 4,000 mixed operations. The
+# sanitizer builds run them with sizes up to 1 MiB and without the memory
+# limit (ASan's quarantine holds freed memory on purpose).
+if(HVD_ASAN OR HVD_TSAN)
+  set(HVD_SOAK_ARGS --max-bytes 1M)
+else()
+  set(HVD_SOAK_ARGS --max-bytes 8M --rss-limit-kib 1024)
+endif()
+add_test(NAME reliability.soak.np3
+         COMMAND hvdrun -np 3 -- $<TARGET_FILE:test_soak> --ops 20000
+                 --kinds allreduce ${HVD_SOAK_ARGS})
+add_test(NAME reliability.soak_mixed.np3
+         COMMAND hvdrun -np 3 -- $<TARGET_FILE:test_soak> --ops 4000
+                 --kinds mixed --seed 7 ${HVD_SOAK_ARGS})
+set_tests_properties(reliability.soak.np3 reliability.soak_mixed.np3
+                     PROPERTIES LABELS "reliability" TIMEOUT 900)

@@ -689,8 +689,8 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
             return fail(tp, HVD_ERR_TIMEOUT, p,
                         "nothing (not even a heartbeat) arrived from %s for "
                         "%.0f s while rank %d waited on it: it is stopped, "
-                        "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS "
-                        "sets this limit)",
+                        "hung or busy outside hvd, or the network to it is "
+                        "down (HVD_TIMEOUT_SECONDS sets this limit)",
                         who, (double)tp->timeout_ns / 1e9, tp->rank);
         }
     }
