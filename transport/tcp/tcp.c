@@ -1014,14 +1014,30 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
             if (c == NULL && nconn < maxconn)
                 c = &conns[nconn++];
             if (c == NULL) {
-                char name[HVD_ADDR_MAX];
-                hvd_net_peer_name(fd, name, sizeof(name));
+                /* Full of strangers (the table has room for every
+                 * expected connection and 16 more): drop the one that has
+                 * waited longest, so that strangers that connect and stay
+                 * silent cannot keep a rank out. */
+                for (int i = 0; i < nconn; i++)
+                    if (!conns[i].client && conns[i].fd >= 0 &&
+                        (c == NULL || conns[i].deadline < c->deadline))
+                        c = &conns[i];
+                if (c == NULL) {
+                    char name[HVD_ADDR_MAX];
+                    hvd_net_peer_name(fd, name, sizeof(name));
+                    HVD_WARN("tcp",
+                             "dropped connection from %s: too many "
+                             "unauthenticated connections",
+                             name);
+                    close(fd);
+                    continue;
+                }
                 HVD_WARN("tcp",
-                         "dropped connection from %s: too many "
-                         "unauthenticated connections",
-                         name);
-                close(fd);
-                continue;
+                         "dropped connection from %s: too many connections "
+                         "that have not authenticated, and it waited "
+                         "longest",
+                         c->name);
+                close(c->fd);
             }
             memset(c, 0, sizeof(*c));
             c->fd = fd;
@@ -1089,6 +1105,17 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
                 st = hvd_error_set(HVD_ERR_TIMEOUT, "handshake timed out");
             if (st == HVD_OK)
                 continue;
+            if (c->client && st == HVD_ERR_PEER_LOST && now < c->deadline) {
+                /* Dropped unanswered: the peer had too many strangers at
+                 * once. Try again a little later. */
+                HVD_DEBUG("tcp", "connecting to %s: %s; trying again", c->name,
+                          c->hs.err);
+                close(c->fd);
+                c->fd = -1;
+                c->retry_at = now + 50 * 1000000LL;
+                st = HVD_OK;
+                continue;
+            }
             if (c->client) {
                 char who[160];
                 describe(tp, c->peer, who, sizeof(who));
@@ -1108,9 +1135,16 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
         }
     }
 out:
-    for (int i = 0; conns != NULL && i < nconn; i++)
-        if (conns[i].fd >= 0)
-            close(conns[i].fd);
+    for (int i = 0; conns != NULL && i < nconn; i++) {
+        if (conns[i].fd < 0)
+            continue;
+        if (!conns[i].client && st == HVD_OK)
+            HVD_WARN("tcp",
+                     "dropped connection from %s: the mesh is complete and "
+                     "it had not authenticated",
+                     conns[i].name);
+        close(conns[i].fd);
+    }
     free(conns);
     free(pfds);
     return st;
