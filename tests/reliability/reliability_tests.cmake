@@ -5,9 +5,10 @@
 # is missing (root, ip netns, sch_netem, timeout(1), python3).
 set(HVD_REL_DIR ${CMAKE_CURRENT_SOURCE_DIR}/reliability)
 
-foreach(name fault soak)
+foreach(name fault soak intruder)
   add_executable(test_${name} ${HVD_REL_DIR}/test_${name}.c)
-  target_link_libraries(test_${name} PRIVATE hvd Threads::Threads m)
+  target_link_libraries(test_${name} PRIVATE hvd Threads::Threads m
+                        ${CMAKE_DL_LIBS})
   target_include_directories(test_${name} PRIVATE
                              ${CMAKE_CURRENT_SOURCE_DIR}/integration)
   target_compile_options(test_${name} PRIVATE ${HVD_WARNINGS})
@@ -68,3 +69,12 @@ add_test(NAME reliability.soak_mixed.np3
                  --kinds mixed --seed 7 ${HVD_SOAK_ARGS})
 set_tests_properties(reliability.soak.np3 reliability.soak_mixed.np3
                      PROPERTIES LABELS "reliability" TIMEOUT 900)
+
+# Intruders (run_intruder.sh, intruder.py): strangers at the rendezvous and
+# at a data port are refused or dropped and logged, the job's results do
+# not change, and the job listens on the chosen interface only.
+add_test(NAME reliability.intruder.np3
+         COMMAND sh ${HVD_REL_DIR}/run_intruder.sh $<TARGET_FILE:hvdrun>
+                 $<TARGET_FILE:test_intruder> ${HVD_REL_DIR}/intruder.py)
+set_tests_properties(reliability.intruder.np3 PROPERTIES
+                     LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
