@@ -78,3 +78,12 @@ add_test(NAME reliability.intruder.np3
                  $<TARGET_FILE:test_intruder> ${HVD_REL_DIR}/intruder.py)
 set_tests_properties(reliability.intruder.np3 PROPERTIES
                      LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# Neighbours (run_neighbours.sh): two jobs side by side, same user,
+# overlapping ephemeral ports (a 64-port range in a namespace of their own,
+# as root), busy ports and ports in TIME_WAIT.
+add_test(NAME reliability.neighbours
+         COMMAND sh ${HVD_REL_DIR}/run_neighbours.sh $<TARGET_FILE:hvdrun>
+                 $<TARGET_FILE:test_soak>)
+set_tests_properties(reliability.neighbours PROPERTIES
+                     LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
