@@ -87,3 +87,12 @@ add_test(NAME reliability.neighbours
                  $<TARGET_FILE:test_soak>)
 set_tests_properties(reliability.neighbours PROPERTIES
                      LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# hvdrun's host-list parser (tools/hostfile.c), also a fuzz target.
+add_executable(test_hostfile ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hostfile.c
+               ${CMAKE_SOURCE_DIR}/tools/hostfile.c)
+target_include_directories(test_hostfile PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(test_hostfile PRIVATE PkgConfig::CMOCKA)
+target_compile_options(test_hostfile PRIVATE ${HVD_WARNINGS})
+add_test(NAME unit.hostfile COMMAND test_hostfile)
+set_tests_properties(unit.hostfile PROPERTIES LABELS unit TIMEOUT 300)
