@@ -96,3 +96,10 @@ target_link_libraries(test_hostfile PRIVATE PkgConfig::CMOCKA)
 target_compile_options(test_hostfile PRIVATE ${HVD_WARNINGS})
 add_test(NAME unit.hostfile COMMAND test_hostfile)
 set_tests_properties(unit.hostfile PROPERTIES LABELS unit TIMEOUT 300)
+
+# Checks of control messages off the wire (api/ctrlmsg.c), also fuzzed.
+add_executable(test_ctrlmsg ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ctrlmsg.c)
+target_link_libraries(test_ctrlmsg PRIVATE hvd_internal PkgConfig::CMOCKA m)
+target_compile_options(test_ctrlmsg PRIVATE ${HVD_WARNINGS})
+add_test(NAME unit.ctrlmsg COMMAND test_ctrlmsg)
+set_tests_properties(unit.ctrlmsg PROPERTIES LABELS unit TIMEOUT 300)
