@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1182,11 +1183,9 @@ static hvd_status tcp_probe(const hvd_transport_params *params,
     return HVD_OK;
 }
 
-static hvd_status tcp_open(const hvd_transport_params *params,
-                           hvd_transport **out) {
+/* A transport with its peers, sockets and epoll set, not connected yet. */
+static hvd_status tcp_new(const hvd_transport_params *params, tcp **out) {
     tcp *tp = calloc(1, sizeof(*tp));
-    listen_blob mine, *all = NULL;
-    int lfd = -1, port = 0;
     hvd_status st;
 
     if (tp == NULL)
@@ -1249,7 +1248,48 @@ static hvd_status tcp_open(const hvd_transport_params *params,
                            strerror(errno));
         goto fail;
     }
+    *out = tp;
+    return HVD_OK;
+fail:
+    tcp_close(&tp->base);
+    return st;
+}
 
+hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
+                                  const int *fds, hvd_transport **out) {
+    tcp *tp = NULL;
+    hvd_status st = tcp_new(params, &tp);
+
+    if (st != HVD_OK)
+        return st;
+    for (int p = 0; p < tp->size; p++) {
+        for (int k = 0; k < tp->nconn && p != tp->rank; k++) {
+            int fd = fds[p * tp->nconn + k];
+            int fl = fcntl(fd, F_GETFL);
+            if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+                st = hvd_error_set(HVD_ERR_TRANSPORT,
+                                   "fcntl(O_NONBLOCK) of socket %d of rank "
+                                   "%d failed: %s",
+                                   k, p, strerror(errno));
+                tcp_close(&tp->base);
+                return st;
+            }
+            install(tp, p, k, fd);
+        }
+    }
+    *out = &tp->base;
+    return HVD_OK;
+}
+
+static hvd_status tcp_open(const hvd_transport_params *params,
+                           hvd_transport **out) {
+    listen_blob mine, *all = NULL;
+    int lfd = -1, port = 0;
+    tcp *tp = NULL;
+    hvd_status st = tcp_new(params, &tp);
+
+    if (st != HVD_OK)
+        return st;
     st = hvd_net_listen(params->bind_addr, 0, &lfd, &port);
     if (st != HVD_OK)
         goto fail;
