@@ -103,3 +103,9 @@ target_link_libraries(test_ctrlmsg PRIVATE hvd_internal PkgConfig::CMOCKA m)
 target_compile_options(test_ctrlmsg PRIVATE ${HVD_WARNINGS})
 add_test(NAME unit.ctrlmsg COMMAND test_ctrlmsg)
 set_tests_properties(unit.ctrlmsg PROPERTIES LABELS unit TIMEOUT 300)
+
+# The fuzz targets, each run over its corpus (tests/fuzz/fuzz_tests.cmake;
+# an HVD_FUZZ build includes it from the top instead).
+if(NOT HVD_FUZZ)
+  include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tests.cmake)
+endif()
