@@ -320,7 +320,12 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
         for (int p = 0; p < tp->size; p++) {
             if (p == tp->rank || p == origin)
                 continue;
-            for (int k = 0; k < tp->nconn; k++) {
+            /* The control socket first: the peer always reads it (a
+             * header receive is posted, or nothing ever comes), while on
+             * a data socket the ABORT could queue behind data for a
+             * receive the peer has not posted, unread until the peer
+             * blames the wrong rank for the connection closing. */
+            for (int k = tp->nconn - 1; k >= 0; k--) {
                 tsock *s = &tp->peers[p].socks[k];
                 if (s->fd >= 0 && !s->tx_broken && !s->eof) {
                     send_abort(s, &a, deadline);
