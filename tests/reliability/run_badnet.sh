@@ -128,6 +128,7 @@ check_listeners() {
 
 if [ $mode != linkcut ]; then
     start=$(date +%s)
+    : >"$dir/out"
     ip netns exec "$ns_a" timeout -k 5 280 "$hvdrun" \
         --network-interface $ifname -np 4 -- sh -c "$wrapper" sh "$ns_b" \
         "$soak" $ops --kinds mixed --seed $$ \
@@ -162,6 +163,7 @@ fi
 delay=$(awk -v s="${HVD_FAULT_SEED:-$$}" 'BEGIN { srand(s); printf "%.3f", rand() * 1.5 }')
 HVD_TIMEOUT_SECONDS=3
 export HVD_TIMEOUT_SECONDS
+: >"$dir/out"
 ip netns exec "$ns_a" timeout -k 5 120 "$hvdrun" --grace-seconds 8 \
     --network-interface $ifname -np 4 -- sh -c "$wrapper" sh "$ns_b" \
     "$fault" --victim -1 --expect any >"$dir/out" 2>&1 &

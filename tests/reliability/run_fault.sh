@@ -120,6 +120,7 @@ rep=0
 while read -r victim delay; do
     rep=$((rep + 1))
     out=$dir/out.$rep
+    : >"$out"
     shm_before
     if [ $kind = hvdrun ]; then
         timeout -k 5 60 "$launcher" --grace-seconds 8 -np "$np" -- "$prog" \

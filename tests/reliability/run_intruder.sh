@@ -53,6 +53,7 @@ wait_for() { # FILE: bounded 60 s
     done
 }
 
+: >"$dir/out"
 timeout -k 5 120 "$hvdrun" --grace-seconds 2 -np 3 -- "$prog" --dir "$dir" \
     >"$dir/out" 2>&1 &
 job=$!
