@@ -352,12 +352,15 @@ static hvd_status fail(tcp *tp, hvd_status status, int culprit, const char *fmt,
 }
 
 static hvd_status sock_recv(tsock *s);
+static void scan_for_abort(tsock *s);
 
 /*
  * A connection to s's peer broke. Before blaming that peer, read what the
  * other connections hold: a rank that failed first may have sent an ABORT
  * with the real cause (it then exited, which is why this connection
- * broke), and that cause is what every rank should report.
+ * broke), and that cause is what every rank should report. The ABORT may
+ * wait behind data for a receive not posted yet: that data is read past
+ * and dropped, since the transport fails either way.
  */
 static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     char who[160];
@@ -367,8 +370,40 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     tp->salvaging = 1;
     for (int i = 0; i < tp->size * tp->nconn && tp->failed == HVD_OK; i++) {
         tsock *x = &tp->socks[i];
-        if (x->fd >= 0 && !x->rx_blocked && (!x->eof || x->rx_off < x->rx_end))
+        if (x->fd < 0 || (x->eof && x->rx_off == x->rx_end))
+            continue;
+        if (!x->rx_blocked)
             sock_recv(x);
+        if (x->rx_blocked && tp->failed == HVD_OK)
+            scan_for_abort(x);
+    }
+    /* If the peer itself failed first, its ABORT is on one of its sockets
+     * and may arrive a moment after the end of another (separate
+     * connections keep no order between them): give each of them a
+     * little time to deliver it or close too. */
+    int64_t deadline = hvd_now_ns() + ABORT_NS;
+    while (tp->failed == HVD_OK && s->peer >= 0 && s->peer < tp->size) {
+        struct pollfd pfds[HVD_TCP_MAX_SOCKS + 1];
+        tsock *xs[HVD_TCP_MAX_SOCKS + 1];
+        int n = 0;
+        int64_t left = (deadline - hvd_now_ns()) / 1000000;
+        for (int k = 0; k < tp->nconn; k++) {
+            tsock *x = &tp->peers[s->peer].socks[k];
+            if (x->fd >= 0 && !x->eof) {
+                xs[n] = x;
+                pfds[n++] = (struct pollfd){.fd = x->fd, .events = POLLIN};
+            }
+        }
+        if (n == 0 || left <= 0 || poll(pfds, (nfds_t)n, (int)left) <= 0)
+            break;
+        for (int k = 0; k < n && tp->failed == HVD_OK; k++) {
+            if (pfds[k].revents == 0)
+                continue;
+            if (!xs[k]->rx_blocked)
+                sock_recv(xs[k]);
+            if (xs[k]->rx_blocked && tp->failed == HVD_OK)
+                scan_for_abort(xs[k]);
+        }
     }
     tp->salvaging = 0;
     if (tp->failed != HVD_OK)
@@ -531,6 +566,49 @@ static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
         return fail(s->tp, HVD_ERR_TRANSPORT, s->peer, "rank %d: %s", s->peer,
                     hvd_error_get());
     return fail_with(s->tp, a.status, a.culprit, a.origin, a.text);
+}
+
+/*
+ * Only while failing (peer_lost): reads the frames that wait on a socket
+ * behind data nobody has asked for yet, dropping that data, and acts on an
+ * ABORT found there. Bounded by what the kernel holds now (no waiting) and
+ * by a number of frames.
+ */
+static void scan_for_abort(tsock *s) {
+    tcp *tp = s->tp;
+    uint64_t drop = 0; /* payload bytes still to skip */
+    hvd_status st = HVD_OK;
+
+    for (int n = 0; n < 100000 && tp->failed == HVD_OK; n++) {
+        size_t avail = s->rx_end - s->rx_off;
+        hvd_frame f;
+
+        if (drop > 0 && avail > 0) {
+            size_t k = drop < avail ? (size_t)drop : avail;
+            s->rx_off += k;
+            drop -= k;
+            continue;
+        }
+        if (drop > 0 || avail < HVD_FRAME_HDR_LEN) {
+            if (s->eof || rx_fill(s, &st) <= 0)
+                return;
+            continue;
+        }
+        if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) != HVD_OK)
+            return;
+        if (f.type == HVD_FRAME_ABORT) {
+            if (avail < HVD_FRAME_HDR_LEN + f.len) {
+                if (s->eof || rx_fill(s, &st) <= 0)
+                    return;
+                continue;
+            }
+            on_abort(s, s->rx + s->rx_off + HVD_FRAME_HDR_LEN, (size_t)f.len);
+            return;
+        }
+        s->rx_off += HVD_FRAME_HDR_LEN;
+        s->rx_seq++;
+        drop = f.type == HVD_FRAME_DATA ? f.len : 0;
+    }
 }
 
 static hvd_status sock_recv(tsock *s) {
