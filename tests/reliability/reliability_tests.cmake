@@ -109,3 +109,13 @@ set_tests_properties(unit.ctrlmsg PROPERTIES LABELS unit TIMEOUT 300)
 if(NOT HVD_FUZZ)
   include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tests.cmake)
 endif()
+
+# Label `transport` for the tests of the transports and their failure paths
+# (besides the engine's, label `engine`): .ci/run runs these two labels in
+# its ThreadSanitizer build.
+get_property(hvd_rel_all_tests DIRECTORY PROPERTY TESTS)
+foreach(t ${hvd_rel_all_tests})
+  if(t MATCHES "^(unit\\.(frame|handshake|chunk|ctrlmsg)|fuzz\\.(frame|handshake)\\.corpus|integration\\.(collectives\\.np[234]$|peer_lost|stall|auth|mismatch)|reliability\\.(intruder|dead_rank\\.np4|stopped_rank|badnet\\.linkcut))")
+    set_property(TEST ${t} APPEND PROPERTY LABELS transport)
+  endif()
+endforeach()

@@ -13,7 +13,7 @@
 # PROG      test_fault.
 #
 # Each repetition starts a job of NP ranks, waits for every rank's READY
-# line, waits a random 0-1.5 s more, picks a random victim and strikes.
+# line, waits a random 0-1 s more, picks a random victim and strikes.
 # It passes when NP-1 ranks print "PASS fault", each DETECT line comes
 # within the limit of the strike, the launcher exits non-zero within 10 s
 # of it, and no process of the job and no /dev/shm entry is left behind
@@ -57,11 +57,13 @@ kill)
     sig=KILL
     expect=peer_lost
     detect_limit=5
+    linger=200
     ;;
 stop)
     sig=STOP
     expect=timeout
     detect_limit=10
+    linger=1000
     HVD_TIMEOUT_SECONDS=5
     export HVD_TIMEOUT_SECONDS
     ;;
@@ -85,7 +87,7 @@ echo "run_fault: $mode under $kind, np $np, $reps repetitions, HVD_FAULT_SEED=$s
 awk -v seed="$seed" -v reps="$reps" -v np="$np" 'BEGIN {
     srand(seed)
     for (i = 0; i < reps; i++)
-        printf "%d %.3f\n", int(rand() * np), rand() * 1.5
+        printf "%d %.3f\n", int(rand() * np), rand()
 }' >"$dir/plan"
 
 shm_before() {
@@ -124,12 +126,14 @@ while read -r victim delay; do
     shm_before
     if [ $kind = hvdrun ]; then
         timeout -k 5 60 "$launcher" --grace-seconds 8 -np "$np" -- "$prog" \
-            --victim "$victim" --expect $expect >"$out" 2>&1 &
+            --victim "$victim" --expect $expect --linger-ms $linger \
+            >"$out" 2>&1 &
     else
         # shellcheck disable=SC2086
         timeout -k 5 60 $launcher -np "$np" -x HVD_TRANSPORT=tcp \
             ${HVD_TIMEOUT_SECONDS:+-x HVD_TIMEOUT_SECONDS} "$prog" \
-            --victim "$victim" --expect $expect >"$out" 2>&1 &
+            --victim "$victim" --expect $expect --linger-ms $linger \
+            >"$out" 2>&1 &
     fi
     job=$!
 
