@@ -4,7 +4,7 @@
 #
 #   run_neighbours.sh HVDRUN TEST_SOAK
 #
-# Four rounds; in each, two 3-rank jobs start at the same moment and run
+# Eight rounds; in each, two 3-rank jobs start at the same moment and run
 # 300 mixed operations each (allreduce, broadcast, allgather), from
 # different seeds: the two jobs use the same names for different
 # operations, so a connection across the jobs would fail a job or a check.
@@ -17,8 +17,11 @@
 # and connecting ports from the same few: before the first round 16 ports
 # of the range are held by other listeners and 16 more are left in
 # TIME_WAIT, and every round leaves its own connections in TIME_WAIT for
-# the next. Without root the jobs share the host's loopback and its usual
-# range. Pass: every job exits 0 with every rank's PASS. Exit status: 0
+# the next: by the fifth round every port of the range is busy or has
+# connections in TIME_WAIT (about 180 of them at the end), which is where
+# bind(port 0) and connect() alone give up (transport/net.c then takes a
+# port in TIME_WAIT itself). Without root the jobs share the host's
+# loopback and its usual range. Pass: every job exits 0 with every rank's PASS. Exit status: 0
 # pass, 1 fail, 77 skip.
 set -u
 
@@ -31,7 +34,7 @@ soak=$2
 prefix=hvd-nb
 ifname=hvdnb0
 addr=10.48.4.1
-rounds=4
+rounds=8
 
 for tool in timeout python3; do
     if ! command -v $tool >/dev/null 2>&1; then
