@@ -80,6 +80,7 @@ typedef struct tsock {
     int registered; /* in the epoll set */
     int eof;
     int bye_rx;
+    uint64_t scan_drop; /* failing: payload bytes scan_for_abort drops */
 } tsock;
 
 typedef struct tpeer {
@@ -352,7 +353,7 @@ static hvd_status fail(tcp *tp, hvd_status status, int culprit, const char *fmt,
 }
 
 static hvd_status sock_recv(tsock *s);
-static void scan_for_abort(tsock *s);
+static int scan_for_abort(tsock *s);
 
 /*
  * A connection to s's peer broke. Before blaming that peer, read what the
@@ -382,6 +383,7 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
      * connections keep no order between them): give each of them a
      * little time to deliver it or close too. */
     int64_t deadline = hvd_now_ns() + ABORT_NS;
+    uint32_t given_up = 0; /* sockets whose stream cannot be read on */
     while (tp->failed == HVD_OK && s->peer >= 0 && s->peer < tp->size) {
         struct pollfd pfds[HVD_TCP_MAX_SOCKS + 1];
         tsock *xs[HVD_TCP_MAX_SOCKS + 1];
@@ -389,7 +391,7 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
         int64_t left = (deadline - hvd_now_ns()) / 1000000;
         for (int k = 0; k < tp->nconn; k++) {
             tsock *x = &tp->peers[s->peer].socks[k];
-            if (x->fd >= 0 && !x->eof) {
+            if (x->fd >= 0 && !x->eof && !(given_up & (1u << k))) {
                 xs[n] = x;
                 pfds[n++] = (struct pollfd){.fd = x->fd, .events = POLLIN};
             }
@@ -401,8 +403,9 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
                 continue;
             if (!xs[k]->rx_blocked)
                 sock_recv(xs[k]);
-            if (xs[k]->rx_blocked && tp->failed == HVD_OK)
-                scan_for_abort(xs[k]);
+            if (xs[k]->rx_blocked && tp->failed == HVD_OK &&
+                !scan_for_abort(xs[k]))
+                given_up |= 1u << xs[k]->index;
         }
     }
     tp->salvaging = 0;
@@ -572,43 +575,44 @@ static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
  * Only while failing (peer_lost): reads the frames that wait on a socket
  * behind data nobody has asked for yet, dropping that data, and acts on an
  * ABORT found there. Bounded by what the kernel holds now (no waiting) and
- * by a number of frames.
+ * by a number of frames. Returns 0 if the stream cannot be read on (a
+ * malformed frame), else 1.
  */
-static void scan_for_abort(tsock *s) {
+static int scan_for_abort(tsock *s) {
     tcp *tp = s->tp;
-    uint64_t drop = 0; /* payload bytes still to skip */
     hvd_status st = HVD_OK;
 
     for (int n = 0; n < 100000 && tp->failed == HVD_OK; n++) {
         size_t avail = s->rx_end - s->rx_off;
         hvd_frame f;
 
-        if (drop > 0 && avail > 0) {
-            size_t k = drop < avail ? (size_t)drop : avail;
+        if (s->scan_drop > 0 && avail > 0) {
+            size_t k = s->scan_drop < avail ? (size_t)s->scan_drop : avail;
             s->rx_off += k;
-            drop -= k;
+            s->scan_drop -= k;
             continue;
         }
-        if (drop > 0 || avail < HVD_FRAME_HDR_LEN) {
+        if (s->scan_drop > 0 || avail < HVD_FRAME_HDR_LEN) {
             if (s->eof || rx_fill(s, &st) <= 0)
-                return;
+                return 1;
             continue;
         }
         if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) != HVD_OK)
-            return;
+            return 0;
         if (f.type == HVD_FRAME_ABORT) {
             if (avail < HVD_FRAME_HDR_LEN + f.len) {
                 if (s->eof || rx_fill(s, &st) <= 0)
-                    return;
+                    return 1;
                 continue;
             }
             on_abort(s, s->rx + s->rx_off + HVD_FRAME_HDR_LEN, (size_t)f.len);
-            return;
+            return 1;
         }
         s->rx_off += HVD_FRAME_HDR_LEN;
         s->rx_seq++;
-        drop = f.type == HVD_FRAME_DATA ? f.len : 0;
+        s->scan_drop = f.type == HVD_FRAME_DATA ? f.len : 0;
     }
+    return 1;
 }
 
 static hvd_status sock_recv(tsock *s) {
