@@ -62,6 +62,10 @@ static hvd_status check_local(const hvd_procinfo *info, const char *rname,
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "%s=%d is larger than the job (%d ranks)", sname,
                              info->local_size, info->size);
+    if (info->local_rank >= info->size)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s=%d is not below the job's size (%d ranks)",
+                             rname, info->local_rank, info->size);
     return HVD_OK;
 }
 
@@ -135,6 +139,13 @@ hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
                                "HVD_CROSS_RANK=%d is not below "
                                "HVD_CROSS_SIZE=%d",
                                pi.cross_rank, pi.cross_size);
+        /* A host holds a rank at least: no more hosts than ranks. */
+        if (st == HVD_OK &&
+            (pi.cross_rank >= pi.size || pi.cross_size > pi.size))
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "HVD_CROSS_RANK=%d / HVD_CROSS_SIZE=%d: more "
+                               "hosts than the job's %d ranks",
+                               pi.cross_rank, pi.cross_size, pi.size);
         goto out;
     }
     st = rank_size(get, ctx, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -159,6 +170,8 @@ hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
     if (found) {
         pi.source = "slurm";
         st = opt_int(get, ctx, "SLURM_LOCALID", 0, MAX_RANKS, &pi.local_rank);
+        if (st == HVD_OK)
+            st = check_local(&pi, "SLURM_LOCALID", "(the local size)");
         goto out;
     }
     st = rank_size(get, ctx, "PMI_RANK", "PMI_SIZE", &pi, &found);

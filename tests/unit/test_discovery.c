@@ -172,6 +172,23 @@ static void malformed(void **state) {
     expect_invalid(k, "HVD_RANK=1 ");
     expect_invalid(l, "PMI_RANK=3");
     expect_invalid(m, "HVD_LOCAL_SIZE=3");
+
+    /* Found by fuzz_config: launcher values beyond the job's size. */
+    var n[] = {{"HVD_RANK", "1"},
+               {"HVD_SIZE", "4"},
+               {"HVD_CROSS_RANK", "5"},
+               {NULL, NULL}};
+    var o[] = {{"HVD_RANK", "0"},
+               {"HVD_SIZE", "2"},
+               {"HVD_LOCAL_RANK", "3"},
+               {NULL, NULL}};
+    var p[] = {{"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "2"},
+               {"SLURM_LOCALID", "2"},
+               {NULL, NULL}};
+    expect_invalid(n, "HVD_CROSS_RANK=5");
+    expect_invalid(o, "HVD_LOCAL_RANK=3");
+    expect_invalid(p, "SLURM_LOCALID=2");
 }
 
 static void config_defaults_and_values(void **state) {
