@@ -81,7 +81,8 @@ static void environment(const uint8_t *data, size_t size) {
         if (pi.size < 1 || pi.rank < 0 || pi.rank >= pi.size ||
             (pi.local_rank >= 0 && pi.local_size >= 0 &&
              pi.local_rank >= pi.local_size) ||
-            pi.local_size > pi.size ||
+            pi.local_size > pi.size || pi.local_rank >= pi.size ||
+            pi.cross_rank >= pi.size || pi.cross_size > pi.size ||
             (pi.cross_rank >= 0 && pi.cross_size >= 0 &&
              pi.cross_rank >= pi.cross_size) ||
             (pi.rdv_addr[0] != '\0' &&

@@ -256,6 +256,9 @@ def configs():
         b"HVD_RANK=4", b"HVD_SIZE=4", b"HVD_TCP_NSOCKS=99",
         b"HVD_FUSION_THRESHOLD=12Q", b"HVD_TIMEOUT_SECONDS=-1",
         b"HVD_JOB_ID=xyz"]))
+    # Found by the fuzzer: a cross rank beyond the job was accepted.
+    write("config", "env-cross-rank", b"\x00HVD_RANK=1\nHVD_SIZE=4\n"
+          b"HVD_CROSS_RANK=5\nHVD_LOCAL_RANK=1")
     write("config", "env-bytes", b"\x00HVD_CHUNK_BYTES=17179869184G\n"
           b"HVD_RD_MAX_BYTES=1kb\nHVD_TREE_MAX_BYTES=0")
     write("config", "hostfile", b"\x01# cluster\nnode1 slots=4\n"
