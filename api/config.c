@@ -53,19 +53,29 @@ static hvd_status integer(hvd_env_get_fn get, void *ctx, const char *name,
     return st;
 }
 
+/* Parses an algorithm variable; allowed lists the values it takes besides
+ * auto, ending with HVD_ALGO_AUTO. */
 static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
-                            hvd_algo a, hvd_algo b, hvd_algo *out) {
-    /* Every collective also takes auto and native. */
+                            const hvd_algo *allowed, hvd_algo *out) {
     const char *text = get(name, ctx);
+    char names[160] = "auto";
     hvd_algo v;
+    int ok = 0;
 
     if (text == NULL || *text == '\0')
         return HVD_OK;
-    if (hvd_algo_parse(text, &v) != 0 ||
-        (v != HVD_ALGO_AUTO && v != HVD_ALGO_NATIVE && v != a && v != b))
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "%s=%s is not one of auto, %s, %s, native", name,
-                             text, hvd_algo_name(a), hvd_algo_name(b));
+    for (const hvd_algo *a = allowed; *a != HVD_ALGO_AUTO; a++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, ", %s", hvd_algo_name(*a));
+    }
+    if (hvd_algo_parse(text, &v) == 0) {
+        ok = v == HVD_ALGO_AUTO;
+        for (const hvd_algo *a = allowed; *a != HVD_ALGO_AUTO; a++)
+            ok |= v == *a;
+    }
+    if (!ok)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "%s=%s is not one of %s",
+                             name, text, names);
     *out = v;
     return HVD_OK;
 }
@@ -84,6 +94,13 @@ static hvd_status text(hvd_env_get_fn get, void *ctx, const char *name,
     snprintf(out, outlen, "%s", v);
     return HVD_OK;
 }
+
+static const hvd_algo allreduce_algos[] = {
+    HVD_ALGO_RING, HVD_ALGO_RD,     HVD_ALGO_RABENSEIFNER, HVD_ALGO_DIRECT,
+    HVD_ALGO_HIER, HVD_ALGO_NATIVE, HVD_ALGO_AUTO};
+static const hvd_algo bcast_algos[] = {HVD_ALGO_TREE, HVD_ALGO_PIPELINE,
+                                       HVD_ALGO_DIRECT, HVD_ALGO_NATIVE,
+                                       HVD_ALGO_AUTO};
 
 hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     hvd_config c;
@@ -119,20 +136,21 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
                      &c.tcp_nsocks);
     if (st == HVD_OK)
         st = bytes(get, ctx, "HVD_TCP_STRIPE_MIN", 64, &c.tcp_stripe_min);
-    if (st == HVD_OK)
+    if (st == HVD_OK && get("HVD_CHUNK_BYTES", ctx) != NULL) {
         st = bytes(get, ctx, "HVD_CHUNK_BYTES", 64, &c.comm.chunk_bytes);
+        c.chunk_forced = 1;
+    }
     if (st == HVD_OK)
         st = integer(get, ctx, "HVD_PIPELINE_DEPTH", 1, 16, &c.comm.depth);
     if (st == HVD_OK)
-        st = bytes(get, ctx, "HVD_RD_MAX_BYTES", 0, &c.comm.allreduce_rd_max);
-    if (st == HVD_OK)
-        st = bytes(get, ctx, "HVD_TREE_MAX_BYTES", 0, &c.comm.bcast_tree_max);
-    if (st == HVD_OK)
-        st = algorithm(get, ctx, "HVD_ALGORITHM", HVD_ALGO_RING, HVD_ALGO_RD,
+        st = algorithm(get, ctx, "HVD_ALGORITHM", allreduce_algos,
                        &c.comm.allreduce_algo);
     if (st == HVD_OK)
-        st = algorithm(get, ctx, "HVD_BCAST_ALGORITHM", HVD_ALGO_TREE,
-                       HVD_ALGO_PIPELINE, &c.comm.bcast_algo);
+        st = algorithm(get, ctx, "HVD_BCAST_ALGORITHM", bcast_algos,
+                       &c.comm.bcast_algo);
+    if (st == HVD_OK)
+        st = text(get, ctx, "HVD_TUNING_FILE", c.tuning_file,
+                  sizeof(c.tuning_file));
     if (st == HVD_OK)
         st = bytes(get, ctx, "HVD_FUSION_THRESHOLD", 0, &c.fusion_threshold);
     if (st == HVD_OK)

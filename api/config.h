@@ -22,8 +22,9 @@ typedef struct hvd_config {
     int tcp_nsocks;               /* HVD_TCP_NSOCKS */
     size_t tcp_stripe_min;        /* HVD_TCP_STRIPE_MIN */
     hvd_comm_config comm;         /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
-                                     HVD_ALGORITHM, HVD_BCAST_ALGORITHM,
-                                     HVD_RD_MAX_BYTES, HVD_TREE_MAX_BYTES */
+                                     HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
+    int chunk_forced;             /* HVD_CHUNK_BYTES was set */
+    char tuning_file[512];        /* HVD_TUNING_FILE */
     size_t fusion_threshold;      /* HVD_FUSION_THRESHOLD */
     size_t fusion_tensor_max;     /* HVD_FUSION_TENSOR_MAX */
     int cache_capacity;           /* HVD_CACHE_CAPACITY */

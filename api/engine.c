@@ -497,14 +497,20 @@ static int64_t stamp(const hvd_engine *eng) {
     return eng->timeline != NULL ? hvd_now_ns() : 0;
 }
 
-/* Timeline args of a collective: where it ran and how. */
+/* Timeline args of a collective: where it runs and how (the selector's
+ * plan for it, which is what hvd_coll_* then runs). */
 static void collective_args(hvd_engine *eng, char *out, size_t outlen,
-                            const char *algo, int ntensors, size_t bytes) {
+                            hvd_coll_kind kind, hvd_dtype dtype, int ntensors,
+                            size_t bytes) {
+    hvd_plan plan;
+
+    hvd_coll_plan(eng->data, kind, bytes, dtype, &plan);
     snprintf(out, outlen,
              "\"transport\": \"%s\", \"algorithm\": \"%s\", "
-             "\"tensors\": %d, \"bytes\": %zu",
-             eng->tp != NULL ? eng->tp->ops->name : "local", algo, ntensors,
-             bytes);
+             "\"chunk\": %zu, \"tensors\": %d, \"bytes\": %zu",
+             hvd_plan_transport(&plan),
+             plan.algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan.algo),
+             plan.chunk, ntensors, bytes);
 }
 
 /*
@@ -535,10 +541,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
 
     /* The path is the selector's choice for this size (what the timeline
      * shows before the collective runs). */
-    collective_args(eng, args, sizeof(args),
-                    eng->size == 1 ? "local"
-                                   : hvd_algo_name(hvd_select_allreduce(
-                                         eng->data, total * esize)),
+    collective_args(eng, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
                     (int)ntensors, total * esize);
     if (ntensors == 1 && !r0->self_joined) {
         hvd_request *req = hvd_namemap_get(&eng->by_name, r0->name);
@@ -655,8 +658,12 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         return st;
     if (r->desc.kind == HVD_KIND_BROADCAST ||
         r->desc.kind == HVD_KIND_ALLGATHER) {
-        collective_args(eng, args, sizeof(args), eng->data->last_path, 1,
-                        (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype));
+        size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype);
+        int bc = r->desc.kind == HVD_KIND_BROADCAST;
+        collective_args(eng, args, sizeof(args),
+                        bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER,
+                        r->desc.dtype, 1,
+                        bc ? bytes : bytes * (size_t)eng->size);
         hvd_timeline_begin(eng->timeline, r->name,
                            r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST"
                                                               : "ALLGATHER",
@@ -1554,6 +1561,7 @@ static void engine_free(hvd_engine *eng) {
 
 hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
                             const hvd_comm_config *comm_cfg,
+                            struct hvd_paths *paths,
                             const hvd_engine_config *cfg, hvd_engine **out) {
     hvd_engine *eng = calloc(1, sizeof(*eng));
     hvd_status st;
@@ -1573,6 +1581,7 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
                              &eng->ctrl);
     if (st != HVD_OK)
         goto fail;
+    eng->data->paths = paths;
     if (hvd_cache_init(&eng->cache, cfg->cache_capacity) != 0) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto fail;

@@ -90,10 +90,12 @@ void hvd_request_free(hvd_request *req);
 
 /*
  * Starts the engine over tp (NULL in a job of one), on tp's data and
- * control channels.
+ * control channels. paths (borrowed, NULL: tp only) gives the collectives
+ * their other ways and the selector (collectives/select.h).
  */
 hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
                             const hvd_comm_config *comm_cfg,
+                            struct hvd_paths *paths,
                             const hvd_engine_config *cfg, hvd_engine **out);
 
 /*

@@ -18,6 +18,7 @@
 #include "api/hvd_internal.h"
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
+#include "collectives/select.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/net.h"
@@ -44,6 +45,10 @@ static struct {
     hvd_config cfg;
     const hvd_transport_ops *ops;
     hvd_transport *tp;
+    const hvd_transport_ops *shm_ops; /* shm beside the primary (auto) */
+    hvd_transport *shm_tp;
+    hvd_paths paths;
+    int have_paths;
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -96,16 +101,16 @@ static void place_ranks(hvd_procinfo *info, const host_blob *all) {
         info->cross_size = cross_size;
 }
 
-/* What HVD_TRANSPORT asks for: "tcp", "mpi", or "auto". */
+/* What HVD_TRANSPORT asks for: "tcp", "shm", "mpi", or "auto". */
 static hvd_status transport_choice(const char *name, const char **out) {
-    if (strcasecmp(name, "auto") == 0 || strcasecmp(name, "tcp") == 0 ||
-        strcasecmp(name, "mpi") == 0) {
-        *out = strcasecmp(name, "auto") == 0  ? "auto"
-               : strcasecmp(name, "tcp") == 0 ? "tcp"
-                                              : "mpi";
+    static const char *const known[] = {"auto", "tcp", "shm", "mpi"};
+
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+        if (strcasecmp(name, known[i]) != 0)
+            continue;
+        *out = known[i];
         const hvd_transport_ops *ops;
-        if (strcmp(*out, "auto") != 0 &&
-            hvd_transport_lookup(*out, &ops) != HVD_OK)
+        if (i > 0 && hvd_transport_lookup(*out, &ops) != HVD_OK)
             return hvd_error_set(HVD_ERR_UNSUPPORTED,
                                  "HVD_TRANSPORT=%s: that transport is not "
                                  "built into this hvd (built in: %s; MPI "
@@ -115,8 +120,7 @@ static hvd_status transport_choice(const char *name, const char **out) {
                                  name, hvd_transport_names());
         return HVD_OK;
     }
-    if (strcasecmp(name, "shm") == 0 || strcasecmp(name, "verbs") == 0 ||
-        strcasecmp(name, "nccl") == 0)
+    if (strcasecmp(name, "verbs") == 0 || strcasecmp(name, "nccl") == 0)
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: that transport is not built "
                              "into this hvd (built in: %s); unset it or use "
@@ -249,6 +253,135 @@ static hvd_status open_transport(const char *name,
     return st;
 }
 
+/*
+ * The ways data can travel besides the primary transport: in auto, shared
+ * memory among the ranks of each host; the communicators over them; and
+ * the selector's table (collectives/select.h). Collective.
+ */
+static hvd_status setup_paths(const hvd_transport_params *params,
+                              const char *want) {
+    hvd_paths *P = &g.paths;
+    int size = params->size, rank = params->rank;
+    int *host_of = calloc((size_t)size, sizeof(int));
+    int *count = calloc((size_t)size, sizeof(int));
+    int *map = calloc((size_t)size, sizeof(int));
+    int nhosts = 0, equal = 1, shared = 0, n = 0, me = -1;
+    hvd_transport *shm_tp = NULL;
+    hvd_comm *net = NULL;
+    hvd_status st = HVD_OK;
+
+    memset(P, 0, sizeof(*P));
+    if (host_of == NULL || count == NULL || map == NULL) {
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    /* Hosts numbered by their lowest rank. */
+    for (int i = 0; i < size; i++) {
+        host_of[i] = -1;
+        for (int j = 0; j < i && host_of[i] < 0; j++)
+            if (strcmp(params->hosts[i], params->hosts[j]) == 0)
+                host_of[i] = host_of[j];
+        if (host_of[i] < 0)
+            host_of[i] = nhosts++;
+        count[host_of[i]]++;
+    }
+    for (int h = 0; h < nhosts; h++) {
+        equal &= count[h] == count[0];
+        shared |= count[h] > 1;
+    }
+    P->single_host = nhosts == 1;
+    P->net_name = g.ops->name;
+
+    if (strcmp(want, "auto") == 0 && shared) {
+        hvd_caps caps;
+        st = hvd_transport_lookup("shm", &g.shm_ops);
+        if (st == HVD_OK)
+            st = g.shm_ops->probe(params, &caps);
+        if (st == HVD_OK)
+            st = g.shm_ops->open(params, &g.shm_tp);
+        if (st != HVD_OK) {
+            /* Every rank reached the same verdict (shm.c): carry on over the
+             * primary alone. */
+            HVD_WARN("api",
+                     "shared memory is not used: %s; same-host ranks talk "
+                     "over %s",
+                     hvd_error_get(), g.ops->name);
+            g.shm_tp = NULL;
+            st = HVD_OK;
+        }
+    }
+    shm_tp = strcmp(g.ops->name, "shm") == 0 ? g.tp : g.shm_tp;
+
+    /* This host's ranks, in rank order. */
+    for (int i = 0; i < size; i++) {
+        if (host_of[i] == host_of[rank]) {
+            if (i == rank)
+                me = n;
+            map[n++] = i;
+        }
+    }
+    if (shm_tp != NULL && P->single_host)
+        st = hvd_comm_create(rank, size, shm_tp, HVD_CHANNEL_DATA, &g.cfg.comm,
+                             &P->shm);
+    else if (shm_tp != NULL)
+        st = hvd_comm_create_sub(me, n, map, shm_tp, HVD_CHANNEL_DATA,
+                                 &g.cfg.comm, &P->local);
+    /* The ranks of this local rank on every host, in host order. */
+    if (st == HVD_OK && !P->single_host && equal) {
+        int xn = 0;
+        for (int h = 0; h < nhosts; h++) {
+            int k = 0;
+            for (int i = 0; i < size; i++) {
+                if (host_of[i] != h)
+                    continue;
+                if (k++ == me)
+                    map[xn++] = i;
+            }
+        }
+        st = hvd_comm_create_sub(host_of[rank], xn, map, g.tp, HVD_CHANNEL_DATA,
+                                 &g.cfg.comm, &P->cross);
+    }
+    if (st == HVD_OK)
+        st = hvd_comm_create(rank, size, g.tp, HVD_CHANNEL_DATA, &g.cfg.comm,
+                             &net);
+    if (st != HVD_OK)
+        goto out;
+
+    hvd_model *m = &P->model;
+    m->size = size;
+    m->local_size = equal ? count[0] : 0;
+    m->cross_size = nhosts;
+    m->native = g.cfg.comm.native;
+    m->hier = P->local != NULL && P->cross != NULL;
+    for (int t = 0; t < HVD_NTPS; t++)
+        for (int c = 0; c < HVD_NCLASSES; c++)
+            m->link[t][c].alpha = -1;
+    m->chunk[HVD_TP_NET] = (uint32_t)g.cfg.comm.chunk_bytes;
+    m->chunk[HVD_TP_SHM] =
+        g.cfg.chunk_forced ? (uint32_t)g.cfg.comm.chunk_bytes : 256 * 1024;
+    /* One-sided reads only if every rank can make them. */
+    {
+        int32_t direct = P->shm != NULL     ? hvd_comm_can_get(P->shm)
+                         : P->local != NULL ? hvd_comm_can_get(P->local)
+                                            : 0;
+        st = hvd_rd_allreduce(net, &direct, &direct, 1, HVD_INT32, HVD_MIN);
+        m->direct = direct;
+    }
+    if (st == HVD_OK)
+        st = hvd_paths_tune(P, net, g.cfg.comm.allreduce_algo,
+                            g.cfg.comm.bcast_algo, g.cfg.tuning_file);
+    if (st == HVD_OK)
+        g.have_paths = 1;
+out:
+    hvd_comm_destroy(net);
+    if (st != HVD_OK)
+        hvd_paths_clear(P);
+    free(host_of);
+    free(count);
+    free(map);
+    return st;
+}
+
 static hvd_status init_multi(void) {
     hvd_procinfo *info = &g.info;
     hvd_bootstrap *bs = NULL;
@@ -321,7 +454,18 @@ static hvd_status init_multi(void) {
     params.tcp_nsocks = g.cfg.tcp_nsocks;
     params.tcp_stripe_min = g.cfg.tcp_stripe_min;
 
-    if (strcmp(want, "mpi") == 0) {
+    if (strcmp(want, "shm") == 0) {
+        if (info->cross_size > 1) {
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=shm needs every rank on one "
+                               "host, and this job has ranks on %d hosts: "
+                               "unset it (auto uses shared memory within "
+                               "each host) or use tcp",
+                               info->cross_size);
+            goto out;
+        }
+        st = open_transport("shm", &params);
+    } else if (strcmp(want, "mpi") == 0) {
         st = open_transport("mpi", &params);
     } else if (strcmp(want, "tcp") == 0 || !via_mpi) {
         st = st == HVD_OK ? open_transport("tcp", &params) : st;
@@ -363,12 +507,26 @@ static hvd_status init_multi(void) {
              info->rank, info->size, info->local_rank, info->local_size,
              info->cross_rank, info->cross_size, via_mpi ? "MPI" : info->source,
              g.ops->name, bind_addr);
+    st = setup_paths(&params, want);
 out:
     free(all);
     free((void *)hosts);
     free(pids);
     close_bootstrap(bs, via_mpi);
     return st;
+}
+
+/* Frees the paths and closes every transport (after the engine stopped). */
+static void close_transports(void) {
+    if (g.have_paths)
+        hvd_paths_clear(&g.paths);
+    g.have_paths = 0;
+    if (g.shm_tp != NULL)
+        g.shm_ops->close(g.shm_tp);
+    g.shm_tp = NULL;
+    if (g.tp != NULL)
+        g.ops->close(g.tp);
+    g.tp = NULL;
 }
 
 static void engine_config(hvd_engine_config *ec) {
@@ -410,17 +568,15 @@ hvd_status hvd_init(void) {
             goto fail;
     }
     engine_config(&ec);
-    st = hvd_engine_start(g.info.rank, g.info.size, g.tp, &g.cfg.comm, &ec,
-                          &g.engine);
+    st = hvd_engine_start(g.info.rank, g.info.size, g.tp, &g.cfg.comm,
+                          g.have_paths ? &g.paths : NULL, &ec, &g.engine);
     if (st != HVD_OK)
         goto fail;
     memset(g.unnamed, 0, sizeof(g.unnamed));
     g.initialized = 1;
     goto out;
 fail:
-    if (g.tp != NULL)
-        g.ops->close(g.tp);
-    g.tp = NULL;
+    close_transports();
     hvd_error_prefix("hvd_init (rank %d): ", g.info.rank);
     HVD_ERROR("api", "%s", hvd_error_get());
     hvd_log_set_rank(-1);
@@ -440,12 +596,13 @@ hvd_status hvd_shutdown(void) {
     st = hvd_engine_stop(g.engine);
     g.engine = NULL;
     if (g.tp != NULL) {
+        if (st == HVD_OK && g.shm_tp != NULL)
+            st = g.shm_ops->shutdown(g.shm_tp);
         if (st == HVD_OK)
             st = g.ops->shutdown(g.tp);
-        g.ops->close(g.tp);
-        g.tp = NULL;
         g.was_initialized = 1;
     }
+    close_transports();
 #ifdef HVD_WITH_MPI
     hvd_mpi_env_finalize(); /* only if hvd initialized MPI */
 #endif

@@ -34,21 +34,55 @@ hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
     if (comm->cfg.chunk_bytes < 64)
         comm->cfg.chunk_bytes = 64;
     /* Ring and chain keep depth receives and depth sends in flight; the
-     * binomial tree up to log2(size) sends. */
-    comm->nreqs = 2 * comm->cfg.depth + 64;
+     * binomial tree up to log2(size) sends; the direct algorithms one
+     * receive and one send per peer. */
+    comm->nreqs = 2 * comm->cfg.depth + 2 * size + 64;
     comm->reqs = calloc((size_t)comm->nreqs, sizeof(*comm->reqs));
     if (comm->reqs == NULL) {
         free(comm);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
     comm->last_path = "none";
+    comm->last_transport = tp != NULL ? tp->ops->name : "local";
     *out = comm;
     return HVD_OK;
+}
+
+hvd_status hvd_comm_create_sub(int rank, int size, const int *map,
+                               hvd_transport *tp, int channel,
+                               const hvd_comm_config *cfg, hvd_comm **out) {
+    int *copy = malloc((size_t)size * sizeof(*copy));
+    hvd_comm *comm;
+    hvd_status st;
+
+    if (copy == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    memcpy(copy, map, (size_t)size * sizeof(*copy));
+    st = hvd_comm_create(rank, size, tp, channel, cfg, &comm);
+    if (st != HVD_OK) {
+        free(copy);
+        return st;
+    }
+    comm->map = copy;
+    *out = comm;
+    return HVD_OK;
+}
+
+int hvd_comm_can_get(const hvd_comm *comm) {
+    if (comm->tp == NULL)
+        return comm->size == 1;
+    for (int i = 0; i < comm->size; i++)
+        if (i != comm->rank &&
+            !comm->tp->ops->can_get(comm->tp, hvd_comm_peer(comm, i)))
+            return 0;
+    return 1;
 }
 
 void hvd_comm_destroy(hvd_comm *comm) {
     if (comm == NULL)
         return;
+    free((void *)comm->map);
+    free(comm->peer_addrs);
     free(comm->scratch);
     free(comm->reqs);
     free(comm);
@@ -118,6 +152,9 @@ static const char *const algo_names[HVD_ALGO_COUNT] = {
     [HVD_ALGO_TREE] = "tree",
     [HVD_ALGO_PIPELINE] = "pipeline",
     [HVD_ALGO_NATIVE] = "native",
+    [HVD_ALGO_RABENSEIFNER] = "rabenseifner",
+    [HVD_ALGO_DIRECT] = "direct",
+    [HVD_ALGO_HIER] = "hier",
 };
 
 const char *hvd_algo_name(hvd_algo algo) {

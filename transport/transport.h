@@ -86,6 +86,7 @@ typedef struct hvd_transport_params {
 typedef struct hvd_caps {
     int usable;             /* 1 if open can succeed on this machine */
     int native_collectives; /* 1 if allreduce/allgather/broadcast exist */
+    int one_sided;          /* 1 if get may work (open says for sure) */
     char reason[256];       /* why not usable, for the user */
 } hvd_caps;
 
@@ -146,6 +147,20 @@ typedef struct hvd_transport_ops {
                             void *recvbuf, size_t count, hvd_dtype dtype);
     hvd_status (*broadcast)(hvd_transport *tp, void *buf, size_t count,
                             hvd_dtype dtype, int root);
+
+    /*
+     * Optional one-sided read: copies len bytes at address remote of peer's
+     * memory into buf, and returns once they are in buf (blocking). The
+     * peer published remote (in a message) and keeps those bytes valid and
+     * unchanged until it hears, by another message, that this rank is done.
+     * Unsupported by default; hvd_transport_can_get says whether an open
+     * instance has it.
+     */
+    hvd_status (*get)(hvd_transport *tp, int peer, void *buf, uint64_t remote,
+                      size_t len);
+
+    /* 1 if get works towards peer on this open instance. Default 0. */
+    int (*can_get)(hvd_transport *tp, int peer);
 } hvd_transport_ops;
 
 /* Every transport instance starts with this. */
