@@ -124,6 +124,8 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     if (st == HVD_OK)
         st = text(get, ctx, "HVD_IFACE", c.iface, sizeof(c.iface));
     if (st == HVD_OK)
+        st = text(get, ctx, "HVD_HOSTNAME", c.hostname, sizeof(c.hostname));
+    if (st == HVD_OK)
         st = seconds(get, ctx, "HVD_TIMEOUT_SECONDS", &c.timeout_ns);
     if (st == HVD_OK)
         st =

@@ -16,6 +16,7 @@
 typedef struct hvd_config {
     char transport[16];           /* HVD_TRANSPORT: auto, tcp, ... */
     char iface[64];               /* HVD_IFACE, "" = auto */
+    char hostname[64];            /* HVD_HOSTNAME, "" = gethostname() */
     int64_t timeout_ns;           /* HVD_TIMEOUT_SECONDS */
     int64_t start_timeout_ns;     /* HVD_START_TIMEOUT_SECONDS */
     int64_t tcp_setup_timeout_ns; /* HVD_TCP_SETUP_SECONDS */

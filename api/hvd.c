@@ -401,7 +401,12 @@ static hvd_status init_multi(void) {
         return st;
 
     memset(&mine, 0, sizeof(mine));
-    if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
+    /* HVD_HOSTNAME (as Horovod's HOROVOD_HOSTNAME) names the host this
+     * rank counts as: ranks of one name share memory and form the local
+     * groups of hier. */
+    if (g.cfg.hostname[0] != '\0')
+        snprintf(mine.host, sizeof(mine.host), "%s", g.cfg.hostname);
+    else if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
         snprintf(mine.host, sizeof(mine.host), "unknown");
     mine.pid = (int32_t)getpid();
     all = calloc((size_t)info->size, sizeof(*all));
