@@ -1619,6 +1619,8 @@ fail:
     return st;
 }
 
+hvd_comm *hvd_engine_data(hvd_engine *eng) { return eng->data; }
+
 hvd_status hvd_engine_stop(hvd_engine *eng) {
     hvd_status st;
 

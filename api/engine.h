@@ -106,6 +106,10 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
  */
 hvd_status hvd_engine_stop(hvd_engine *eng);
 
+/* The engine's data communicator (its paths and table are read-only once
+ * the engine runs, so other threads may plan with it: hvd_coll_plan). */
+hvd_comm *hvd_engine_data(hvd_engine *eng);
+
 /* Hands req to the engine. On failure req is untouched (still the
  * caller's) and the sentence is set. */
 hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req);

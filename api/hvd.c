@@ -880,6 +880,42 @@ hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
     return st != HVD_OK ? st : wait_named("hvd_allgather", h, NULL);
 }
 
+hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
+                    char *out, size_t outlen) {
+    static const char *const kinds[HVD_COLL_NKINDS] = {
+        [HVD_COLL_ALLREDUCE] = "allreduce",
+        [HVD_COLL_ALLGATHER] = "allgather",
+        [HVD_COLL_BROADCAST] = "broadcast"};
+    hvd_status st = HVD_OK;
+    int kind = -1;
+    hvd_plan plan;
+
+    hvd_error_clear();
+    for (int k = 0; collective != NULL && k < HVD_COLL_NKINDS; k++)
+        if (strcmp(collective, kinds[k]) == 0)
+            kind = k;
+    if (kind < 0 || out == NULL || outlen == 0 || !hvd_dtype_valid(dtype))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_path: collective must be allreduce, "
+                             "allgather or broadcast, dtype valid, and out a "
+                             "buffer (got %s)",
+                             collective != NULL ? collective : "NULL");
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized) {
+        st = hvd_error_set(HVD_ERR_NOT_INITIALIZED, "hvd_path before hvd_init");
+    } else {
+        hvd_coll_plan(hvd_engine_data(g.engine), (hvd_coll_kind)kind, bytes,
+                      dtype, &plan);
+        if (plan.algo == HVD_ALGO_AUTO)
+            snprintf(out, outlen, "local");
+        else
+            snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
+                     hvd_algo_name(plan.algo), plan.chunk);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
 hvd_status hvd_barrier(void) {
     static const char fn[] = "hvd_barrier";
     hvd_request *req;

@@ -31,7 +31,7 @@ typedef struct hvd_plan {
 
 void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
                    hvd_dtype dtype, hvd_plan *out);
-/* "tcp", "shm", "mpi", "shm+net" (hier) or "local". */
+/* "tcp", "shm", "mpi", "shm+tcp" (hier) or "local". */
 const char *hvd_plan_transport(const hvd_plan *plan);
 
 /* The algorithms, callable directly (tests, hvd-tune). */

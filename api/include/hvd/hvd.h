@@ -207,6 +207,18 @@ HVD_EXPORT hvd_status hvd_test(hvd_handle handle, int *done);
 /** Size in bytes of one element of dtype, 0 for an invalid dtype. */
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
 
+/**
+ * Describes the path a collective of bytes bytes (per rank; allgather: the
+ * gathered total) takes in this job: "<transport>/<algorithm>/<chunk
+ * bytes>", e.g. "shm/direct/262144", "tcp/ring/524288", "shm+tcp/hier/..."
+ * (hierarchical), or "local" in a job of one. Every rank gets the same
+ * answer; the debug log and the timeline show the same for each operation.
+ * @param [in]  collective "allreduce", "allgather" or "broadcast".
+ * @param [out] out        outlen bytes, NUL-terminated.
+ */
+HVD_EXPORT hvd_status hvd_path(const char *collective, size_t bytes,
+                               hvd_dtype dtype, char *out, size_t outlen);
+
 #ifdef __cplusplus
 }
 #endif
