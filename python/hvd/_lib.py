@@ -86,6 +86,10 @@ class HvdMemoryError(HvdError, MemoryError):
     """libhvd ran out of memory."""
 
 
+for _cls in (HvdError, HorovodInternalError, MismatchError,
+             InvalidArgumentError, UnsupportedError, HvdMemoryError):
+    _cls.__module__ = "hvd"
+
 _ERROR_CLASSES = {
     HVD_ERR_INVALID_ARG: InvalidArgumentError,
     HVD_ERR_NOT_INITIALIZED: InvalidArgumentError,
