@@ -44,7 +44,8 @@ unset HVD_LIBRARY LD_LIBRARY_PATH
 # An ASan build's libhvd needs its runtime first (see run_python.sh).
 asan=$(ldd "$build/libhvd.so" 2>/dev/null | awk '/libasan/ { print $3; exit }')
 if [ -n "$asan" ]; then
-    set -- env "LD_PRELOAD=$asan" "ASAN_OPTIONS=detect_leaks=0" "$python"
+    set -- env "LD_PRELOAD=$asan" \
+        "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$python"
 else
     set -- "$python"
 fi

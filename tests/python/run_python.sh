@@ -47,7 +47,7 @@ fi
 asan=$(ldd "$lib" 2>/dev/null | awk '/libasan/ { print $3; exit }')
 if [ -n "$asan" ]; then
     set -- env "LD_PRELOAD=$asan" \
-        "ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+        "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
         "$python" "$@"
 else
     set -- "$python" "$@"

@@ -3,8 +3,6 @@ op and dtype on tensors, in place and out of place, with exact results;
 async handles; autograd; DistributedOptimizer against a one-process
 reference with the same global batch; fp16 compression; errors."""
 
-import copy
-
 import pytest
 import torch
 
@@ -441,7 +439,7 @@ def test_distributed_optimizer_argument_checks():
 
 
 def test_broadcast_optimizer_state():
-    r, n = hvd.rank(), hvd.size()
+    r = hvd.rank()
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))

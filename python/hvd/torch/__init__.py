@@ -13,15 +13,15 @@ alltoall, no Adasum, no process sets, GPU tensors staged through host
 memory).
 """
 
-from hvd._core import mpi_threads_supported  # noqa: F401
-from hvd._lib import (HorovodInternalError, HvdError,  # noqa: F401
+from hvd._core import mpi_threads_supported
+from hvd._lib import (HorovodInternalError, HvdError,
                       HvdMemoryError, InvalidArgumentError, MismatchError,
                       UnsupportedError, library_path)
-from hvd.torch.compression import Compression  # noqa: F401
-from hvd.torch.functions import (allgather_object,  # noqa: F401
+from hvd.torch.compression import Compression
+from hvd.torch.functions import (allgather_object,
                                  broadcast_object, broadcast_optimizer_state,
                                  broadcast_parameters)
-from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,  # noqa: F401
+from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,
                                Product, Sum, allgather, allgather_async,
                                allreduce, allreduce_, allreduce_async,
                                allreduce_async_, barrier, broadcast,
@@ -31,7 +31,24 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,  # noqa: F401
                                grouped_allreduce_async_, init,
                                is_initialized, join, local_rank, local_size,
                                poll, rank, shutdown, size, synchronize)
-from hvd.torch.optimizer import DistributedOptimizer  # noqa: F401
+from hvd.torch.optimizer import DistributedOptimizer
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
+    "local_size", "cross_rank", "cross_size", "Sum", "Average", "Min", "Max",
+    "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
+    "allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "synchronize", "poll", "join", "barrier",
+    "DistributedOptimizer", "Compression", "broadcast_parameters",
+    "broadcast_optimizer_state", "broadcast_object", "allgather_object",
+    "HvdError", "HorovodInternalError", "MismatchError",
+    "InvalidArgumentError", "UnsupportedError", "HvdMemoryError",
+    "library_path", "mpi_threads_supported", "nccl_built", "cuda_built",
+    "rocm_built",
+]
 
 
 def nccl_built():
