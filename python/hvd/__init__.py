@@ -116,7 +116,7 @@ def allgather_async(array, name=None):
 def allgather(array, name=None):
     """Concatenates every rank's array along the first dimension (which
     may differ between ranks)."""
-    return synchronize(allgather_async(array, name))
+    return synchronize(_core.allgather_async(_np(), array, name, False))
 
 
 def broadcast_async(array, root_rank, name=None):

@@ -112,6 +112,8 @@ def shutdown():
     for handle in list(_requests):
         req = _requests.pop(handle, None)
         if req is not None:
+            if req.ready is not None:
+                req.ready.wait()  # its first step fails at shutdown
             _release(req)
     if err is not None:
         raise err
@@ -194,9 +196,14 @@ def join(device=-1):
 class _Request:
     """An operation in flight: its C handles, the objects that own the
     buffers they use, what to do once they are done (finish), and for a
-    two-step operation the step to submit after the first (then)."""
+    two-step operation the step to submit after the first (then).
 
-    __slots__ = ("handles", "keep", "finish", "then", "error", "info")
+    ready, when set, is an Event of the helper thread that runs the second
+    step as soon as the first is done (see _advance_in_background); until
+    it is set, that thread owns the request."""
+
+    __slots__ = ("handles", "keep", "finish", "then", "error", "info",
+                 "ready")
 
     def __init__(self, handles, keep, finish, then=None):
         self.handles = handles
@@ -205,6 +212,7 @@ class _Request:
         self.then = then
         self.error = None
         self.info = None
+        self.ready = None
 
 
 _requests = {}
@@ -241,6 +249,34 @@ def _wait_handles(req):
         raise err
 
 
+def _advance(req):
+    """Waits for the first step and submits the second; a failure is kept
+    in req.error for synchronize() to raise."""
+    try:
+        _wait_handles(req)
+        then, req.then = req.then, None
+        then(req)
+    except Exception as e:  # raised again by synchronize()
+        req.error = e
+
+
+def _advance_in_background(req):
+    """Runs the second step of req from a helper thread as soon as the
+    first is done, so that it is in flight on this rank without waiting
+    for synchronize(): another rank may wait for it before doing what this
+    rank waits for before synchronizing (as with Horovod, where an
+    allgather_async proceeds by itself)."""
+    req.ready = threading.Event()
+
+    def run():
+        try:
+            _advance(req)
+        finally:
+            req.ready.set()
+
+    threading.Thread(target=run, name="hvd-allgather", daemon=True).start()
+
+
 def _lookup(handle):
     req = _requests.get(handle)
     if req is None:
@@ -251,6 +287,8 @@ def _lookup(handle):
 
 
 def _complete(req):
+    if req.ready is not None:
+        req.ready.wait()
     try:
         while True:
             if req.error is not None:
@@ -284,6 +322,8 @@ def poll(handle):
     """True once the operation of handle has finished (synchronize() then
     returns at once; it raises the operation's error if it failed)."""
     req = _lookup(handle)
+    if req.ready is not None and not req.ready.is_set():
+        return False
     lib = L.lib()
     done = ctypes.c_int(0)
     while req.error is None:
@@ -293,12 +333,7 @@ def poll(handle):
                 return False
         if req.then is None:
             return True
-        try:
-            _wait_handles(req)
-            then, req.then = req.then, None
-            then(req)
-        except HvdError as e:
-            req.error = e
+        _advance(req)
     return True
 
 
@@ -505,11 +540,13 @@ def _describe(meta):
                       list(dims))
 
 
-def allgather_async(B, x, name):
+def allgather_async(B, x, name, eager=True):
     """Gathers x from every rank along its first dimension, which may
     differ between ranks (as in Horovod): a first step gathers every
     rank's shape, the second the data (padded to the largest first
-    dimension when they differ)."""
+    dimension when they differ). With eager, a helper thread submits the
+    second step as soon as the first is done; without, synchronize() does
+    (for a caller that synchronizes at once)."""
     what = "hvd.allgather"
     x = B.input(x, False, what)
     spec = B.spec(x, what)
@@ -580,8 +617,10 @@ def allgather_async(B, x, name):
 
         req.finish = finish
 
-    return _register(_Request([h], (x, src, meta_send, meta_recv), None,
-                              second))
+    req = _Request([h], (x, src, meta_send, meta_recv), None, second)
+    if eager:
+        _advance_in_background(req)
+    return _register(req)
 
 
 # ---------------------------------------------------------------------

@@ -240,6 +240,23 @@ def test_async_and_poll():
         hvd.synchronize(handles[0])  # synchronized already
 
 
+def test_allgather_async_proceeds_by_itself():
+    """An allgather_async completes without its rank synchronizing it: here
+    rank 0 waits for it before the allreduce that the other ranks do
+    before they synchronize it (as Horovod allows)."""
+    r, n = hvd.rank(), hvd.size()
+    h = hvd.allgather_async(np.full((r + 1, 2), r), name="eager")
+    if r == 0:
+        gathered = hvd.synchronize(h)
+        total = hvd.allreduce(np.ones(2), op=hvd.Sum, name="eager.after")
+    else:
+        total = hvd.allreduce(np.ones(2), op=hvd.Sum, name="eager.after")
+        gathered = hvd.synchronize(h)
+    np.testing.assert_array_equal(total, np.full(2, float(n)))
+    np.testing.assert_array_equal(
+        gathered, np.concatenate([np.full((q + 1, 2), q) for q in range(n)]))
+
+
 def test_async_keeps_buffers_alive():
     r, n = hvd.rank(), hvd.size()
     # The input array is dropped before the operation is waited for.

@@ -281,7 +281,7 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
         out, req = _core.synchronize_request(
-            _core.allgather_async(_B, tensor, name))
+            _core.allgather_async(_B, tensor, name, eager=False))
         ctx.firsts = req.info
         ctx.shape = tensor.shape
         return out
