@@ -417,9 +417,9 @@ class _Reduce:
         if inplace:
             B.check_writable(x, what)
         self.x, self.spec, self.count = x, spec, B.numel(x)
-        if B.direct(x, spec) and inplace:
-            if pre != 1:
-                B.scale(x, pre, spec)
+        # With a prescale factor the input is scaled in a copy, so that a
+        # failed submission leaves it as it was.
+        if B.direct(x, spec) and inplace and pre == 1:
             self.buf = self.out = x
             self.send = B.ptr(x)
         elif B.direct(x, spec) and pre == 1:
@@ -448,9 +448,10 @@ class _Reduce:
 def allreduce_async(B, x, name, op, pre, post, inplace):
     what = "hvd.allreduce" + ("_" if inplace else "")
     x = B.input(x, inplace, what)
+    spec = B.spec(x, what)
+    cop = _c_op(op, spec, what)
+    _check_scale(spec, pre, post, what)
     r = _Reduce(B, x, pre, inplace, what)
-    cop = _c_op(op, r.spec, what)
-    _check_scale(r.spec, pre, post, what)
     h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
                      r.spec.code, cop)
     return _register(_Request([h], r, lambda: r.finish(B, post)))
@@ -463,11 +464,14 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
     xs = [B.input(x, inplace, what) for x in xs]
     if not xs:
         raise ValueError("%s: needs at least one tensor" % what)
+    keys = []
+    for x in xs:
+        spec = B.spec(x, what)
+        _check_scale(spec, pre, post, what)
+        keys.append((spec.code, _c_op(op, spec, what)))
     parts = [_Reduce(B, x, pre, inplace, what) for x in xs]
     groups = {}
-    for i, r in enumerate(parts):
-        _check_scale(r.spec, pre, post, what)
-        key = (r.spec.code, _c_op(op, r.spec, what))
+    for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     handles = []
     req = _Request(handles, parts, None)

@@ -515,6 +515,12 @@ def test_duplicate_name_raises_value_error():
     with pytest.raises(ValueError, match="allreduce.dup.%d" % r) as info:
         hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="dup.%d" % r)
     assert info.value.status_name == "HVD_ERR_INVALID_ARG"
+    # A failed in-place submission leaves its tensor as it was.
+    b = torch.ones(3)
+    with pytest.raises(ValueError):
+        hvd.allreduce_async_(b, op=hvd.Sum, prescale_factor=2.0,
+                             name="dup.%d" % r)
+    same(b, torch.ones(3))
     hvd.barrier()
     others = [hvd.allreduce_async(torch.ones(3), op=hvd.Sum,
                                   name="dup.%d" % q)
