@@ -664,6 +664,7 @@ static void bench_coll(const struct backend *be, const struct options *o,
             busbw = algbw * bus_factor(coll);
             if (other != NULL) {
                 struct run orun = run;
+                orow.bytes = row.bytes;
                 measure(other, o, &orun, sendbuf, recvbuf, &orow);
                 obusbw = orow.seconds > 0 ? (double)orow.bytes / orow.seconds /
                                                 1e9 * bus_factor(coll)
