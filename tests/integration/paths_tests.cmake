@@ -60,3 +60,11 @@ set_tests_properties(integration.peer_lost.shm.np3.victim1
                      integration.mismatch.shm.np3 PROPERTIES
                      LABELS "integration;failure;paths" TIMEOUT 120
                      ENVIRONMENT "HVD_TRANSPORT=shm")
+
+# hvd-tune writes a tuning file that HVD_TUNING_FILE then reads, and the
+# collectives stay exact on the paths it chose.
+add_test(NAME integration.paths.tuning_file
+         COMMAND sh ${HVD_SH}/run_tune.sh $<TARGET_FILE:hvdrun>
+                 $<TARGET_FILE:hvd-tune> $<TARGET_FILE:test_collectives>)
+set_tests_properties(integration.paths.tuning_file PROPERTIES
+                     LABELS "integration;paths" TIMEOUT 300)

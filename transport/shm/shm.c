@@ -33,8 +33,11 @@
  * control channel's carry the engine's small messages. */
 static const uint32_t ncells_of[NCHANNELS] = {8, 8};
 static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
-/* How long a waiting rank spins before it sleeps on its futex. */
-#define SPIN_NS (50 * 1000LL)
+/* How long a waiting rank spins before it sleeps on its futex, by default
+ * (HVD_SHM_SPIN_US). Long enough for the peer's reply to come while this
+ * rank still spins once both are running; a futex wake-up alone costs
+ * about 10 us, and far more on a loaded host. */
+#define SPIN_NS_DEFAULT (200 * 1000LL)
 /* Longest sleep before peers are checked again. */
 #define SLICE_MS 100
 /* How often a waiting rank writes its heartbeat. */
@@ -124,9 +127,9 @@ typedef struct shm {
     int size;
     int nlocal;
     int my_local;
-    int cma; /* every same-host rank can process_vm_readv every other */
-    int spin;
-    uint8_t *seg; /* mine */
+    int cma;         /* every same-host rank can process_vm_readv every other */
+    int64_t spin_ns; /* 0: sleep at once */
+    uint8_t *seg;    /* mine */
     size_t seg_len;
     char seg_name[96];
     int seg_named; /* still linked in /dev/shm */
@@ -553,7 +556,7 @@ static hvd_status shm_progress(hvd_transport *t, int timeout_ms) {
     deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
     /* Spin while the doorbell is quiet, unless the host has fewer cores
      * than ranks (spinning would steal the peer's core). */
-    spin_end = tp->spin ? now + SPIN_NS : now;
+    spin_end = now + tp->spin_ns;
     /* Any ring of the doorbell ends the wait: data, freed cells, or
      * another thread's wake; the caller looks at its requests again. */
     while (hvd_now_ns() < spin_end) {
@@ -856,6 +859,7 @@ static hvd_status shm_open_tp(const hvd_transport_params *params,
     hvd_status st = HVD_OK;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     const char *cma_env = getenv("HVD_SHM_CMA");
+    const char *spin_env = getenv("HVD_SHM_SPIN_US");
 
     if (tp == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
@@ -889,7 +893,19 @@ static hvd_status shm_open_tp(const hvd_transport_params *params,
             pe->local = tp->nlocal++;
         }
     }
-    tp->spin = ncpu <= 0 || tp->nlocal <= ncpu;
+    tp->spin_ns = ncpu > 0 && tp->nlocal > ncpu ? 0 : SPIN_NS_DEFAULT;
+    if (spin_env != NULL && *spin_env != '\0') {
+        char *end;
+        long us = strtol(spin_env, &end, 10);
+        if (*end != '\0' || us < 0 || us > 1000000) {
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "HVD_SHM_SPIN_US=%s is not a number of "
+                               "microseconds from 0 to 1000000",
+                               spin_env);
+            goto fail;
+        }
+        tp->spin_ns = us * 1000LL;
+    }
 
     /* Round 1: every rank with a same-host peer makes its segment. */
     memset(&mine, 0, sizeof(mine));
