@@ -177,16 +177,18 @@ static void malformed(void **state) {
 static void config_defaults_and_values(void **state) {
     (void)state;
     var none[] = {{NULL, NULL}};
-    var v[] = {
-        {"HVD_TIMEOUT_SECONDS", "5"}, {"HVD_START_TIMEOUT_SECONDS", "9"},
-        {"HVD_TCP_NSOCKS", "4"},      {"HVD_TCP_STRIPE_MIN", "1M"},
-        {"HVD_CHUNK_BYTES", "64k"},   {"HVD_PIPELINE_DEPTH", "8"},
-        {"HVD_ALGORITHM", "rabenseifner"},
-        {"HVD_BCAST_ALGORITHM", "pipeline"},
-        {"HVD_TUNING_FILE", "/tmp/t"},
-        {"HVD_TRANSPORT", "tcp"},
-        {"HVD_IFACE", "lo"},
-        {NULL, NULL}};
+    var v[] = {{"HVD_TIMEOUT_SECONDS", "5"},
+               {"HVD_START_TIMEOUT_SECONDS", "9"},
+               {"HVD_TCP_NSOCKS", "4"},
+               {"HVD_TCP_STRIPE_MIN", "1M"},
+               {"HVD_CHUNK_BYTES", "64k"},
+               {"HVD_PIPELINE_DEPTH", "8"},
+               {"HVD_ALGORITHM", "rabenseifner"},
+               {"HVD_BCAST_ALGORITHM", "pipeline"},
+               {"HVD_TUNING_FILE", "/tmp/t"},
+               {"HVD_TRANSPORT", "tcp"},
+               {"HVD_IFACE", "lo"},
+               {NULL, NULL}};
     hvd_config c;
 
     assert_int_equal(hvd_config_load(table_get, none, &c), HVD_OK);
