@@ -1,0 +1,26 @@
+/*
+ * The RDMA verbs transport (built when libibverbs is found:
+ * HVD_WITH_VERBS), for InfiniBand and RoCE.
+ *
+ * One reliable-connected queue pair per (peer, channel), all completing
+ * into one completion queue whose completion channel is what an idle
+ * progress call sleeps on (with an eventfd for wake). Connection data
+ * (transport/verbs/conn.h) goes through the bootstrap allgather; the
+ * protocol (eager SENDs, chunked RDMA WRITE WITH IMMEDIATE into receive
+ * rings, credits) is described in transport/verbs/proto.h; user send
+ * buffers are registered through a cache (transport/verbs/mr.h) or copied
+ * through registered staging chunks.
+ *
+ * open is collective and all-or-nothing: every rank reports whether it
+ * has a usable device, whether its queue pairs connected and whether a
+ * HELLO crossed every queue pair, and either every rank succeeds or every
+ * rank fails with the sentence of the first rank that could not.
+ */
+#ifndef HVD_TRANSPORT_VERBS_VERBS_H
+#define HVD_TRANSPORT_VERBS_VERBS_H
+
+#include "transport/transport.h"
+
+extern const hvd_transport_ops hvd_verbs_ops;
+
+#endif
