@@ -59,6 +59,63 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 
 static int dereg_mr(struct ibv_mr *mr) { return ibv_dereg_mr(mr); }
 
+static struct ibv_pd *alloc_pd(struct ibv_context *ctx) {
+    return ibv_alloc_pd(ctx);
+}
+
+static int dealloc_pd(struct ibv_pd *pd) { return ibv_dealloc_pd(pd); }
+
+static struct ibv_comp_channel *create_comp_channel(struct ibv_context *ctx) {
+    return ibv_create_comp_channel(ctx);
+}
+
+static int destroy_comp_channel(struct ibv_comp_channel *chan) {
+    return ibv_destroy_comp_channel(chan);
+}
+
+static struct ibv_cq *create_cq(struct ibv_context *ctx, int cqe,
+                                struct ibv_comp_channel *chan) {
+    return ibv_create_cq(ctx, cqe, NULL, chan, 0);
+}
+
+static int destroy_cq(struct ibv_cq *cq) { return ibv_destroy_cq(cq); }
+
+static int req_notify_cq(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+
+static int get_cq_event(struct ibv_comp_channel *chan, struct ibv_cq **cq) {
+    void *ctx;
+    return ibv_get_cq_event(chan, cq, &ctx);
+}
+
+static void ack_cq_events(struct ibv_cq *cq, unsigned int n) {
+    ibv_ack_cq_events(cq, n);
+}
+
+static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
+    return ibv_poll_cq(cq, n, wc);
+}
+
+static struct ibv_qp *create_qp(struct ibv_pd *pd,
+                                struct ibv_qp_init_attr *attr) {
+    return ibv_create_qp(pd, attr);
+}
+
+static int modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
+    return ibv_modify_qp(qp, attr, mask);
+}
+
+static int destroy_qp(struct ibv_qp *qp) { return ibv_destroy_qp(qp); }
+
+static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+                     struct ibv_send_wr **bad) {
+    return ibv_post_send(qp, wr, bad);
+}
+
+static int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+                     struct ibv_recv_wr **bad) {
+    return ibv_post_recv(qp, wr, bad);
+}
+
 const hvd_ibv_seam hvd_ibv_real = {
     .get_device_list = get_device_list,
     .free_device_list = free_device_list,
@@ -72,4 +129,19 @@ const hvd_ibv_seam hvd_ibv_real = {
     .peermem_loaded = peermem_loaded,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
+    .alloc_pd = alloc_pd,
+    .dealloc_pd = dealloc_pd,
+    .create_comp_channel = create_comp_channel,
+    .destroy_comp_channel = destroy_comp_channel,
+    .create_cq = create_cq,
+    .destroy_cq = destroy_cq,
+    .req_notify_cq = req_notify_cq,
+    .get_cq_event = get_cq_event,
+    .ack_cq_events = ack_cq_events,
+    .poll_cq = poll_cq,
+    .create_qp = create_qp,
+    .modify_qp = modify_qp,
+    .destroy_qp = destroy_qp,
+    .post_send = post_send,
+    .post_recv = post_recv,
 };

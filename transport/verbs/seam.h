@@ -1,12 +1,14 @@
 /*
- * The seam between the verbs transport and libibverbs: the calls that find,
- * open and query devices and that register memory go through this table,
- * so that unit tests can stand a fake in for the library (device lists
- * with ports down, registrations that fail, counted deregistrations) on a
- * machine without an RDMA device. The transport itself uses hvd_ibv_real.
+ * The seam between the verbs transport and libibverbs: every libibverbs
+ * call the transport makes goes through this table, so that unit tests
+ * can stand a fake in for the library on a machine without an RDMA
+ * device: device lists with ports down, registrations that fail, counted
+ * deregistrations, and a loopback fabric in which several transports of
+ * one process exchange real messages (tests/unit/verbs_fake.h). The
+ * library uses hvd_ibv_real; an indirect call costs nothing next to a
+ * doorbell.
  *
- * Queue pairs, completion queues and posting stay direct libibverbs calls:
- * no fake could say anything useful about them.
+ * Members take and return what the libibverbs call of the same name does.
  */
 #ifndef HVD_TRANSPORT_VERBS_SEAM_H
 #define HVD_TRANSPORT_VERBS_SEAM_H
@@ -39,6 +41,27 @@ typedef struct hvd_ibv_seam {
     struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len,
                              int access);
     int (*dereg_mr)(struct ibv_mr *mr);
+
+    /* Resources, completions and posting. */
+    struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+    int (*dealloc_pd)(struct ibv_pd *pd);
+    struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
+    int (*destroy_comp_channel)(struct ibv_comp_channel *chan);
+    struct ibv_cq *(*create_cq)(struct ibv_context *ctx, int cqe,
+                                struct ibv_comp_channel *chan);
+    int (*destroy_cq)(struct ibv_cq *cq);
+    int (*req_notify_cq)(struct ibv_cq *cq);
+    int (*get_cq_event)(struct ibv_comp_channel *chan, struct ibv_cq **cq);
+    void (*ack_cq_events)(struct ibv_cq *cq, unsigned int n);
+    int (*poll_cq)(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+    struct ibv_qp *(*create_qp)(struct ibv_pd *pd,
+                                struct ibv_qp_init_attr *attr);
+    int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+    int (*destroy_qp)(struct ibv_qp *qp);
+    int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr,
+                     struct ibv_send_wr **bad);
+    int (*post_recv)(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+                     struct ibv_recv_wr **bad);
 } hvd_ibv_seam;
 
 /* The real library. */

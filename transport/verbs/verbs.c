@@ -158,6 +158,7 @@ typedef struct vqp {
 
 struct vtp {
     hvd_transport base;
+    const hvd_ibv_seam *seam;
     int rank;
     int size;
     hvd_vdev dev;
@@ -244,7 +245,7 @@ static int post_wr(vqp *q, struct ibv_send_wr *wr, const wrctx *ctx) {
     wr->wr_id = SEND_ID(q->index, q->wr_posted);
     wr->send_flags |= IBV_SEND_SIGNALED;
     wr->next = NULL;
-    err = ibv_post_send(q->qp, wr, &bad);
+    err = q->tp->seam->post_send(q->qp, wr, &bad);
     if (err == 0)
         q->wr_posted++;
     return err;
@@ -315,7 +316,7 @@ static void flush_aborts(vtp *tp) {
         left += tp->qps[i].abort_out;
     while (left > 0 && hvd_now_ns() < deadline) {
         struct ibv_wc wc[POLL_BATCH];
-        int n = ibv_poll_cq(tp->cq, POLL_BATCH, wc);
+        int n = tp->seam->poll_cq(tp->cq, POLL_BATCH, wc);
         if (n < 0)
             break;
         for (int i = 0; i < n; i++) {
@@ -393,7 +394,7 @@ static hvd_status fail_with(vtp *tp, hvd_status status, int culprit, int origin,
     for (int i = 0; i < tp->size * 2; i++) {
         struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
         if (tp->qps[i].qp != NULL)
-            ibv_modify_qp(tp->qps[i].qp, &attr, IBV_QP_STATE);
+            tp->seam->modify_qp(tp->qps[i].qp, &attr, IBV_QP_STATE);
     }
     return hvd_error_copy(status, tp->failmsg);
 }
@@ -430,7 +431,7 @@ static hvd_status repost(vqp *q, uint32_t idx) {
     struct ibv_recv_wr wr = {
         .wr_id = RECV_ID(q->index, idx), .sg_list = &sge, .num_sge = 1};
     struct ibv_recv_wr *bad = NULL;
-    int err = ibv_post_recv(q->qp, &wr, &bad);
+    int err = tp->seam->post_recv(q->qp, &wr, &bad);
 
     if (err != 0) {
         char who[160];
@@ -883,7 +884,7 @@ static int drain(vtp *tp) {
     int total = 0;
 
     for (int round = 0; round < DRAIN_ROUNDS && tp->failed == HVD_OK; round++) {
-        int n = ibv_poll_cq(tp->cq, POLL_BATCH, wc);
+        int n = tp->seam->poll_cq(tp->cq, POLL_BATCH, wc);
         if (n < 0) {
             fail(tp, HVD_ERR_TRANSPORT, -1, "ibv_poll_cq failed");
             break;
@@ -924,7 +925,7 @@ static int wait_events(vtp *tp, int timeout_ms) {
     int woke = 0;
 
     if (!tp->armed) {
-        if (ibv_req_notify_cq(tp->cq, 0) != 0) {
+        if (tp->seam->req_notify_cq(tp->cq) != 0) {
             fail(tp, HVD_ERR_TRANSPORT, -1, "ibv_req_notify_cq failed");
             return 1;
         }
@@ -938,9 +939,8 @@ static int wait_events(vtp *tp, int timeout_ms) {
         return 0;
     if (pfd[0].revents & POLLIN) {
         struct ibv_cq *cq;
-        void *ctx;
-        if (ibv_get_cq_event(tp->chan, &cq, &ctx) == 0) {
-            ibv_ack_cq_events(cq, 1);
+        if (tp->seam->get_cq_event(tp->chan, &cq) == 0) {
+            tp->seam->ack_cq_events(cq, 1);
             tp->armed = 0;
         }
     }
@@ -1167,7 +1167,7 @@ static void vb_close(hvd_transport *t) {
     for (int i = 0; tp->qps != NULL && i < tp->size * 2; i++) {
         vqp *q = &tp->qps[i];
         if (q->qp != NULL)
-            ibv_destroy_qp(q->qp);
+            tp->seam->destroy_qp(q->qp);
         free(q->arr);
         free(q->rq);
         free(q->sq);
@@ -1177,16 +1177,16 @@ static void vb_close(hvd_transport *t) {
      * queue pairs are gone. */
     hvd_mr_cache_destroy(tp->mrc);
     if (tp->cq != NULL)
-        ibv_destroy_cq(tp->cq);
+        tp->seam->destroy_cq(tp->cq);
     if (tp->chan != NULL)
-        ibv_destroy_comp_channel(tp->chan);
+        tp->seam->destroy_comp_channel(tp->chan);
     if (tp->mem_mr != NULL)
-        ibv_dereg_mr(tp->mem_mr);
+        tp->seam->dereg_mr(tp->mem_mr);
     if (tp->ring_mr != NULL)
-        ibv_dereg_mr(tp->ring_mr);
+        tp->seam->dereg_mr(tp->ring_mr);
     if (tp->pd != NULL)
-        ibv_dealloc_pd(tp->pd);
-    hvd_vdev_close(&hvd_ibv_real, &tp->dev);
+        tp->seam->dealloc_pd(tp->pd);
+    hvd_vdev_close(tp->seam, &tp->dev);
     if (tp->wakefd >= 0)
         close(tp->wakefd);
     free(tp->mem);
@@ -1246,7 +1246,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
                              npeers, (unsigned long long)cqe, tp->dev.name,
                              tp->dev.attr.max_cqe);
 
-    tp->pd = ibv_alloc_pd(ctx);
+    tp->pd = tp->seam->alloc_pd(ctx);
     if (tp->pd == NULL)
         return hvd_error_set(HVD_ERR_TRANSPORT, "ibv_alloc_pd(%s) failed: %s",
                              tp->dev.name, strerror(errno));
@@ -1270,11 +1270,11 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
     memset(tp->mem, 0, tp->mem_len);
     memset(tp->ring, 0, tp->ring_len);
     tp->mem_mr =
-        ibv_reg_mr(tp->pd, tp->mem, tp->mem_len, IBV_ACCESS_LOCAL_WRITE);
+        tp->seam->reg_mr(tp->pd, tp->mem, tp->mem_len, IBV_ACCESS_LOCAL_WRITE);
     if (tp->mem_mr != NULL)
         tp->ring_mr =
-            ibv_reg_mr(tp->pd, tp->ring, tp->ring_len,
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+            tp->seam->reg_mr(tp->pd, tp->ring, tp->ring_len,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (tp->mem_mr == NULL || tp->ring_mr == NULL)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "ibv_reg_mr of %zu bytes of RDMA buffers failed: "
@@ -1290,7 +1290,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
         tp->stage_free[i] = tp->nstage - 1 - i;
     tp->nstage_free = tp->nstage;
 
-    tp->chan = ibv_create_comp_channel(ctx);
+    tp->chan = tp->seam->create_comp_channel(ctx);
     if (tp->chan == NULL)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "ibv_create_comp_channel(%s) failed: %s",
@@ -1301,7 +1301,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
                              "fcntl(completion channel, O_NONBLOCK) failed: "
                              "%s",
                              strerror(errno));
-    tp->cq = ibv_create_cq(ctx, (int)cqe, NULL, tp->chan, 0);
+    tp->cq = tp->seam->create_cq(ctx, (int)cqe, tp->chan);
     if (tp->cq == NULL)
         return hvd_error_set(
             HVD_ERR_TRANSPORT, "ibv_create_cq(%s, %llu entries) failed: %s",
@@ -1341,7 +1341,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
             ia.cap.max_recv_wr = q->nrbufs;
             ia.cap.max_send_sge = 1;
             ia.cap.max_recv_sge = 1;
-            q->qp = ibv_create_qp(tp->pd, &ia);
+            q->qp = tp->seam->create_qp(tp->pd, &ia);
             if (q->qp == NULL)
                 return hvd_error_set(HVD_ERR_TRANSPORT,
                                      "ibv_create_qp(RC, %s) failed: %s (the "
@@ -1353,7 +1353,8 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
             qa.pkey_index = 0;
             qa.port_num = (uint8_t)tp->dev.port;
             qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-            int err = ibv_modify_qp(q->qp, &qa,
+            int err =
+                tp->seam->modify_qp(q->qp, &qa,
                                     IBV_QP_STATE | IBV_QP_PKEY_INDEX |
                                         IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
             if (err != 0)
@@ -1372,7 +1373,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
     /* User buffers: zero-copy through the cache where it is safe. */
     if (params->ib_mr_cache == 1 || (params->ib_mr_cache == 2 && tp->dev.odp)) {
         hvd_status st = hvd_mr_cache_create(
-            &hvd_ibv_real, tp->pd, IBV_ACCESS_LOCAL_WRITE, tp->dev.odp,
+            tp->seam, tp->pd, IBV_ACCESS_LOCAL_WRITE, tp->dev.odp,
             MR_CACHE_ENTRIES, MR_CACHE_BYTES, &tp->mrc);
         if (st != HVD_OK)
             return st;
@@ -1402,10 +1403,10 @@ static hvd_status connect_qp(vtp *tp, vqp *q, const hvd_vconn *r,
     } else {
         a.ah_attr.dlid = r->lid;
     }
-    err = ibv_modify_qp(q->qp, &a,
-                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                            IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    err = tp->seam->modify_qp(
+        q->qp, &a,
+        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (err != 0)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "ibv_modify_qp(RTR) towards rank %d (QPN %#x) "
@@ -1418,10 +1419,10 @@ static hvd_status connect_qp(vtp *tp, vqp *q, const hvd_vconn *r,
     a.rnr_retry = QP_RNR_RETRY;
     a.sq_psn = q->psn;
     a.max_rd_atomic = 1;
-    err = ibv_modify_qp(q->qp, &a,
-                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                            IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                            IBV_QP_MAX_QP_RD_ATOMIC);
+    err = tp->seam->modify_qp(q->qp, &a,
+                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                  IBV_QP_MAX_QP_RD_ATOMIC);
     if (err != 0)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "ibv_modify_qp(RTS) towards rank %d failed: %s",
@@ -1517,23 +1518,30 @@ static hvd_status hello(vtp *tp, int64_t deadline) {
     return st;
 }
 
-static hvd_status vb_probe(const hvd_transport_params *params, hvd_caps *caps) {
+hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
+                                const hvd_transport_params *params,
+                                hvd_caps *caps) {
     hvd_vdev_cfg cfg = {.device = params->ib_device,
                         .port = params->ib_port,
                         .gid_index = params->ib_gid_index};
     hvd_vdev dev;
 
     memset(caps, 0, sizeof(*caps));
-    if (hvd_vdev_open(&hvd_ibv_real, &cfg, &dev, caps->reason,
-                      sizeof(caps->reason)) == HVD_VDEV_OK) {
+    if (hvd_vdev_open(seam, &cfg, &dev, caps->reason, sizeof(caps->reason)) ==
+        HVD_VDEV_OK) {
         caps->usable = 1;
-        hvd_vdev_close(&hvd_ibv_real, &dev);
+        hvd_vdev_close(seam, &dev);
     }
     return HVD_OK;
 }
 
-static hvd_status vb_open(const hvd_transport_params *params,
-                          hvd_transport **out) {
+static hvd_status vb_probe(const hvd_transport_params *params, hvd_caps *caps) {
+    return hvd_verbs_probe_with(&hvd_ibv_real, params, caps);
+}
+
+hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
+                               const hvd_transport_params *params,
+                               hvd_transport **out) {
     vtp *tp = calloc(1, sizeof(*tp));
     hvd_bootstrap *bs = params->bootstrap;
     hvd_vdev_cfg cfg = {.device = params->ib_device,
@@ -1550,6 +1558,7 @@ static hvd_status vb_open(const hvd_transport_params *params,
     if (tp == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     tp->base.ops = &hvd_verbs_ops;
+    tp->seam = seam;
     tp->rank = params->rank;
     tp->size = params->size;
     tp->wakefd = -1;
@@ -1596,8 +1605,8 @@ static hvd_status vb_open(const hvd_transport_params *params,
     }
 
     /* Step 1: device, buffers and queue pairs; the connection data. */
-    if (local == HVD_OK && hvd_vdev_open(&hvd_ibv_real, &cfg, &tp->dev, why,
-                                         sizeof(why)) != HVD_VDEV_OK)
+    if (local == HVD_OK &&
+        hvd_vdev_open(seam, &cfg, &tp->dev, why, sizeof(why)) != HVD_VDEV_OK)
         local = hvd_error_set(HVD_ERR_UNSUPPORTED, "%s", why);
     if (local == HVD_OK) {
         tp->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1735,6 +1744,11 @@ fail : {
     free(conns);
     return hvd_error_copy(st, text);
 }
+}
+
+static hvd_status vb_open(const hvd_transport_params *params,
+                          hvd_transport **out) {
+    return hvd_verbs_open_with(&hvd_ibv_real, params, out);
 }
 
 /* ------------------------------------------------------------------ */

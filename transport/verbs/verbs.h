@@ -20,7 +20,17 @@
 #define HVD_TRANSPORT_VERBS_VERBS_H
 
 #include "transport/transport.h"
+#include "transport/verbs/seam.h"
 
 extern const hvd_transport_ops hvd_verbs_ops;
+
+/* probe and open over another libibverbs (a fake in the unit tests); the
+ * transport's ops use hvd_ibv_real. */
+hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
+                                const hvd_transport_params *params,
+                                hvd_caps *caps);
+hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
+                               const hvd_transport_params *params,
+                               hvd_transport **out);
 
 #endif
