@@ -325,7 +325,8 @@ static hvd_status init_multi(void) {
 #ifdef HVD_WITH_VERBS
     /* Every rank says whether it could use RDMA, so that all decide the
      * same (probe opens the device; only when verbs may be chosen). */
-    if ((strcmp(want, "verbs") == 0 || strcmp(want, "auto") == 0) &&
+    if ((strcmp(want, "verbs") == 0 ||
+         (strcmp(want, "auto") == 0 && info->cross_size != 1)) &&
         verbs_usable(verbs_why, sizeof(verbs_why)))
         mine.flags |= HOST_VERBS;
 #endif
@@ -352,6 +353,12 @@ static hvd_status init_multi(void) {
     }
     verbs_all = verbs_bad < 0;
     place_ranks(info, all);
+    if (strcmp(want, "auto") == 0 && info->cross_size > 1 && !verbs_all)
+        HVD_DEBUG("api", "HVD_TRANSPORT=auto: not RDMA (rank %d: %s)",
+                  verbs_bad,
+                  verbs_bad == info->rank && verbs_why[0]
+                      ? verbs_why
+                      : "has no usable RDMA device or no verbs support");
 
     /* Listen where the rendezvous host reached us, unless told; under MPI
      * on loopback when every rank is on this host, else on this host's

@@ -696,6 +696,73 @@ static void failure_early_shutdown(void **state) {
     assert_int_equal(r[1].st, HVD_OK);
 }
 
+/* Rank 0's last messages to rank 1 (one chunked, one eager) complete on
+ * rank 0 before rank 1 asks for them, and rank 0 says goodbye: rank 1's
+ * later receives still get them, and only one more fails. */
+static void late(rank_ctx *r) {
+    static uint8_t big[100000], small[100];
+    hvd_req req[3];
+    hvd_status st = HVD_OK;
+
+    if (r->rank == 0) {
+        for (size_t i = 0; i < sizeof(big); i++)
+            big[i] = (uint8_t)(i * 5);
+        memset(small, 9, sizeof(small));
+        st = r->tp->ops->isend(r->tp, 1, HVD_CHANNEL_DATA, big, sizeof(big),
+                               &req[0]);
+        if (st == HVD_OK)
+            st = r->tp->ops->isend(r->tp, 1, HVD_CHANNEL_DATA, small,
+                                   sizeof(small), &req[1]);
+        for (int i = 0; i < 2 && st == HVD_OK; i++)
+            st = wait_req(r->tp, &req[i]);
+        record(r, st); /* then rank_main says goodbye */
+        return;
+    }
+    /* Let the goodbye arrive behind the data first. */
+    for (int i = 0; i < 20; i++)
+        r->tp->ops->progress(r->tp, 10);
+    uint8_t *in = calloc(1, sizeof(big));
+    st =
+        r->tp->ops->irecv(r->tp, 0, HVD_CHANNEL_DATA, in, sizeof(big), &req[0]);
+    if (st == HVD_OK)
+        st = wait_req(r->tp, &req[0]);
+    for (size_t i = 0; st == HVD_OK && i < sizeof(big); i++)
+        if (in[i] != (uint8_t)(i * 5)) {
+            r->bad++;
+            break;
+        }
+    if (st == HVD_OK)
+        st = r->tp->ops->irecv(r->tp, 0, HVD_CHANNEL_DATA, in, sizeof(small),
+                               &req[1]);
+    if (st == HVD_OK)
+        st = wait_req(r->tp, &req[1]);
+    r->bad += st == HVD_OK && in[99] != 9;
+    snprintf(r->note, sizeof(r->note), "first two: %s", hvd_status_name(st));
+    if (st == HVD_OK)
+        st = r->tp->ops->irecv(r->tp, 0, HVD_CHANNEL_DATA, in, 1, &req[2]);
+    if (st == HVD_OK)
+        st = wait_req(r->tp, &req[2]);
+    record(r, st);
+    free(in);
+}
+
+static void receives_after_goodbye(void **state) {
+    shared sh = defaults(2, late);
+    rank_ctx r[MAXR];
+
+    (void)state;
+    sh.timeout_ns = 1000000000LL;
+    sh.chunk_bytes = 64 * 1024; /* the big message fits the ring */
+    sh.ring_chunks = 2;
+    run(&sh, r);
+    assert_int_equal(r[0].st, HVD_OK);
+    assert_string_equal(r[1].note, "first two: HVD_OK");
+    assert_int_equal(r[1].bad, 0);
+    assert_int_equal(r[1].st, HVD_ERR_PEER_LOST);
+    assert_non_null(strstr(r[1].err, "rank 0 called hvd_shutdown while this "
+                                     "rank still expected data"));
+}
+
 static void nothing(rank_ctx *r) { (void)r; }
 
 /* open is all-or-nothing: one rank without a device fails it everywhere,
@@ -795,6 +862,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(failure_peer_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(failure_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(failure_early_shutdown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(receives_after_goodbye, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(open_without_device, setup, teardown),
         cmocka_unit_test_setup_teardown(open_unreachable, setup, teardown),

@@ -32,7 +32,7 @@
 #define SEND_BUFS (EAGER_CREDITS + 4)
 #define SEND_RESERVE 4
 /* The control channel's receive ring (its messages are mostly small). */
-#define CTL_SLOT_BYTES (64 * 1024)
+#define CTL_SLOT_BYTES (16 * 1024)
 #define CTL_SLOTS 4
 /* Staging chunks shared by all queue pairs, for sends not registered. */
 #define STAGE_MIN 16
@@ -1048,6 +1048,11 @@ static void vb_wake(hvd_transport *t) {
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 
+/*
+ * Checks a request's peer and channel. A send to a peer that has said
+ * goodbye can never be received; a receive may still be, from what
+ * arrived before the goodbye (vb_irecv checks that after matching).
+ */
 static hvd_status check_peer(vtp *tp, int peer, int channel, const char *what) {
     if (tp->failed != HVD_OK)
         return hvd_error_copy(tp->failed, tp->failmsg);
@@ -1057,7 +1062,7 @@ static hvd_status check_peer(vtp *tp, int peer, int channel, const char *what) {
                              "verbs %s to rank %d on channel %d: not a peer "
                              "of rank %d in a job of %d",
                              what, peer, channel, tp->rank, tp->size);
-    if (tp->qps[peer * 2 + channel].bye_rx) {
+    if (strcmp(what, "send") == 0 && tp->qps[peer * 2 + channel].bye_rx) {
         char who[160];
         describe(tp, peer, who, sizeof(who));
         return fail(tp, HVD_ERR_PEER_LOST, peer,
@@ -1153,6 +1158,10 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
     /* Data already here completes it now. */
     if (q->arr_count > 0)
         match(q);
+    /* After the peer's goodbye everything it sent is here: a receive that
+     * is still waiting will never complete. */
+    if (q->bye_rx && q->rq_count > 0 && tp->failed == HVD_OK)
+        on_bye(q);
     return HVD_OK;
 }
 
