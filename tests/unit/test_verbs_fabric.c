@@ -157,6 +157,16 @@ static int teardown(void **state) {
     return 0;
 }
 
+static void sleep_until_flag(shared *sh, int want) {
+    int64_t end = hvd_now_ns() + 20 * 1000000000LL;
+
+    while (__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) < want &&
+           hvd_now_ns() < end) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Progress until req is done (bounded); its status. */
 static hvd_status wait_req(hvd_transport *tp, hvd_req *req) {
     int64_t end = hvd_now_ns() + 30 * 1000000000LL;
@@ -371,6 +381,70 @@ static void channels_independent(void **state) {
     (void)state;
     run(&sh, r);
     expect_clean(r, 2);
+}
+
+/* The GPUDirect hook: memory registered through the transport (here a
+ * host buffer standing in for CUDA memory) is sent without staging, with
+ * HVD_IB_MR_CACHE off; CUDA memory needs nvidia-peermem. */
+static void registered(rank_ctx *r) {
+    const size_t len = 300000;
+    uint8_t *buf = malloc(len);
+    hvd_mr_entry *e = NULL;
+    hvd_mr_stats ms;
+    hvd_req req;
+    hvd_status st = HVD_OK;
+
+    if (r->rank == 0) {
+        for (size_t i = 0; i < len; i++)
+            buf[i] = (uint8_t)(i * 11);
+        /* Without nvidia-peermem: refused, with the reason. */
+        if (hvd_verbs_register(r->tp, buf, len, HVD_MEM_CUDA, &e) !=
+                HVD_ERR_UNSUPPORTED ||
+            strstr(hvd_error_get(), "nvidia-peermem") == NULL)
+            r->bad++;
+        fake_cfg()->peermem = 1; /* only this thread reads it */
+        st = hvd_verbs_register(r->tp, buf, len, HVD_MEM_CUDA, &e);
+        for (int k = 0; k < 2 && st == HVD_OK; k++) {
+            st = r->tp->ops->isend(r->tp, 1, HVD_CHANNEL_DATA, buf, len, &req);
+            if (st == HVD_OK)
+                st = wait_req(r->tp, &req);
+        }
+        hvd_verbs_mr_stats(r->tp, &ms);
+        snprintf(r->note, sizeof(r->note), "hits %llu misses %llu",
+                 (unsigned long long)ms.hits, (unsigned long long)ms.misses);
+        if (e != NULL)
+            hvd_verbs_unregister(r->tp, e);
+    } else {
+        for (int k = 0; k < 2 && st == HVD_OK; k++) {
+            memset(buf, 0, len);
+            st = r->tp->ops->irecv(r->tp, 0, HVD_CHANNEL_DATA, buf, len, &req);
+            if (st == HVD_OK)
+                st = wait_req(r->tp, &req);
+            for (size_t i = 0; st == HVD_OK && i < len; i++)
+                if (buf[i] != (uint8_t)(i * 11)) {
+                    r->bad++;
+                    break;
+                }
+        }
+    }
+    record(r, st);
+    free(buf);
+}
+
+static void gpudirect_hook(void **state) {
+    shared sh = defaults(2, registered);
+    rank_ctx r[MAXR];
+    fake_stats st;
+
+    (void)state;
+    sh.chunk_bytes = 64 * 1024;
+    sh.ring_chunks = 2;
+    run(&sh, r);
+    expect_clean(r, 2);
+    /* Registered once (by the hook), found by both sends: no staging. */
+    assert_string_equal(r[0].note, "hits 2 misses 1");
+    fake_get_stats(&st);
+    assert_int_equal(st.regs, 2 * 2 + 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -796,16 +870,6 @@ static void open_unreachable(void **state) {
     }
 }
 
-static void sleep_until_flag(shared *sh, int want) {
-    int64_t end = hvd_now_ns() + 20 * 1000000000LL;
-
-    while (__atomic_load_n(&sh->flag, __ATOMIC_ACQUIRE) < want &&
-           hvd_now_ns() < end) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* wake makes a progress call waiting without limit return. Flag: 2 once
  * rank 0 is back, 3 once the waker has stopped (then the transport may
  * go). */
@@ -854,6 +918,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(traffic_zero_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(traffic_big_ring, setup, teardown),
         cmocka_unit_test_setup_teardown(channels_independent, setup, teardown),
+        cmocka_unit_test_setup_teardown(gpudirect_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(collectives_over_verbs, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(failure_mismatch, setup, teardown),

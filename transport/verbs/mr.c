@@ -111,6 +111,40 @@ static int overlaps(const hvd_mr_entry *e, uintptr_t start, uintptr_t end) {
     return e->start < end && start < e->end;
 }
 
+/* The live region of type (any type: type < 0) covering [a, a + len),
+ * made the most recently used and held; NULL on a miss. */
+static hvd_mr_entry *lookup(hvd_mr_cache *c, uintptr_t a, size_t len,
+                            int type) {
+    for (hvd_mr_entry *e = c->head; e != NULL; e = e->next) {
+        if ((type < 0 || e->type == (hvd_mem_type)type) && e->start <= a &&
+            a + len <= e->end) {
+            if (e != c->head) {
+                unlink_live(c, e);
+                push_front(c, e);
+                c->st.live++;
+                c->st.live_bytes += (size_t)(e->end - e->start);
+            }
+            e->refs++;
+            c->st.hits++;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+int hvd_mr_find(hvd_mr_cache *c, const void *addr, size_t len,
+                hvd_mr_entry **out) {
+    uintptr_t a = (uintptr_t)addr;
+    hvd_mr_entry *e;
+
+    if (len == 0)
+        len = 1;
+    if (a + len < a || (e = lookup(c, a, len, -1)) == NULL)
+        return 0;
+    *out = e;
+    return 1;
+}
+
 hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
                       hvd_mem_type type, hvd_mr_entry **out) {
     uintptr_t a = (uintptr_t)addr, start, end, ustart, uend;
@@ -124,19 +158,9 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "registering %zu bytes at %p wraps around", len,
                              addr);
-    for (e = c->head; e != NULL; e = e->next) {
-        if (e->type == type && e->start <= a && a + len <= e->end) {
-            if (e != c->head) {
-                unlink_live(c, e);
-                push_front(c, e);
-                c->st.live++;
-                c->st.live_bytes += (size_t)(e->end - e->start);
-            }
-            e->refs++;
-            c->st.hits++;
-            *out = e;
-            return HVD_OK;
-        }
+    if ((e = lookup(c, a, len, (int)type)) != NULL) {
+        *out = e;
+        return HVD_OK;
     }
 
     if (type == HVD_MEM_CUDA) {

@@ -81,7 +81,12 @@ hvd_status hvd_mr_cache_create(const hvd_ibv_seam *seam, struct ibv_pd *pd,
 hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
                       hvd_mem_type type, hvd_mr_entry **out);
 
-/* Releases a hold taken by hvd_mr_get. */
+/* 1 and a hold on it in *out if a cached region of any type covers
+ * [addr, addr + len) (a hit); 0 otherwise, registering nothing. */
+int hvd_mr_find(hvd_mr_cache *c, const void *addr, size_t len,
+                hvd_mr_entry **out);
+
+/* Releases a hold taken by hvd_mr_get or hvd_mr_find. */
 void hvd_mr_put(hvd_mr_cache *c, hvd_mr_entry *e);
 
 /* Drops every region overlapping [addr, addr + len) from the lookup

@@ -182,6 +182,7 @@ struct vtp {
     uint32_t slot_bytes[2];
     vqp *qps; /* size * 2; this rank's own pair unused */
     hvd_mr_cache *mrc;
+    int auto_reg; /* register user send buffers on their own */
     int mr_warned;
     int64_t timeout_ns;
     int64_t heartbeat_ns;
@@ -515,10 +516,13 @@ static int send_eager(vqp *q, txmsg *m, hvd_status *st) {
 static int send_chunks(vqp *q, txmsg *m, hvd_status *st) {
     vtp *tp = q->tp;
 
-    if (!m->tried_mr && tp->mrc != NULL) {
+    /* From the caller's memory where it is registered (explicitly, or by an
+     * earlier send) or may be registered now; else staged. */
+    if (!m->tried_mr) {
         m->tried_mr = 1;
-        if (hvd_mr_get(tp->mrc, m->buf, m->len, HVD_MEM_HOST, &m->mr) !=
-            HVD_OK) {
+        if (!hvd_mr_find(tp->mrc, m->buf, m->len, &m->mr) && tp->auto_reg &&
+            hvd_mr_get(tp->mrc, m->buf, m->len, HVD_MEM_HOST, &m->mr) !=
+                HVD_OK) {
             m->mr = NULL;
             if (!tp->mr_warned)
                 HVD_WARN("verbs",
@@ -1379,15 +1383,13 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
         }
     }
 
-    /* User buffers: zero-copy through the cache where it is safe. */
-    if (params->ib_mr_cache == 1 || (params->ib_mr_cache == 2 && tp->dev.odp)) {
-        hvd_status st = hvd_mr_cache_create(
-            tp->seam, tp->pd, IBV_ACCESS_LOCAL_WRITE, tp->dev.odp,
-            MR_CACHE_ENTRIES, MR_CACHE_BYTES, &tp->mrc);
-        if (st != HVD_OK)
-            return st;
-    }
-    return HVD_OK;
+    /* User buffers: registered on their own where that is safe; the cache
+     * also holds explicit registrations (hvd_verbs_register). */
+    tp->auto_reg =
+        params->ib_mr_cache == 1 || (params->ib_mr_cache == 2 && tp->dev.odp);
+    return hvd_mr_cache_create(tp->seam, tp->pd, IBV_ACCESS_LOCAL_WRITE,
+                               tp->dev.odp, MR_CACHE_ENTRIES, MR_CACHE_BYTES,
+                               &tp->mrc);
 }
 
 /* Moves q to RTR then RTS towards the peer described by r and qi. */
@@ -1732,9 +1734,9 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
               hvd_vdev_link_name(tp->dev.link_layer), tp->dev.lid,
               tp->dev.gid_index, 128 << tp->dev.mtu, tp->size - 1,
               tp->slot_bytes[0], tp->slots[0],
-              tp->mrc == NULL ? "no (staged)"
-              : tp->dev.odp   ? "yes (on-demand paging)"
-                              : "yes (pinned, HVD_IB_MR_CACHE=on)");
+              !tp->auto_reg ? "no (staged)"
+              : tp->dev.odp ? "yes (on-demand paging)"
+                            : "yes (pinned, HVD_IB_MR_CACHE=on)");
     free(blobs);
     free(mine);
     free(qinfo);
@@ -1758,6 +1760,29 @@ fail : {
 static hvd_status vb_open(const hvd_transport_params *params,
                           hvd_transport **out) {
     return hvd_verbs_open_with(&hvd_ibv_real, params, out);
+}
+
+hvd_status hvd_verbs_register(hvd_transport *t, const void *addr, size_t len,
+                              hvd_mem_type type, hvd_mr_entry **out) {
+    vtp *tp = (vtp *)t;
+
+    if (t == NULL || t->ops != &hvd_verbs_ops)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_verbs_register: not a verbs transport");
+    if (tp->failed != HVD_OK)
+        return hvd_error_copy(tp->failed, tp->failmsg);
+    return hvd_mr_get(tp->mrc, addr, len, type, out);
+}
+
+void hvd_verbs_unregister(hvd_transport *t, hvd_mr_entry *e) {
+    if (t != NULL && t->ops == &hvd_verbs_ops)
+        hvd_mr_put(((vtp *)t)->mrc, e);
+}
+
+void hvd_verbs_mr_stats(hvd_transport *t, hvd_mr_stats *out) {
+    memset(out, 0, sizeof(*out));
+    if (t != NULL && t->ops == &hvd_verbs_ops)
+        hvd_mr_cache_stats(((vtp *)t)->mrc, out);
 }
 
 /* ------------------------------------------------------------------ */

@@ -20,6 +20,7 @@
 #define HVD_TRANSPORT_VERBS_VERBS_H
 
 #include "transport/transport.h"
+#include "transport/verbs/mr.h"
 #include "transport/verbs/seam.h"
 
 extern const hvd_transport_ops hvd_verbs_ops;
@@ -32,5 +33,23 @@ hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
 hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
                                const hvd_transport_params *params,
                                hvd_transport **out);
+
+/*
+ * Registers [addr, addr + len) of the given memory type in tp's
+ * registration cache and holds it until hvd_verbs_unregister: sends from
+ * inside it then go from that memory without a copy, whatever
+ * HVD_IB_MR_CACHE says (the caller promises the memory stays allocated
+ * while registered). This is the GPUDirect RDMA hook: HVD_MEM_CUDA
+ * registers device memory, which needs the nvidia-peermem module
+ * (HVD_ERR_UNSUPPORTED with a sentence otherwise). Receives still land in
+ * the host receive rings and are copied out, so only a sender's device
+ * memory is served this way. tp must be a verbs transport.
+ */
+hvd_status hvd_verbs_register(hvd_transport *tp, const void *addr, size_t len,
+                              hvd_mem_type type, hvd_mr_entry **out);
+void hvd_verbs_unregister(hvd_transport *tp, hvd_mr_entry *e);
+
+/* The registration cache's counters (tests, debug logs). */
+void hvd_verbs_mr_stats(hvd_transport *tp, hvd_mr_stats *out);
 
 #endif
