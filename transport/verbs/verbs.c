@@ -739,7 +739,8 @@ static hvd_status recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc) {
     case HVD_VMSG_ABORT: {
         hvd_vabort a;
         char text[HVD_ERROR_MAX];
-        hvd_vabort_decode(b + HVD_VHDR_LEN, h.len, &a);
+        if (hvd_vabort_decode(b + HVD_VHDR_LEN, h.len, &a) != HVD_OK)
+            return protocol_error(q, "a truncated ABORT notice");
         snprintf(text, sizeof(text), "rank %d reported: %s", (int)a.origin,
                  a.text);
         return fail_with(tp, (hvd_status)a.status, a.culprit, a.origin, text);
