@@ -102,6 +102,25 @@ static const hvd_algo bcast_algos[] = {HVD_ALGO_TREE, HVD_ALGO_PIPELINE,
                                        HVD_ALGO_DIRECT, HVD_ALGO_NATIVE,
                                        HVD_ALGO_AUTO};
 
+/* HVD_IB_MR_CACHE: off, on or auto. */
+static hvd_status mr_cache_mode(hvd_env_get_fn get, void *ctx, int *out) {
+    const char *v = get("HVD_IB_MR_CACHE", ctx);
+    int b;
+
+    if (v == NULL || *v == '\0')
+        return HVD_OK;
+    if (strcasecmp(v, "auto") == 0) {
+        *out = 2;
+        return HVD_OK;
+    }
+    if (hvd_env_parse_bool("HVD_IB_MR_CACHE", v, &b) != HVD_OK)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "HVD_IB_MR_CACHE=%s is not one of auto, on, off",
+                             v);
+    *out = b;
+    return HVD_OK;
+}
+
 hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     hvd_config c;
     hvd_status st;
@@ -113,6 +132,10 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     c.tcp_setup_timeout_ns = 30 * NS_PER_S;
     c.tcp_nsocks = 1;
     c.tcp_stripe_min = 256 * 1024;
+    c.ib_gid_index = -1;
+    c.ib_chunk_bytes = 128 * 1024;
+    c.ib_ring_chunks = 8;
+    c.ib_mr_cache = 2;
     hvd_comm_config_default(&c.comm);
     c.fusion_threshold = 64 * 1024 * 1024;
     c.fusion_tensor_max = 256 * 1024;
@@ -138,6 +161,23 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
                      &c.tcp_nsocks);
     if (st == HVD_OK)
         st = bytes(get, ctx, "HVD_TCP_STRIPE_MIN", 64, &c.tcp_stripe_min);
+    if (st == HVD_OK)
+        st = text(get, ctx, "HVD_IB_DEVICE", c.ib_device, sizeof(c.ib_device));
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_IB_PORT", 1, 255, &c.ib_port);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_IB_GID_INDEX", 0, 65534, &c.ib_gid_index);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_IB_CHUNK_BYTES", 4096, &c.ib_chunk_bytes);
+    if (st == HVD_OK && c.ib_chunk_bytes > ((size_t)1 << 30))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "HVD_IB_CHUNK_BYTES=%zu is out of range (4K to 1G)",
+                           c.ib_chunk_bytes);
+    if (st == HVD_OK)
+        st =
+            integer(get, ctx, "HVD_IB_RING_CHUNKS", 1, 1024, &c.ib_ring_chunks);
+    if (st == HVD_OK)
+        st = mr_cache_mode(get, ctx, &c.ib_mr_cache);
     if (st == HVD_OK && get("HVD_CHUNK_BYTES", ctx) != NULL) {
         st = bytes(get, ctx, "HVD_CHUNK_BYTES", 64, &c.comm.chunk_bytes);
         c.chunk_forced = 1;

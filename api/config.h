@@ -22,6 +22,12 @@ typedef struct hvd_config {
     int64_t tcp_setup_timeout_ns; /* HVD_TCP_SETUP_SECONDS */
     int tcp_nsocks;               /* HVD_TCP_NSOCKS */
     size_t tcp_stripe_min;        /* HVD_TCP_STRIPE_MIN */
+    char ib_device[64];           /* HVD_IB_DEVICE, "" = first active */
+    int ib_port;                  /* HVD_IB_PORT, 0 = first active */
+    int ib_gid_index;             /* HVD_IB_GID_INDEX, -1 = chosen */
+    size_t ib_chunk_bytes;        /* HVD_IB_CHUNK_BYTES */
+    int ib_ring_chunks;           /* HVD_IB_RING_CHUNKS */
+    int ib_mr_cache;              /* HVD_IB_MR_CACHE: 0 off, 1 on, 2 auto */
     hvd_comm_config comm;         /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
                                      HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
     int chunk_forced;             /* HVD_CHUNK_BYTES was set */

@@ -34,8 +34,11 @@
 typedef struct host_blob {
     char host[HVD_HOST_MAX];
     int32_t pid;
-    int32_t pad;
+    int32_t flags; /* HOST_* */
 } host_blob;
+
+/* This rank has a usable RDMA device (the verbs transport's probe). */
+#define HOST_VERBS 1
 
 static struct {
     pthread_mutex_t lock;
@@ -101,26 +104,27 @@ static void place_ranks(hvd_procinfo *info, const host_blob *all) {
         info->cross_size = cross_size;
 }
 
-/* What HVD_TRANSPORT asks for: "tcp", "shm", "mpi", or "auto". */
+/* What HVD_TRANSPORT asks for: "tcp", "shm", "mpi", "verbs" or "auto". */
 static hvd_status transport_choice(const char *name, const char **out) {
-    static const char *const known[] = {"auto", "tcp", "shm", "mpi"};
+    static const char *const known[] = {"auto", "tcp", "shm", "mpi", "verbs"};
 
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+        const hvd_transport_ops *ops;
+        int verbs = strcmp(known[i], "verbs") == 0;
         if (strcasecmp(name, known[i]) != 0)
             continue;
         *out = known[i];
-        const hvd_transport_ops *ops;
         if (i > 0 && hvd_transport_lookup(*out, &ops) != HVD_OK)
-            return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                                 "HVD_TRANSPORT=%s: that transport is not "
-                                 "built into this hvd (built in: %s; MPI "
-                                 "support needs Open MPI's development "
-                                 "files when hvd is built); unset it or use "
-                                 "tcp",
-                                 name, hvd_transport_names());
+            return hvd_error_set(
+                HVD_ERR_UNSUPPORTED,
+                "HVD_TRANSPORT=%s: that transport is not built into this hvd "
+                "(built in: %s; %s support needs %s development files when "
+                "hvd is built); unset it or use tcp",
+                name, hvd_transport_names(), verbs ? "RDMA" : "MPI",
+                verbs ? "libibverbs'" : "Open MPI's");
         return HVD_OK;
     }
-    if (strcasecmp(name, "verbs") == 0 || strcasecmp(name, "nccl") == 0)
+    if (strcasecmp(name, "nccl") == 0)
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: that transport is not built "
                              "into this hvd (built in: %s); unset it or use "
@@ -238,6 +242,36 @@ static void close_bootstrap(hvd_bootstrap *bs, int via_mpi) {
     hvd_rdv_client_close(bs);
 }
 
+/* The verbs transport's settings. */
+static void ib_params(hvd_transport_params *p) {
+    p->ib_device = g.cfg.ib_device;
+    p->ib_port = g.cfg.ib_port;
+    p->ib_gid_index = g.cfg.ib_gid_index;
+    p->ib_chunk_bytes = g.cfg.ib_chunk_bytes;
+    p->ib_ring_chunks = g.cfg.ib_ring_chunks;
+    p->ib_mr_cache = g.cfg.ib_mr_cache;
+}
+
+#ifdef HVD_WITH_VERBS
+/* 1 if this rank has a usable RDMA device; else why says what is missing. */
+static int verbs_usable(char *why, size_t whylen) {
+    const hvd_transport_ops *ops;
+    hvd_transport_params p;
+    hvd_caps caps;
+
+    memset(&p, 0, sizeof(p));
+    ib_params(&p);
+    if (hvd_transport_lookup("verbs", &ops) != HVD_OK ||
+        ops->probe(&p, &caps) != HVD_OK) {
+        snprintf(why, whylen, "%s", hvd_error_get());
+        return 0;
+    }
+    if (!caps.usable)
+        snprintf(why, whylen, "%s", caps.reason);
+    return caps.usable;
+}
+#endif
+
 /* Opens transport name, and learns whether it has native collectives. */
 static hvd_status open_transport(const char *name,
                                  const hvd_transport_params *params) {
@@ -291,6 +325,9 @@ static hvd_status setup_paths(const hvd_transport_params *params,
     }
     P->single_host = nhosts == 1;
     P->net_name = g.ops->name;
+    P->hier_name = strcmp(g.ops->name, "mpi") == 0     ? "shm+mpi"
+                   : strcmp(g.ops->name, "verbs") == 0 ? "shm+verbs"
+                                                       : "shm+tcp";
 
     if (strcmp(want, "auto") == 0 && shared) {
         hvd_caps caps;
@@ -382,6 +419,24 @@ out:
     return st;
 }
 
+/*
+ * HVD_TRANSPORT=auto in a job across hosts where every rank has a usable
+ * RDMA device: the verbs transport. Opening it is collective and
+ * all-or-nothing, so on failure every rank logs why and goes on to TCP.
+ */
+static hvd_status auto_verbs(const hvd_transport_params *params) {
+    hvd_status st = open_transport("verbs", params);
+
+    if (st != HVD_OK) {
+        g.tp = NULL;
+        HVD_WARN("api",
+                 "HVD_TRANSPORT=auto: RDMA could not be set up (%s); using "
+                 "TCP instead",
+                 hvd_error_get());
+    }
+    return st;
+}
+
 static hvd_status init_multi(void) {
     hvd_procinfo *info = &g.info;
     hvd_bootstrap *bs = NULL;
@@ -389,8 +444,9 @@ static hvd_status init_multi(void) {
     char local_addr[64], bind_addr[64];
     const char(*hosts)[HVD_HOST_MAX] = NULL;
     int *pids = NULL;
-    int via_mpi = 0;
+    int via_mpi = 0, verbs_all = 0, verbs_bad = -1;
     const char *want = "auto";
+    char verbs_why[256] = "";
     hvd_transport_params params;
     hvd_status st;
 
@@ -409,6 +465,14 @@ static hvd_status init_multi(void) {
     else if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
         snprintf(mine.host, sizeof(mine.host), "unknown");
     mine.pid = (int32_t)getpid();
+#ifdef HVD_WITH_VERBS
+    /* Every rank says whether it could use RDMA, so that all decide the
+     * same (probe opens the device; only when verbs may be chosen). */
+    if ((strcmp(want, "verbs") == 0 ||
+         (strcmp(want, "auto") == 0 && info->cross_size != 1)) &&
+        verbs_usable(verbs_why, sizeof(verbs_why)))
+        mine.flags |= HOST_VERBS;
+#endif
     all = calloc((size_t)info->size, sizeof(*all));
     hosts = calloc((size_t)info->size, HVD_HOST_MAX);
     pids = calloc((size_t)info->size, sizeof(*pids));
@@ -427,8 +491,17 @@ static hvd_status init_multi(void) {
         all[i].host[HVD_HOST_MAX - 1] = '\0';
         memcpy((char *)hosts[i], all[i].host, HVD_HOST_MAX);
         pids[i] = all[i].pid;
+        if (!(all[i].flags & HOST_VERBS) && verbs_bad < 0)
+            verbs_bad = i;
     }
+    verbs_all = verbs_bad < 0;
     place_ranks(info, all);
+    if (strcmp(want, "auto") == 0 && info->cross_size > 1 && !verbs_all)
+        HVD_DEBUG("api", "HVD_TRANSPORT=auto: not RDMA (rank %d: %s)",
+                  verbs_bad,
+                  verbs_bad == info->rank && verbs_why[0]
+                      ? verbs_why
+                      : "has no usable RDMA device or no verbs support");
 
     /* Listen where the rendezvous host reached us, unless told; under MPI
      * on loopback when every rank is on this host, else on this host's
@@ -458,6 +531,7 @@ static hvd_status init_multi(void) {
     params.connect_timeout_ns = g.cfg.start_timeout_ns;
     params.tcp_nsocks = g.cfg.tcp_nsocks;
     params.tcp_stripe_min = g.cfg.tcp_stripe_min;
+    ib_params(&params);
 
     if (strcmp(want, "shm") == 0) {
         if (info->cross_size > 1) {
@@ -470,6 +544,23 @@ static hvd_status init_multi(void) {
             goto out;
         }
         st = open_transport("shm", &params);
+    } else if (strcmp(want, "verbs") == 0) {
+        if (!verbs_all && (mine.flags & HOST_VERBS))
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=verbs: rank %d (on %s) has no "
+                               "usable RDMA device (its log says why); unset "
+                               "HVD_TRANSPORT or use tcp",
+                               verbs_bad, hosts[verbs_bad]);
+        else if (!verbs_all)
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=verbs: %s; unset HVD_TRANSPORT "
+                               "or use tcp",
+                               verbs_why);
+        else
+            st = open_transport("verbs", &params);
+    } else if (strcmp(want, "auto") == 0 && verbs_all && info->cross_size > 1 &&
+               auto_verbs(&params) == HVD_OK) {
+        st = HVD_OK;
     } else if (strcmp(want, "mpi") == 0) {
         st = open_transport("mpi", &params);
     } else if (strcmp(want, "tcp") == 0 || !via_mpi) {

@@ -85,11 +85,7 @@ const char *hvd_plan_transport(const hvd_plan *plan) {
     if (plan->algo == HVD_ALGO_AUTO)
         return "local";
     if (plan->algo == HVD_ALGO_HIER)
-        return plan->comm->paths != NULL &&
-                       plan->comm->paths->net_name != NULL &&
-                       strcmp(plan->comm->paths->net_name, "mpi") == 0
-                   ? "shm+mpi"
-                   : "shm+tcp";
+        return plan->comm->paths->hier_name;
     return plan->comm->tp != NULL ? plan->comm->tp->ops->name : "local";
 }
 

@@ -11,6 +11,9 @@
 #ifdef HVD_WITH_MPI
 #include "transport/mpi/mpi.h"
 #endif
+#ifdef HVD_WITH_VERBS
+#include "transport/verbs/verbs.h"
+#endif
 
 /* The transports built in. Adding one is one line here (under its
  * HVD_WITH_<X>) and one folder. */
@@ -19,6 +22,9 @@ static const hvd_transport_ops *const providers[] = {
     &hvd_shm_ops,
 #ifdef HVD_WITH_MPI
     &hvd_mpi_ops,
+#endif
+#ifdef HVD_WITH_VERBS
+    &hvd_verbs_ops,
 #endif
 };
 

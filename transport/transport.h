@@ -80,6 +80,14 @@ typedef struct hvd_transport_params {
     int64_t connect_timeout_ns; /* bound on connection setup */
     int tcp_nsocks;             /* sockets per peer pair */
     size_t tcp_stripe_min;      /* messages from this size are striped */
+    /* The verbs transport (HVD_IB_*, docs/environment.md). */
+    const char *ib_device; /* NULL or "": the first with an active port */
+    int ib_port;           /* 0: the first active port */
+    int ib_gid_index;      /* -1: chosen (RoCE v2 with IPv4 first) */
+    size_t ib_chunk_bytes; /* receive ring slot: largest chunk written */
+    int ib_ring_chunks;    /* slots of the data ring per peer */
+    int ib_mr_cache;       /* user buffers registered: 0 never, 1 always,
+                              2 where the device pages on demand */
 } hvd_transport_params;
 
 /* What a transport can do here, filled by probe. */
