@@ -395,11 +395,14 @@ static hvd_status nccl_agree(hvd_bootstrap *bs,
                      hosts[dup_a]);
         if (g.nccl == HVD_NCCL_REQUIRED)
             st = hvd_error_set(HVD_ERR_UNSUPPORTED,
-                               "HVD_TRANSPORT=nccl: %s; give each rank its own "
-                               "GPU (HVD_GPU_DEVICE, CUDA_VISIBLE_DEVICES) or "
-                               "use HVD_TRANSPORT=tcp (device tensors are then "
+                               "HVD_TRANSPORT=nccl: %s; %suse "
+                               "HVD_TRANSPORT=tcp (device tensors are then "
                                "staged through host memory)",
-                               text);
+                               text,
+                               bad >= 0 ? ""
+                                        : "give each rank its own GPU "
+                                          "(HVD_GPU_DEVICE, "
+                                          "CUDA_VISIBLE_DEVICES) or ");
         else
             HVD_INFO("api",
                      "NCCL is not used: %s; device tensors are staged "
@@ -686,29 +689,33 @@ static hvd_status locate(const char *fn, const char *name, int n,
                          const void *const *send, void *const *recv,
                          const size_t *counts, hvd_memtype *mem_out) {
     hvd_meminfo first = {HVD_MEM_HOST, -1}, mi;
-    const char *first_what = NULL;
-    char a[64], b[64];
+    char first_what[32] = "", what[32], a[64], b[64];
 
     for (int i = 0; i < n; i++) {
         if (counts[i] == 0)
             continue;
         for (int k = 0; k < 2; k++) {
             const void *p = k == 0 ? send[i] : recv[i];
-            const char *what = k == 0 ? "sendbuf" : "recvbuf";
+            if (n > 1)
+                snprintf(what, sizeof(what), "%s[%d]",
+                         k == 0 ? "sendbufs" : "recvbufs", i);
+            else if (send[0] == recv[0])
+                snprintf(what, sizeof(what), "buf");
+            else
+                snprintf(what, sizeof(what), "%s",
+                         k == 0 ? "sendbuf" : "recvbuf");
             hvd_mem_classify(p, &mi);
-            if (first_what == NULL) {
+            if (first_what[0] == '\0') {
                 first = mi;
-                first_what = what;
+                snprintf(first_what, sizeof(first_what), "%s", what);
             } else if (mi.type != first.type || mi.device != first.device) {
                 hvd_mem_describe(&first, a, sizeof(a));
                 hvd_mem_describe(&mi, b, sizeof(b));
                 return hvd_error_set(HVD_ERR_INVALID_ARG,
-                                     "%s('%s'): %s is %s but %s%s is %s: the "
+                                     "%s('%s'): %s is %s but %s is %s: the "
                                      "buffers of one operation must all be "
                                      "host memory or all on this rank's GPU",
-                                     fn, NAME(name), first_what, a, what,
-                                     n > 1 ? " (of a grouped operation)" : "",
-                                     b);
+                                     fn, NAME(name), first_what, a, what, b);
             }
         }
     }

@@ -63,11 +63,25 @@ int hvd_gpu_built(void) { return 1; }
 
 /* Records a CUDA failure (the first one sticks) and returns its status. */
 static hvd_status cuda_fail(hvd_gpu *g, cudaError_t e, const char *call) {
-    hvd_status st = hvd_error_set(
-        e == cudaErrorMemoryAllocation ? HVD_ERR_NO_MEMORY : HVD_ERR_INTERNAL,
-        "%s failed on CUDA device %d: %s (%s)", call,
-        g != NULL ? g->cfg.device : -1, cudaGetErrorString(e),
-        cudaGetErrorName(e));
+    hvd_status code;
+
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+        code = HVD_ERR_NO_MEMORY;
+        break;
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+        code = HVD_ERR_UNSUPPORTED; /* this machine, not hvd */
+        break;
+    default:
+        code = HVD_ERR_INTERNAL;
+        break;
+    }
+    hvd_status st = hvd_error_set(code, "%s failed on CUDA device %d: %s (%s)",
+                                  call, g != NULL ? g->cfg.device : -1,
+                                  cudaGetErrorString(e), cudaGetErrorName(e));
     if (g != NULL && g->failed == HVD_OK) {
         g->failed = st;
         snprintf(g->failmsg, sizeof(g->failmsg), "%s", hvd_error_get());
@@ -126,14 +140,14 @@ hvd_status hvd_gpu_open(const hvd_gpu_config *cfg, hvd_gpu **out) {
     g->waker->arg = cfg->wake_arg;
     e = cudaSetDevice(cfg->device);
     if (e != cudaSuccess) {
-        st = cuda_fail(NULL, e, "cudaSetDevice");
+        st = cuda_fail(g, e, "cudaSetDevice");
         goto fail;
     }
     /* A blocking stream: it waits for work the caller queued on the
      * legacy default stream, so tensors written there are ready. */
     e = cudaStreamCreate(&g->stream);
     if (e != cudaSuccess) {
-        st = cuda_fail(NULL, e, "cudaStreamCreate");
+        st = cuda_fail(g, e, "cudaStreamCreate");
         goto fail;
     }
     HVD_DEBUG("gpu", "CUDA device %d, stream %p", cfg->device,
@@ -141,7 +155,6 @@ hvd_status hvd_gpu_open(const hvd_gpu_config *cfg, hvd_gpu **out) {
     *out = g;
     return HVD_OK;
 fail:
-    hvd_error_prefix("CUDA device %d: ", cfg->device);
     pthread_mutex_destroy(&g->waker->lock);
     free(g->waker);
     free(g);
