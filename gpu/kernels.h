@@ -56,6 +56,17 @@ typedef struct hvd_cuda_copy {
  */
 int hvd_cuda_copy_batch(const hvd_cuda_copy *items, size_t n, void *stream);
 
+/*
+ * The same element code run on the CPU, with the GPU's canonical NaN for
+ * every NaN an operation makes (so the NaN rules above are exercised as
+ * on the GPU): what unit.kernels_host compares with collectives/reduce.c
+ * where there is no GPU.
+ */
+void hvd_cuda_reduce_emulated(void *dst, const void *a, const void *b,
+                              size_t count, hvd_dtype dtype, hvd_op op);
+void hvd_cuda_scale_div_emulated(void *buf, size_t count, hvd_dtype dtype,
+                                 int divisor);
+
 #ifdef __cplusplus
 }
 #endif

@@ -70,4 +70,16 @@ if(HVD_WITH_CUDA)
     set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 600
                          SKIP_RETURN_CODE 77)
   endforeach()
+
+  # The CUDA kernels bit for bit against the CPU kernels (links the static
+  # library for the internal kernel entry points).
+  add_executable(test_kernels ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_kernels.c)
+  target_link_libraries(test_kernels PRIVATE hvd_internal m)
+  target_compile_options(test_kernels PRIVATE ${HVD_WARNINGS})
+  add_test(NAME gpu.kernels COMMAND test_kernels)
+  set_tests_properties(gpu.kernels PROPERTIES LABELS gpu TIMEOUT 300
+                       SKIP_RETURN_CODE 77)
+  # The kernels' element code on the CPU, everywhere CUDA is built.
+  add_test(NAME unit.kernels_host COMMAND test_kernels --emulated)
+  set_tests_properties(unit.kernels_host PROPERTIES LABELS unit TIMEOUT 300)
 endif()
