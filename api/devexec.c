@@ -27,6 +27,7 @@ struct hvd_devexec {
     hvd_gpu_copy *copies;
     size_t copies_cap;
     int32_t *votes;
+    int aborted;
 };
 
 hvd_status hvd_devexec_create(const hvd_devexec_config *cfg,
@@ -47,14 +48,16 @@ hvd_status hvd_devexec_create(const hvd_devexec_config *cfg,
 }
 
 void hvd_devexec_abort(hvd_devexec *d) {
-    if (d != NULL)
+    if (d != NULL) {
+        d->aborted = 1;
         hvd_gpu_abort(d->gpu);
+    }
 }
 
 void hvd_devexec_destroy(hvd_devexec *d, int64_t timeout_ns) {
     if (d == NULL)
         return;
-    if (d->gpu != NULL) {
+    if (d->gpu != NULL && !d->aborted) {
         /* Bounded: the GPU may wait on a peer that is gone. */
         int64_t deadline = hvd_now_ns() + timeout_ns;
         uint64_t done = 0, want;

@@ -1,5 +1,6 @@
 #include "gpu/stage.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,11 +455,15 @@ static hvd_status stage_progress(hvd_transport *t, int timeout_ms) {
 
     if (st != HVD_OK)
         return st;
-    /* Wait in the network only when nothing here can move without it. */
+    /* Wait in the network only when nothing here can move without it.
+     * While copies run, poll; a yield lets whatever else needs this core
+     * run (the copies finish within microseconds on their own). */
     st = s->inner->ops->progress(s->inner,
                                  moved || s->copying > 0 ? 0 : timeout_ms);
     if (st != HVD_OK)
         return fail(s, st);
+    if (!moved && s->copying > 0)
+        sched_yield();
     return run_pass(s, &moved);
 }
 

@@ -1,7 +1,8 @@
 /*
  * A stand-in for the CUDA driver (libcuda.so.1), for tests on machines
  * without a GPU: it says there are two devices, and that the address
- * ranges a test declares (fake_cuda_add_range) are their memory. Nothing
+ * ranges a test declares (fake_cuda_add_range, fake_cuda_remove_range)
+ * are their memory. The lookup is linear: a few thousand ranges. Nothing
  * else works: the CUDA runtime finds the driver too old and every call
  * of it fails, as on a machine whose driver cannot run this CUDA.
  *
@@ -13,7 +14,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-enum { MAX_RANGES = 8 };
+enum { MAX_RANGES = 4096 };
 
 static struct {
     uintptr_t base;
@@ -23,6 +24,7 @@ static struct {
 static int nranges;
 
 EXPORT void fake_cuda_add_range(void *base, size_t len, int ordinal);
+EXPORT void fake_cuda_remove_range(void *base);
 EXPORT int cuInit(unsigned int flags);
 EXPORT int cuDeviceGetCount(int *count);
 EXPORT int cuGetErrorString(int error, const char **text);
@@ -35,6 +37,15 @@ void fake_cuda_add_range(void *base, size_t len, int ordinal) {
         ranges[nranges].len = len;
         ranges[nranges].ordinal = ordinal;
         nranges++;
+    }
+}
+
+void fake_cuda_remove_range(void *base) {
+    for (int i = 0; i < nranges; i++) {
+        if (ranges[i].base == (uintptr_t)base) {
+            ranges[i] = ranges[--nranges];
+            return;
+        }
     }
 }
 

@@ -44,6 +44,49 @@ foreach(case "nogpu;1" "nogpu;2" "fake;1" "fake;2" "nccl;2")
   endif()
 endforeach()
 
+# Label integration: the whole device path of the engine on a simulated
+# GPU (tests/gpu/sim_gpu.c as the GPU backend of a libhvd of its own, the
+# stand-in driver saying which memory is "device" memory): negotiation,
+# separate fusion, the executor's fences, the staging pipeline over TCP
+# with the collectives' device memory operations. No GPU needed.
+add_library(hvd_simgpu SHARED $<TARGET_OBJECTS:hvd_objs>
+            ${CMAKE_CURRENT_SOURCE_DIR}/gpu/sim_gpu.c)
+target_include_directories(hvd_simgpu PRIVATE ${CMAKE_SOURCE_DIR}
+                           ${CMAKE_SOURCE_DIR}/api/include)
+target_link_libraries(hvd_simgpu PRIVATE PkgConfig::PROTOBUF_C
+                      OpenSSL::Crypto Threads::Threads ${CMAKE_DL_LIBS})
+if(HVD_WITH_MPI)
+  target_link_libraries(hvd_simgpu PRIVATE MPI::MPI_C)
+endif()
+target_compile_options(hvd_simgpu PRIVATE ${HVD_WARNINGS})
+add_executable(test_gpu_sim ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_gpu.c
+               ${CMAKE_CURRENT_SOURCE_DIR}/gpu/sim_cudart.c)
+target_compile_definitions(test_gpu_sim PRIVATE HVD_TEST_SIM)
+target_include_directories(test_gpu_sim PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/integration ${CMAKE_CURRENT_SOURCE_DIR}/gpu
+  ${CMAKE_SOURCE_DIR}/api/include)
+target_link_libraries(test_gpu_sim PRIVATE hvd_simgpu m ${CMAKE_DL_LIBS})
+target_compile_options(test_gpu_sim PRIVATE ${HVD_WARNINGS})
+foreach(case "1|local||" "2|staged over tcp||"
+        "3|staged over tcp||HVD_GPU_STAGE_BYTES=4K;HVD_GPU_STAGE_DEPTH=2;HVD_CHUNK_BYTES=64K"
+        "4|staged over tcp|--quick|")
+  string(REPLACE "|" ";" fields "${case}")
+  list(GET fields 0 np)
+  list(GET fields 1 path)
+  list(GET fields 2 extra)
+  list(GET fields 3 env)
+  set(name gpu_sim.collectives.np${np})
+  if(env)
+    set(name ${name}.smallpieces)
+  endif()
+  add_test(NAME ${name}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_gpu.sh
+                   $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_gpu_sim> ${np}
+                   auto "${path}" --max-count 65537 ${extra})
+  set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT 600
+    ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fakecuda;${env}")
+endforeach()
+
 # Label gpu: device buffers of every dtype through each path, np 1 and 2
 # (and 3) on whatever GPUs the machine has; SKIP (77) without one.
 # tools/gpu-check runs them. Each case: np, HVD_TRANSPORT, the path the log

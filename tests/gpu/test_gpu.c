@@ -23,7 +23,11 @@
 
 #include "testutil.h"
 
+#ifdef HVD_TEST_SIM
+#include "sim_cudart.h"
+#else
 #include <cuda_runtime_api.h>
+#endif
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>

@@ -15,7 +15,8 @@
  *          call are refused (HVD_ERR_INVALID_ARG); without CUDA built in a
  *          device buffer is refused (HVD_ERR_UNSUPPORTED, "built without
  *          CUDA"); with it, a buffer on the other device is refused
- *          (HVD_ERR_INVALID_ARG), and a device allreduce reaches the
+ *          (HVD_ERR_INVALID_ARG), ranks that disagree on host or device
+ *          memory get HVD_ERR_MISMATCH, and a device allreduce reaches the
  *          engine, whose GPU setup fails on every rank (the runtime finds
  *          no usable driver): every rank gets HVD_ERR_UNSUPPORTED saying
  *          so, for that and later device operations, and host operations
@@ -218,6 +219,14 @@ static int mode_fake(const char *build) {
         expect("other device",
                hvd_allreduce("odev", odev, odev, 4, HVD_FLOAT32, HVD_SUM),
                HVD_ERR_INVALID_ARG, where, "HVD_GPU_DEVICE", NULL);
+        /* Ranks that disagree on host or device memory for one name: the
+         * coordinator says so before any GPU is used. */
+        if (hvd_size() > 1) {
+            float *buf = hvd_rank() == 0 ? host : dev;
+            expect("host or device",
+                   hvd_allreduce("where", buf, buf, 4, HVD_FLOAT32, HVD_SUM),
+                   HVD_ERR_MISMATCH, "on the GPU", NULL);
+        }
         /* The engine tries the GPU, every rank fails alike. */
         expect("allreduce",
                hvd_allreduce("dev", dev, dev, 4, HVD_FLOAT32, HVD_SUM),
