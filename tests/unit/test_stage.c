@@ -334,10 +334,21 @@ static void net_init(fnet *net, int size, int threaded, int budget,
     net->seed = seed;
 }
 
+/* Drops what is still posted without touching the requests (their owners
+ * may be gone), as a transport's close does. */
 static void net_destroy(fnet *net) {
-    if (net->failed == HVD_OK)
-        net->failed = HVD_ERR_SHUTDOWN;
-    fail_everything(net);
+    for (int s = 0; s < net->size; s++)
+        for (int d = 0; d < net->size; d++)
+            for (int c = 0; c < NCH; c++) {
+                fmsg **lists[2] = {&net->sends[s][d][c], &net->recvs[s][d][c]};
+                for (int k = 0; k < 2; k++) {
+                    while (*lists[k] != NULL) {
+                        fmsg *m = *lists[k];
+                        *lists[k] = m->next;
+                        free(m);
+                    }
+                }
+            }
     pthread_mutex_destroy(&net->mu);
     pthread_cond_destroy(&net->cv);
 }
