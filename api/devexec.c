@@ -211,7 +211,13 @@ static hvd_status setup(hvd_devexec *d, int *fatal) {
                              &cc, &d->comm);
         if (st != HVD_OK)
             return st;
-        hvd_comm_set_memops(d->comm, &hvd_gpu_memops, d->gpu);
+        /* Staged: the copies are on the stream, in order with the
+         * kernels. Direct: the transport reads device memory on its own,
+         * so each kernel is waited for before the next message. */
+        hvd_comm_set_memops(d->comm,
+                            d->path == P_DIRECT ? &hvd_gpu_memops_sync
+                                                : &hvd_gpu_memops,
+                            d->gpu);
     }
     *fatal = 0;
     d->state = ST_READY;
@@ -234,6 +240,12 @@ static hvd_status copies_room(hvd_devexec *d, size_t n) {
     return HVD_OK;
 }
 
+/* The direct path: what is queued (packing) must have run before the
+ * transport reads the buffers. */
+static hvd_status before_direct(hvd_devexec *d) {
+    return d->path == P_DIRECT ? hvd_gpu_sync(d->gpu) : HVD_OK;
+}
+
 /* The collective itself on device buffers. op may be HVD_AVERAGE (divides
  * by the job's size). */
 static hvd_status allreduce_path(hvd_devexec *d, const void *send, void *recv,
@@ -251,7 +263,10 @@ static hvd_status allreduce_path(hvd_devexec *d, const void *send, void *recv,
             st = hvd_gpu_scale_div(d->gpu, recv, count, dtype, d->cfg.size);
         return st;
     default:
-        return hvd_coll_allreduce(d->comm, send, recv, count, dtype, op);
+        st = before_direct(d);
+        return st != HVD_OK
+                   ? st
+                   : hvd_coll_allreduce(d->comm, send, recv, count, dtype, op);
     }
 }
 
@@ -342,7 +357,9 @@ hvd_status hvd_devexec_broadcast(hvd_devexec *d, void *buf, size_t count,
                                     root);
         break;
     default:
-        st = hvd_coll_broadcast(d->comm, buf, count, dtype, root);
+        st = before_direct(d);
+        if (st == HVD_OK)
+            st = hvd_coll_broadcast(d->comm, buf, count, dtype, root);
         break;
     }
     return finish_op(d, st, seq_out);
@@ -365,7 +382,9 @@ hvd_status hvd_devexec_allgather(hvd_devexec *d, const void *sendbuf,
         st = hvd_gpu_nccl_allgather(d->gpu, sendbuf, recvbuf, bytes);
         break;
     default:
-        st = hvd_coll_allgather(d->comm, sendbuf, recvbuf, count, dtype);
+        st = before_direct(d);
+        if (st == HVD_OK)
+            st = hvd_coll_allgather(d->comm, sendbuf, recvbuf, count, dtype);
         break;
     }
     return finish_op(d, st, seq_out);

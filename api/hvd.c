@@ -260,6 +260,9 @@ static hvd_status open_transport(const char *name,
     if (st == HVD_OK) {
         g.cfg.comm.native = caps.native_collectives;
         g.tp_mem_types = caps.mem_types;
+        const char *direct = hvd_env_getenv("HVD_TEST_GPU_DIRECT", NULL);
+        if (hvd_gpu_simulated() && direct != NULL && strcmp(direct, "1") == 0)
+            g.tp_mem_types |= HVD_MEM_BIT(HVD_MEM_DEVICE);
     }
     return st;
 }

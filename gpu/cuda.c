@@ -61,6 +61,8 @@ struct hvd_gpu {
 
 int hvd_gpu_built(void) { return 1; }
 
+int hvd_gpu_simulated(void) { return 0; }
+
 /* Records a CUDA failure (the first one sticks) and returns its status. */
 static hvd_status cuda_fail(hvd_gpu *g, cudaError_t e, const char *call) {
     hvd_status code;
@@ -355,6 +357,42 @@ const hvd_memops hvd_gpu_memops = {
     .reduce = m_reduce,
     .scale_div = m_scale_div,
     .copy = m_copy,
+    .alloc = m_alloc,
+    .free = m_free,
+};
+
+hvd_status hvd_gpu_sync(hvd_gpu *g) {
+    hvd_status st = check(g);
+    cudaError_t e;
+
+    if (st != HVD_OK)
+        return st;
+    e = cudaStreamSynchronize(g->stream);
+    return e == cudaSuccess ? HVD_OK : cuda_fail(g, e, "cudaStreamSynchronize");
+}
+
+static void s_reduce(void *ctx, void *dst, const void *a, const void *b,
+                     size_t count, hvd_dtype dtype, hvd_op op) {
+    m_reduce(ctx, dst, a, b, count, dtype, op);
+    hvd_gpu_sync(ctx);
+}
+
+static void s_scale_div(void *ctx, void *buf, size_t count, hvd_dtype dtype,
+                        int divisor) {
+    m_scale_div(ctx, buf, count, dtype, divisor);
+    hvd_gpu_sync(ctx);
+}
+
+static void s_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    m_copy(ctx, dst, src, bytes);
+    hvd_gpu_sync(ctx);
+}
+
+const hvd_memops hvd_gpu_memops_sync = {
+    .name = "cuda (synchronous)",
+    .reduce = s_reduce,
+    .scale_div = s_scale_div,
+    .copy = s_copy,
     .alloc = m_alloc,
     .free = m_free,
 };

@@ -51,6 +51,11 @@ typedef struct hvd_gpu_config {
 
 /* 1 if this hvd was built with CUDA (with NCCL). */
 int hvd_gpu_built(void);
+
+/* 1 only in the tests' libhvd with a simulated GPU (tests/gpu/sim_gpu.c),
+ * whose "device memory" the CPU can read: there HVD_TEST_GPU_DIRECT=1 makes
+ * the transport count as reading device memory, to test the direct path. */
+int hvd_gpu_simulated(void);
 int hvd_gpu_nccl_built(void);
 
 /*
@@ -120,6 +125,14 @@ hvd_status hvd_gpu_scale_div(hvd_gpu *gpu, void *buf, size_t count,
  * queued on the stream; their errors surface at hvd_gpu_poll.
  */
 extern const hvd_memops hvd_gpu_memops;
+
+/* The same, each operation waited for before it returns: for a transport
+ * that reads and writes device memory itself (GPUDirect), whose sends
+ * must not start before the kernel that made their data has finished. */
+extern const hvd_memops hvd_gpu_memops_sync;
+
+/* Waits until everything queued on hvd's stream has run. */
+hvd_status hvd_gpu_sync(hvd_gpu *gpu);
 
 /* The staging pipeline (gpu/stage.h) over inner, its copies on the stream
  * and its slots pinned memory. Close it before the hvd_gpu. */

@@ -16,6 +16,8 @@
 
 int hvd_gpu_built(void) { return 0; }
 
+int hvd_gpu_simulated(void) { return 0; }
+
 int hvd_gpu_nccl_built(void) { return 0; }
 
 int hvd_gpu_nccl_usable(char *why, size_t whylen) {
@@ -106,6 +108,20 @@ const hvd_memops hvd_gpu_memops = {
     .alloc = m_alloc,
     .free = m_free,
 };
+
+const hvd_memops hvd_gpu_memops_sync = {
+    .name = "none",
+    .reduce = m_reduce,
+    .scale_div = m_scale_div,
+    .copy = m_copy,
+    .alloc = m_alloc,
+    .free = m_free,
+};
+
+hvd_status hvd_gpu_sync(hvd_gpu *gpu) {
+    (void)gpu;
+    return NO_CUDA;
+}
 
 hvd_status hvd_gpu_stage_open(hvd_gpu *gpu, hvd_transport *inner, int size,
                               hvd_transport **out) {

@@ -69,14 +69,17 @@ target_link_libraries(test_gpu_sim PRIVATE hvd_simgpu m ${CMAKE_DL_LIBS})
 target_compile_options(test_gpu_sim PRIVATE ${HVD_WARNINGS})
 foreach(case "1|local||" "2|staged over tcp||"
         "3|staged over tcp||HVD_GPU_STAGE_BYTES=4K;HVD_GPU_STAGE_DEPTH=2;HVD_CHUNK_BYTES=64K"
-        "4|staged over tcp|--quick|")
+        "4|staged over tcp|--quick|"
+        "3|direct over tcp||HVD_TEST_GPU_DIRECT=1")
   string(REPLACE "|" ";" fields "${case}")
   list(GET fields 0 np)
   list(GET fields 1 path)
   list(GET fields 2 extra)
   list(GET fields 3 env)
   set(name gpu_sim.collectives.np${np})
-  if(env)
+  if(env MATCHES "DIRECT")
+    set(name ${name}.direct)
+  elseif(env)
     set(name ${name}.smallpieces)
   endif()
   add_test(NAME ${name}

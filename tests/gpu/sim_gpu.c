@@ -58,6 +58,8 @@ struct hvd_gpu {
 
 int hvd_gpu_built(void) { return 1; }
 
+int hvd_gpu_simulated(void) { return 1; }
+
 int hvd_gpu_nccl_built(void) { return 0; }
 
 int hvd_gpu_nccl_usable(char *why, size_t whylen) {
@@ -289,6 +291,37 @@ const hvd_memops hvd_gpu_memops = {
     .reduce = m_reduce,
     .scale_div = m_scale_div,
     .copy = m_copy,
+    .alloc = m_alloc,
+    .free = m_free,
+};
+
+hvd_status hvd_gpu_sync(hvd_gpu *g) {
+    run_all(g);
+    return HVD_OK;
+}
+
+static void s_reduce(void *ctx, void *dst, const void *a, const void *b,
+                     size_t count, hvd_dtype dtype, hvd_op op) {
+    m_reduce(ctx, dst, a, b, count, dtype, op);
+    run_all(ctx);
+}
+
+static void s_scale_div(void *ctx, void *buf, size_t count, hvd_dtype dtype,
+                        int divisor) {
+    m_scale_div(ctx, buf, count, dtype, divisor);
+    run_all(ctx);
+}
+
+static void s_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    m_copy(ctx, dst, src, bytes);
+    run_all(ctx);
+}
+
+const hvd_memops hvd_gpu_memops_sync = {
+    .name = "simulated (synchronous)",
+    .reduce = s_reduce,
+    .scale_div = s_scale_div,
+    .copy = s_copy,
     .alloc = m_alloc,
     .free = m_free,
 };
