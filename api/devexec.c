@@ -379,6 +379,13 @@ hvd_status hvd_devexec_allgather(hvd_devexec *d, const void *sendbuf,
         hvd_gpu_memops.copy(d->gpu, recvbuf, sendbuf, bytes);
         break;
     case P_NCCL:
+        /* NCCL's in place is sendbuf == recvbuf + rank * bytes only; hvd
+         * also takes sendbuf == recvbuf (the input at the start). */
+        if (sendbuf == recvbuf && d->cfg.rank > 0) {
+            void *mine = (uint8_t *)recvbuf + (size_t)d->cfg.rank * bytes;
+            hvd_gpu_memops.copy(d->gpu, mine, sendbuf, bytes);
+            sendbuf = mine;
+        }
         st = hvd_gpu_nccl_allgather(d->gpu, sendbuf, recvbuf, bytes);
         break;
     default:

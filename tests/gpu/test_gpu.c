@@ -387,18 +387,23 @@ static void broadcast_allgather(void) {
                 free(h);
                 cudaFree(buf);
             }
-            /* Allgather, out of place and in place. */
-            for (int inplace = 0; inplace < 2; inplace++) {
+            /* Allgather: out of place; in place with the input in its
+             * block; in place with the input at the start. */
+            for (int inplace = 0; inplace < 3; inplace++) {
                 size_t total = n * (size_t)g_size;
                 void *in = dev_input(dt, HVD_SUM, g_rank, n);
                 void *out = dev_alloc(total * es);
                 void *h = host_alloc(total * es);
                 const void *send = in;
-                if (inplace) {
+                if (inplace == 1) {
                     cuda_ok("D2D",
                             cudaMemcpy((char *)out + (size_t)g_rank * n * es,
                                        in, n * es, cudaMemcpyDeviceToDevice));
                     send = (char *)out + (size_t)g_rank * n * es;
+                } else if (inplace == 2) {
+                    cuda_ok("D2D", cudaMemcpy(out, in, n * es,
+                                              cudaMemcpyDeviceToDevice));
+                    send = out;
                 }
                 snprintf(name, sizeof(name), "ag.%s.%zu.%d", dtype_names[d], n,
                          inplace);
