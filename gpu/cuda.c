@@ -108,6 +108,10 @@ hvd_status hvd_gpu_bus_id(int device, char *out, size_t outlen) {
 /* ------------------------------------------------------------------ */
 /* Open and close                                                      */
 
+#ifdef HVD_WITH_NCCL
+static void nccl_close(hvd_gpu *g);
+#endif
+
 static void CUDART_CB host_wake(void *p) {
     waker *w = p;
     int last;
@@ -189,7 +193,7 @@ void hvd_gpu_close(hvd_gpu *g) {
     }
 #ifdef HVD_WITH_NCCL
     if (g->comm != NULL)
-        g->nccl->comm_destroy(g->comm);
+        nccl_close(g);
 #endif
     for (size_t i = 0; i < g->cap; i++)
         cudaEventDestroy(g->events[i]);
@@ -660,6 +664,22 @@ hvd_status hvd_gpu_nccl_open(hvd_gpu *g, const uint8_t *id, int rank,
 }
 
 int hvd_gpu_has_nccl(const hvd_gpu *g) { return g->comm != NULL; }
+
+/* A non-blocking communicator is finalized (its work flushed, bounded),
+ * then destroyed; one that will not finish is aborted. */
+static void nccl_close(hvd_gpu *g) {
+    ncclResult_t rc = g->nccl->comm_finalize(g->comm);
+
+    if ((rc == ncclSuccess || rc == ncclInProgress) &&
+        nccl_ready(g, g->comm, ncclInProgress, "ncclCommFinalize") == HVD_OK) {
+        g->nccl->comm_destroy(g->comm);
+    } else {
+        HVD_WARN("gpu", "NCCL communicator not finalized (%s); aborting it",
+                 hvd_error_get());
+        g->nccl->comm_abort(g->comm);
+    }
+    g->comm = NULL;
+}
 
 void hvd_gpu_nccl_close(hvd_gpu *g) {
     if (g->comm != NULL) {
