@@ -141,6 +141,9 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     c.fusion_tensor_max = 256 * 1024;
     c.cache_capacity = 1024;
     c.cycle_time_ms = 0;
+    c.gpu_device = -1;
+    c.gpu_stage_bytes = 1024 * 1024;
+    c.gpu_stage_depth = 4;
     int stall_check = 60, stall_shutdown = 0;
 
     st = text(get, ctx, "HVD_TRANSPORT", c.transport, sizeof(c.transport));
@@ -210,6 +213,13 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
                      &stall_shutdown);
     if (st == HVD_OK)
         st = text(get, ctx, "HVD_TIMELINE", c.timeline, sizeof(c.timeline));
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_GPU_DEVICE", 0, 1023, &c.gpu_device);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_GPU_STAGE_BYTES", 4096, &c.gpu_stage_bytes);
+    if (st == HVD_OK)
+        st =
+            integer(get, ctx, "HVD_GPU_STAGE_DEPTH", 2, 64, &c.gpu_stage_depth);
     c.stall_check_s = stall_check;
     c.stall_shutdown_s = stall_shutdown;
     if (st != HVD_OK)

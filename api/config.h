@@ -39,6 +39,9 @@ typedef struct hvd_config {
     double stall_check_s;         /* HVD_STALL_CHECK_SECONDS */
     double stall_shutdown_s;      /* HVD_STALL_SHUTDOWN_SECONDS */
     char timeline[512];           /* HVD_TIMELINE */
+    int gpu_device;               /* HVD_GPU_DEVICE, -1: the local rank */
+    size_t gpu_stage_bytes;       /* HVD_GPU_STAGE_BYTES (same everywhere) */
+    int gpu_stage_depth;          /* HVD_GPU_STAGE_DEPTH */
 } hvd_config;
 
 /* Defaults, then the variables get() returns; a malformed value is

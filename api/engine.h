@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/devexec.h"
 #include "api/opdesc.h"
 #include "collectives/comm.h"
 #include "hvd/hvd.h"
@@ -39,6 +40,10 @@ typedef struct hvd_engine_config {
     double stall_shutdown_s;   /* 0: stalled operations only warned about */
     int64_t timeout_ns;        /* bound on waiting for the others to stop */
     const char *timeline_path; /* NULL: no timeline (rank 0 only) */
+    /* Device tensors: the GPU and NCCL settings, and the transport's
+     * mem_types; the engine fills in rank, size, tp, its communicators
+     * and the wake-up. */
+    hvd_devexec_config dev;
 } hvd_engine_config;
 
 typedef struct hvd_engine hvd_engine;

@@ -19,6 +19,8 @@
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "collectives/select.h"
+#include "gpu/gpu.h"
+#include "gpu/memtype.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/net.h"
@@ -54,7 +56,13 @@ static struct {
     int have_paths;
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
-} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    /* Device tensors (docs/gpu.md). */
+    int gpu_device;   /* this rank's CUDA device, -1: none */
+    int nccl;         /* HVD_NCCL_* (api/devexec.h) */
+    int nccl_have_id; /* nccl_id is rank 0's */
+    uint8_t nccl_id[HVD_NCCL_ID_BYTES];
+    unsigned tp_mem_types; /* the transport's caps.mem_types */
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .gpu_device = -1};
 
 const char *hvd_strerror(hvd_status status) {
     switch (status) {
@@ -104,10 +112,16 @@ static void place_ranks(hvd_procinfo *info, const host_blob *all) {
         info->cross_size = cross_size;
 }
 
-/* What HVD_TRANSPORT asks for: "tcp", "shm", "mpi", "verbs" or "auto". */
+/* What HVD_TRANSPORT asks for: "tcp", "shm", "mpi", "verbs" or "auto"
+ * (also for "nccl", whose control messages and host tensors take auto's
+ * transports). */
 static hvd_status transport_choice(const char *name, const char **out) {
     static const char *const known[] = {"auto", "tcp", "shm", "mpi", "verbs"};
 
+    if (strcasecmp(name, "nccl") == 0 && g.nccl == HVD_NCCL_REQUIRED) {
+        *out = "auto";
+        return HVD_OK;
+    }
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
         const hvd_transport_ops *ops;
         int verbs = strcmp(known[i], "verbs") == 0;
@@ -282,8 +296,166 @@ static hvd_status open_transport(const char *name,
         st = g.ops->probe(params, &caps);
     if (st == HVD_OK)
         st = g.ops->open(params, &g.tp);
-    if (st == HVD_OK)
+    if (st == HVD_OK) {
         g.cfg.comm.native = caps.native_collectives;
+        g.tp_mem_types = caps.mem_types;
+        const char *direct = hvd_env_getenv("HVD_TEST_GPU_DIRECT", NULL);
+        if (hvd_gpu_simulated() && direct != NULL && strcmp(direct, "1") == 0)
+            g.tp_mem_types |= HVD_MEM_BIT(HVD_MEM_DEVICE);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* GPU and NCCL choice                                                 */
+
+/*
+ * Before anything else: what HVD_TRANSPORT says about NCCL, and whether
+ * this rank can honour it. Device tensors need no choice here: they take
+ * NCCL, or the staging pipeline over the transport chosen.
+ */
+static hvd_status gpu_choice(void) {
+    int required = strcasecmp(g.cfg.transport, "nccl") == 0;
+    int ndev = 0;
+    char why[320];
+
+    g.nccl = HVD_NCCL_OFF;
+    g.nccl_have_id = 0;
+    g.gpu_device = -1;
+    if (required && !hvd_gpu_nccl_built())
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=nccl: this hvd was built without "
+                             "%s (it needs the CUDA toolkit with NCCL when hvd "
+                             "is built; docs/gpu.md); unset it or use tcp",
+                             hvd_gpu_built() ? "NCCL" : "CUDA and NCCL");
+    /* The device probe (cuInit, no context) is paid only where CUDA is
+     * built in. */
+    if (hvd_gpu_built())
+        ndev = hvd_mem_device_count();
+    if (required && ndev == 0)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=nccl: no CUDA device on this rank "
+                             "(%s); unset it or use tcp",
+                             hvd_mem_no_device_reason());
+    if (required && !hvd_gpu_nccl_usable(why, sizeof(why)))
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=nccl: %s; set HVD_NCCL_LIBRARY to "
+                             "libnccl.so.2, or use tcp",
+                             why);
+    if (ndev > 0) {
+        int local = g.info.local_rank > 0 ? g.info.local_rank : 0;
+        if (g.cfg.gpu_device >= ndev)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "HVD_GPU_DEVICE=%d, but this rank sees %d "
+                                 "CUDA device(s) (0 to %d; "
+                                 "CUDA_VISIBLE_DEVICES may hide others)",
+                                 g.cfg.gpu_device, ndev, ndev - 1);
+        g.gpu_device = g.cfg.gpu_device >= 0 ? g.cfg.gpu_device : local % ndev;
+    }
+    if (required)
+        g.nccl = HVD_NCCL_REQUIRED;
+    else if (strcasecmp(g.cfg.transport, "auto") == 0 && hvd_gpu_nccl_built())
+        g.nccl = HVD_NCCL_AUTO;
+    return HVD_OK;
+}
+
+/* What each rank tells the others about NCCL at init. */
+typedef struct nccl_blob {
+    int32_t usable;
+    int32_t device;
+    char bus[32];
+    char why[216];
+    uint8_t id[HVD_NCCL_ID_BYTES];
+} nccl_blob;
+
+/*
+ * A job of several: picks each rank's device by its local rank (unless
+ * HVD_GPU_DEVICE), and agrees through the bootstrap whether NCCL is used:
+ * every rank can load it and has a GPU of its own (NCCL refuses two ranks
+ * on one GPU). Rank 0's NCCL unique id travels with the answer; the
+ * communicator itself is made when the first device tensor comes.
+ * Every rank of an NCCL build with HVD_TRANSPORT auto or nccl takes part,
+ * device or not, so the bootstrap calls match.
+ */
+static hvd_status nccl_agree(hvd_bootstrap *bs,
+                             const char (*hosts)[HVD_HOST_MAX]) {
+    nccl_blob mine, *all;
+    int ndev = g.gpu_device >= 0 ? hvd_mem_device_count() : 0;
+    int bad = -1, dup_a = -1, dup_b = -1;
+    hvd_status st;
+
+    if (ndev > 0 && g.cfg.gpu_device < 0)
+        g.gpu_device = (g.info.local_rank > 0 ? g.info.local_rank : 0) % ndev;
+    if (g.nccl == HVD_NCCL_OFF)
+        return HVD_OK;
+    memset(&mine, 0, sizeof(mine));
+    mine.device = g.gpu_device;
+    if (ndev == 0) {
+        snprintf(mine.why, sizeof(mine.why), "no CUDA device: %s",
+                 hvd_mem_no_device_reason());
+    } else if (!hvd_gpu_nccl_usable(mine.why, sizeof(mine.why))) {
+        /* why is set */
+    } else if (hvd_gpu_bus_id(g.gpu_device, mine.bus, sizeof(mine.bus)) !=
+               HVD_OK) {
+        snprintf(mine.why, sizeof(mine.why), "%s", hvd_error_get());
+    } else if (bs->rank == 0 && hvd_gpu_nccl_unique_id(mine.id) != HVD_OK) {
+        snprintf(mine.why, sizeof(mine.why), "%s", hvd_error_get());
+    } else {
+        mine.usable = 1;
+    }
+    all = calloc((size_t)bs->size, sizeof(*all));
+    if (all == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    st = bs->allgather(bs, &mine, sizeof(mine), all);
+    if (st != HVD_OK) {
+        free(all);
+        return st;
+    }
+    for (int r = 0; r < bs->size && bad < 0; r++) {
+        all[r].why[sizeof(all[r].why) - 1] = '\0';
+        all[r].bus[sizeof(all[r].bus) - 1] = '\0';
+        if (!all[r].usable)
+            bad = r;
+    }
+    for (int r = 0; r < bs->size && bad < 0 && dup_a < 0; r++)
+        for (int q = r + 1; q < bs->size && dup_a < 0; q++)
+            if (strcmp(hosts[r], hosts[q]) == 0 &&
+                strcmp(all[r].bus, all[q].bus) == 0) {
+                dup_a = r;
+                dup_b = q;
+            }
+    if (bad >= 0 || dup_a >= 0) {
+        char text[HVD_ERROR_MAX];
+        if (bad >= 0)
+            snprintf(text, sizeof(text), "rank %d cannot use NCCL (%s)", bad,
+                     all[bad].why);
+        else
+            snprintf(text, sizeof(text),
+                     "ranks %d and %d share CUDA device %d (%s) on host %s, "
+                     "and NCCL needs a GPU per rank",
+                     dup_a, dup_b, all[dup_a].device, all[dup_a].bus,
+                     hosts[dup_a]);
+        if (g.nccl == HVD_NCCL_REQUIRED)
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=nccl: %s; %suse "
+                               "HVD_TRANSPORT=tcp (device tensors are then "
+                               "staged through host memory)",
+                               text,
+                               bad >= 0 ? ""
+                                        : "give each rank its own GPU "
+                                          "(HVD_GPU_DEVICE, "
+                                          "CUDA_VISIBLE_DEVICES) or ");
+        else
+            HVD_INFO("api",
+                     "NCCL is not used: %s; device tensors are staged "
+                     "through host memory",
+                     text);
+        g.nccl = HVD_NCCL_OFF;
+    } else {
+        memcpy(g.nccl_id, all[0].id, HVD_NCCL_ID_BYTES);
+        g.nccl_have_id = 1;
+    }
+    free(all);
     return st;
 }
 
@@ -502,6 +674,9 @@ static hvd_status init_multi(void) {
                   verbs_bad == info->rank && verbs_why[0]
                       ? verbs_why
                       : "has no usable RDMA device or no verbs support");
+    st = nccl_agree(bs, hosts);
+    if (st != HVD_OK)
+        goto out;
 
     /* Listen where the rendezvous host reached us, unless told; under MPI
      * on loopback when every rank is on this host, else on this host's
@@ -532,6 +707,7 @@ static hvd_status init_multi(void) {
     params.tcp_nsocks = g.cfg.tcp_nsocks;
     params.tcp_stripe_min = g.cfg.tcp_stripe_min;
     ib_params(&params);
+    params.gpu_device = g.gpu_device;
 
     if (strcmp(want, "shm") == 0) {
         if (info->cross_size > 1) {
@@ -635,6 +811,17 @@ static void engine_config(hvd_engine_config *ec) {
     ec->stall_shutdown_s = g.cfg.stall_shutdown_s;
     ec->timeout_ns = g.cfg.timeout_ns;
     ec->timeline_path = g.cfg.timeline[0] != '\0' ? g.cfg.timeline : NULL;
+    ec->dev.tp_mem_types = g.tp_mem_types;
+    ec->dev.gpu.device = g.gpu_device;
+    ec->dev.gpu.stage_bytes = g.cfg.gpu_stage_bytes;
+    ec->dev.gpu.stage_depth = g.cfg.gpu_stage_depth;
+    ec->dev.gpu.nccl_timeout_ns = g.cfg.start_timeout_ns;
+    /* A job of one takes NCCL only when told to (it then runs every
+     * device collective through a communicator of one). */
+    ec->dev.nccl =
+        g.info.size > 1 || g.nccl == HVD_NCCL_REQUIRED ? g.nccl : HVD_NCCL_OFF;
+    ec->dev.nccl_have_id = g.nccl_have_id;
+    memcpy(ec->dev.nccl_id, g.nccl_id, HVD_NCCL_ID_BYTES);
 }
 
 hvd_status hvd_init(void) {
@@ -658,6 +845,10 @@ hvd_status hvd_init(void) {
                            g.info.size);
         goto fail;
     }
+    g.tp_mem_types = 0;
+    st = gpu_choice();
+    if (st != HVD_OK)
+        goto fail;
     if (g.info.size > 1) {
         st = init_multi();
         if (st != HVD_OK)
@@ -747,6 +938,67 @@ static hvd_status check_buffers(const char *fn, const char *name,
 }
 
 /*
+ * Where the buffers of an operation are (*mem_out): all in host memory, or
+ * all on this rank's GPU. Empty buffers are not looked at. With no CUDA
+ * device this costs a load and a branch per buffer.
+ */
+static hvd_status locate(const char *fn, const char *name, int n,
+                         const void *const *send, void *const *recv,
+                         const size_t *counts, hvd_memtype *mem_out) {
+    hvd_meminfo first = {HVD_MEM_HOST, -1}, mi;
+    char first_what[32] = "", what[32], a[64], b[64];
+
+    for (int i = 0; i < n; i++) {
+        if (counts[i] == 0)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const void *p = k == 0 ? send[i] : recv[i];
+            if (n > 1)
+                snprintf(what, sizeof(what), "%s[%d]",
+                         k == 0 ? "sendbufs" : "recvbufs", i);
+            else if (send[0] == recv[0])
+                snprintf(what, sizeof(what), "buf");
+            else
+                snprintf(what, sizeof(what), "%s",
+                         k == 0 ? "sendbuf" : "recvbuf");
+            hvd_mem_classify(p, &mi);
+            if (first_what[0] == '\0') {
+                first = mi;
+                snprintf(first_what, sizeof(first_what), "%s", what);
+            } else if (mi.type != first.type || mi.device != first.device) {
+                hvd_mem_describe(&first, a, sizeof(a));
+                hvd_mem_describe(&mi, b, sizeof(b));
+                return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                     "%s('%s'): %s is %s but %s is %s: the "
+                                     "buffers of one operation must all be "
+                                     "host memory or all on this rank's GPU",
+                                     fn, NAME(name), first_what, a, what, b);
+            }
+        }
+    }
+    if (first.type == HVD_MEM_DEVICE) {
+        hvd_mem_describe(&first, a, sizeof(a));
+        if (!hvd_gpu_built())
+            return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                                 "%s('%s'): %s is %s, but this hvd was built "
+                                 "without CUDA: rebuild it where the CUDA "
+                                 "toolkit is installed (docs/gpu.md), or pass "
+                                 "host memory",
+                                 fn, NAME(name), first_what, a);
+        if (first.device != g.gpu_device)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): %s is %s, but hvd runs this rank's "
+                                 "GPU work on CUDA device %d (HVD_GPU_DEVICE, "
+                                 "else the local rank): allocate it there or "
+                                 "set HVD_GPU_DEVICE=%d",
+                                 fn, NAME(name), first_what, a, g.gpu_device,
+                                 first.device);
+    }
+    *mem_out = first.type;
+    return HVD_OK;
+}
+
+/*
  * Builds a request of kind for n buffers and submits it. A NULL name gets
  * "hvd.<kind>.<k>" for the k-th unnamed operation of its kind, which
  * matches the k-th of every rank. The caller fills in the rest.
@@ -812,6 +1064,7 @@ hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
                                hvd_op op, hvd_handle *out) {
     static const char fn[] = "hvd_allreduce";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
     if (st == HVD_OK && !hvd_op_valid(op))
@@ -822,11 +1075,14 @@ hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_ALLREDUCE, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.op = op;
+    req->desc.mem = mem;
     req->send[0] = sendbuf;
     req->recv[0] = recvbuf;
     req->counts[0] = count;
@@ -840,6 +1096,7 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
                                        hvd_op op, hvd_handle *out) {
     static const char fn[] = "hvd_grouped_allreduce";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = HVD_OK;
 
     if (n < 1 || sendbufs == NULL || recvbufs == NULL || counts == NULL ||
@@ -856,11 +1113,14 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
                            "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
                            (int)op);
     if (st == HVD_OK)
+        st = locate(fn, name, n, sendbufs, recvbufs, counts, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_ALLREDUCE, n, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.op = op;
+    req->desc.mem = mem;
     for (int i = 0; i < n; i++) {
         req->send[i] = sendbufs[i];
         req->recv[i] = recvbufs[i];
@@ -873,6 +1133,8 @@ hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
                                hvd_dtype dtype, int root, hvd_handle *out) {
     static const char fn[] = "hvd_broadcast";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
+    const void *cbuf = buf;
     hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
 
     if (st == HVD_OK && (root < 0 || (g.initialized && root >= g.info.size)))
@@ -884,11 +1146,14 @@ hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
+        st = locate(fn, name, 1, &cbuf, &buf, &count, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_BROADCAST, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.root = root;
+    req->desc.mem = mem;
     req->send[0] = buf;
     req->recv[0] = buf;
     req->counts[0] = count;
@@ -900,6 +1165,7 @@ hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
                                hvd_handle *out) {
     static const char fn[] = "hvd_allgather";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
     if (st == HVD_OK && g.initialized &&
@@ -911,10 +1177,13 @@ hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_ALLGATHER, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
+    req->desc.mem = mem;
     req->send[0] = sendbuf;
     req->recv[0] = recvbuf;
     req->counts[0] = count;

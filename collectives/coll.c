@@ -190,8 +190,7 @@ hvd_status hvd_coll_allreduce(hvd_comm *comm, const void *sendbuf,
     note(comm, &plan, "allreduce", bytes);
     if (plan.algo == HVD_ALGO_AUTO) {
         /* One rank: the average of one is itself. */
-        if (sendbuf != recvbuf && bytes > 0)
-            memcpy(recvbuf, sendbuf, bytes);
+        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
         return HVD_OK;
     }
     if (plan.algo == HVD_ALGO_HIER)
@@ -245,8 +244,7 @@ hvd_status hvd_coll_allgather(hvd_comm *comm, const void *sendbuf,
                   &plan);
     note(comm, &plan, "allgather", bytes * (size_t)comm->size);
     if (plan.algo == HVD_ALGO_AUTO) {
-        if (sendbuf != recvbuf && bytes > 0)
-            memmove(recvbuf, sendbuf, bytes);
+        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
         return HVD_OK;
     }
     hvd_comm *c = plan.comm;

@@ -4,9 +4,53 @@
 #include <string.h>
 #include <strings.h>
 
+#include "collectives/reduce.h"
 #include "transport/base/error.h"
 
 #define POLL_MS 1000
+
+static void host_reduce(void *ctx, void *dst, const void *a, const void *b,
+                        size_t count, hvd_dtype dtype, hvd_op op) {
+    (void)ctx;
+    hvd_reduce(dst, a, b, count, dtype, op);
+}
+
+static void host_scale_div(void *ctx, void *buf, size_t count, hvd_dtype dtype,
+                           int divisor) {
+    (void)ctx;
+    hvd_reduce_scale_div(buf, count, dtype, divisor);
+}
+
+static void host_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    if (dst != src && bytes > 0)
+        memmove(dst, src, bytes);
+}
+
+static hvd_status host_alloc(void *ctx, size_t bytes, void **out) {
+    void *p = malloc(bytes);
+
+    (void)ctx;
+    if (p == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY,
+                             "out of memory for %zu bytes of scratch", bytes);
+    *out = p;
+    return HVD_OK;
+}
+
+static void host_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+const hvd_memops hvd_host_memops = {
+    .name = "host",
+    .reduce = host_reduce,
+    .scale_div = host_scale_div,
+    .copy = host_copy,
+    .alloc = host_alloc,
+    .free = host_free,
+};
 
 void hvd_comm_config_default(hvd_comm_config *cfg) {
     memset(cfg, 0, sizeof(*cfg));
@@ -44,6 +88,7 @@ hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
     }
     comm->last_path = "none";
     comm->last_transport = tp != NULL ? tp->ops->name : "local";
+    comm->mem = &hvd_host_memops;
     *out = comm;
     return HVD_OK;
 }
@@ -83,19 +128,26 @@ void hvd_comm_destroy(hvd_comm *comm) {
         return;
     free((void *)comm->map);
     free(comm->peer_addrs);
-    free(comm->scratch);
+    comm->mem->free(comm->mem_ctx, comm->scratch);
     free(comm->reqs);
     free(comm);
 }
 
+void hvd_comm_set_memops(hvd_comm *comm, const hvd_memops *mem, void *ctx) {
+    comm->mem->free(comm->mem_ctx, comm->scratch);
+    comm->scratch = NULL;
+    comm->scratch_cap = 0;
+    comm->mem = mem;
+    comm->mem_ctx = ctx;
+}
+
 hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out) {
     if (bytes > comm->scratch_cap) {
-        void *p = malloc(bytes);
-        if (p == NULL)
-            return hvd_error_set(HVD_ERR_NO_MEMORY,
-                                 "out of memory for %zu bytes of scratch",
-                                 bytes);
-        free(comm->scratch);
+        void *p;
+        hvd_status st = comm->mem->alloc(comm->mem_ctx, bytes, &p);
+        if (st != HVD_OK)
+            return st;
+        comm->mem->free(comm->mem_ctx, comm->scratch);
         comm->scratch = p;
         comm->scratch_cap = bytes;
     }

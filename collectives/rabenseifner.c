@@ -17,10 +17,6 @@
  */
 #include "collectives/coll.h"
 
-#include <string.h>
-
-#include "collectives/reduce.h"
-
 /* Window of blocks [lo, hi) as an element range. */
 static void window(size_t count, int p2, int lo, int hi, size_t *off,
                    size_t *cnt) {
@@ -52,7 +48,7 @@ hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
     hvd_status st;
 
     if (sendbuf != recvbuf && bytes > 0)
-        memcpy(recvbuf, sendbuf, bytes);
+        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
     if (p == 1)
         return HVD_OK;
     while (p2 * 2 <= p) {
@@ -79,7 +75,7 @@ hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
             if (st == HVD_OK)
                 st = hvd_comm_wait(comm, &req[0]);
             if (st == HVD_OK)
-                hvd_reduce(buf, tmp, buf, count, dtype, op);
+                hvd_comm_reduce(comm, buf, tmp, buf, count, dtype, op);
             newrank = r / 2;
         }
         if (st != HVD_OK)
@@ -113,18 +109,18 @@ hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
             /* Lower rank's data first, so both halves of a pair combine
              * their operands in the same order as recursive doubling. */
             if (partner < r)
-                hvd_reduce(buf + koff * es, tmp, buf + koff * es, kcnt, dtype,
-                           op);
+                hvd_comm_reduce(comm, buf + koff * es, tmp, buf + koff * es,
+                                kcnt, dtype, op);
             else
-                hvd_reduce(buf + koff * es, buf + koff * es, tmp, kcnt, dtype,
-                           op);
+                hvd_comm_reduce(comm, buf + koff * es, buf + koff * es, tmp,
+                                kcnt, dtype, op);
             lo = klo;
             hi = khi;
         }
         if (op == HVD_AVERAGE) {
             size_t off, cnt;
             window(count, p2, lo, hi, &off, &cnt);
-            hvd_reduce_scale_div(buf + off * es, cnt, dtype, p);
+            hvd_comm_scale_div(comm, buf + off * es, cnt, dtype, p);
         }
         /* Recursive doubling, the splits in reverse. */
         for (int k = steps - 1; k >= 0; k--) {

@@ -183,12 +183,12 @@ static void ar_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
     if (step >= p - 1)
         return; /* allgather: received in place */
     chunk_of(plan, mod(r - step - 1, p), i % plan->nchunks, &off, &cnt);
-    hvd_reduce(plan->recvbuf + off * plan->esize, slot,
-               plan->sendbuf + off * plan->esize, cnt, plan->dtype,
-               plan->op_kind);
+    hvd_comm_reduce(plan->comm, plan->recvbuf + off * plan->esize, slot,
+                    plan->sendbuf + off * plan->esize, cnt, plan->dtype,
+                    plan->op_kind);
     if (step == p - 2 && plan->op_kind == HVD_AVERAGE)
-        hvd_reduce_scale_div(plan->recvbuf + off * plan->esize, cnt,
-                             plan->dtype, p);
+        hvd_comm_scale_div(plan->comm, plan->recvbuf + off * plan->esize, cnt,
+                           plan->dtype, p);
 }
 
 /* Plans ops [first, first + nops) of the ring allreduce; nops 0: all. */
@@ -245,7 +245,8 @@ hvd_status hvd_ring_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                                    hvd_op op) {
     if (comm->size == 1) {
         if (sendbuf != recvbuf && count > 0)
-            memcpy(recvbuf, sendbuf, count * hvd_dtype_size(dtype));
+            hvd_comm_copy(comm, recvbuf, sendbuf,
+                          count * hvd_dtype_size(dtype));
         return HVD_OK;
     }
     return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_SCATTER);
@@ -288,8 +289,7 @@ hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
     uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     ring_plan plan;
 
-    if (sendbuf != mine && bytes > 0)
-        memmove(mine, sendbuf, bytes);
+    hvd_comm_copy(comm, mine, sendbuf, bytes);
     if (comm->size == 1)
         return HVD_OK;
     memset(&plan, 0, sizeof(plan));

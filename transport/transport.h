@@ -27,6 +27,21 @@
 #define HVD_HOST_MAX 64
 
 /*
+ * Where a buffer lives. Transports see only byte ranges; a transport that
+ * can move device memory itself (RDMA with GPUDirect) says so in its caps
+ * (mem_types), and then gets device pointers in isend/irecv. Every other
+ * transport only ever gets host memory: device buffers reach it through
+ * the staging pipeline of gpu/stage.h.
+ */
+typedef enum {
+    HVD_MEM_HOST = 0,   /* host memory (pageable, pinned or managed) */
+    HVD_MEM_DEVICE = 1, /* CUDA device memory */
+    HVD_MEM_COUNT
+} hvd_memtype;
+
+#define HVD_MEM_BIT(type) (1u << (unsigned)(type))
+
+/*
  * Channels: independent ordered streams between each pair of ranks.
  * Messages of one channel never wait behind those of another, so a
  * control protocol can run beside the data of collectives.
@@ -76,7 +91,9 @@ typedef struct hvd_transport_params {
     const char *secret;                /* job secret; "" for a job of one */
     const char (*hosts)[HVD_HOST_MAX]; /* size entries, for messages */
     const int *pids;                   /* size entries, for messages */
-    int64_t timeout_ns;         /* a peer may stall this long mid-operation */
+    int gpu_device;     /* CUDA device this rank's GPU work runs on, -1: none
+                           (lets a transport pick the NIC next to it) */
+    int64_t timeout_ns; /* a peer may stall this long mid-operation */
     int64_t connect_timeout_ns; /* bound on connection setup */
     int tcp_nsocks;             /* sockets per peer pair */
     size_t tcp_stripe_min;      /* messages from this size are striped */
@@ -95,7 +112,13 @@ typedef struct hvd_caps {
     int usable;             /* 1 if open can succeed on this machine */
     int native_collectives; /* 1 if allreduce/allgather/broadcast exist */
     int one_sided;          /* 1 if get may work (open says for sure) */
-    char reason[256];       /* why not usable, for the user */
+    /* Memory types isend/irecv accept (HVD_MEM_BIT of each); 0 means host
+     * memory only. A transport that sets HVD_MEM_BIT(HVD_MEM_DEVICE) (RDMA
+     * with GPUDirect: nvidia-peermem loaded) receives device pointers of
+     * the device named in params->gpu_device and registers them itself;
+     * device collectives then skip staging. */
+    unsigned mem_types;
+    char reason[256]; /* why not usable, for the user */
 } hvd_caps;
 
 typedef struct hvd_transport hvd_transport;

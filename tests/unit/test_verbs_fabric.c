@@ -398,12 +398,12 @@ static void registered(rank_ctx *r) {
         for (size_t i = 0; i < len; i++)
             buf[i] = (uint8_t)(i * 11);
         /* Without nvidia-peermem: refused, with the reason. */
-        if (hvd_verbs_register(r->tp, buf, len, HVD_MEM_CUDA, &e) !=
+        if (hvd_verbs_register(r->tp, buf, len, HVD_MEM_DEVICE, &e) !=
                 HVD_ERR_UNSUPPORTED ||
             strstr(hvd_error_get(), "nvidia-peermem") == NULL)
             r->bad++;
         fake_cfg()->peermem = 1; /* only this thread reads it */
-        st = hvd_verbs_register(r->tp, buf, len, HVD_MEM_CUDA, &e);
+        st = hvd_verbs_register(r->tp, buf, len, HVD_MEM_DEVICE, &e);
         for (int k = 0; k < 2 && st == HVD_OK; k++) {
             st = r->tp->ops->isend(r->tp, 1, HVD_CHANNEL_DATA, buf, len, &req);
             if (st == HVD_OK)

@@ -295,12 +295,12 @@ static void memory_types(void **state) {
                                          IBV_ACCESS_LOCAL_WRITE, 1, 8, SIZE_MAX,
                                          &c),
                      HVD_OK);
-    assert_int_equal(hvd_mr_get(c, dev, 1000, HVD_MEM_CUDA, &d),
+    assert_int_equal(hvd_mr_get(c, dev, 1000, HVD_MEM_DEVICE, &d),
                      HVD_ERR_UNSUPPORTED);
     assert_non_null(strstr(hvd_error_get(), "nvidia-peermem"));
     assert_int_equal(regs(), 0);
     fake_cfg()->peermem = 1;
-    assert_int_equal(hvd_mr_get(c, dev, 1000, HVD_MEM_CUDA, &d), HVD_OK);
+    assert_int_equal(hvd_mr_get(c, dev, 1000, HVD_MEM_DEVICE, &d), HVD_OK);
     fake_get_stats(&st);
     assert_true(st.last_addr == (uintptr_t)dev);
     assert_int_equal(st.last_len, 1000);

@@ -163,7 +163,7 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
         return HVD_OK;
     }
 
-    if (type == HVD_MEM_CUDA) {
+    if (type == HVD_MEM_DEVICE) {
         if (!c->seam->peermem_loaded())
             return hvd_error_set(HVD_ERR_UNSUPPORTED,
                                  "registering CUDA device memory for RDMA "
@@ -220,7 +220,7 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
         return hvd_error_set(
             HVD_ERR_TRANSPORT,
             "ibv_reg_mr(%p, %zu bytes, %s memory) failed: %s%s", (void *)ustart,
-            (size_t)(uend - ustart), type == HVD_MEM_CUDA ? "CUDA" : "host",
+            (size_t)(uend - ustart), type == HVD_MEM_DEVICE ? "CUDA" : "host",
             strerror(err),
             err == ENOMEM || err == EPERM
                 ? " (raise the locked-memory limit, `ulimit -l unlimited`)"

@@ -34,9 +34,11 @@
 #include <stdint.h>
 
 #include "hvd/hvd.h"
+#include "transport/transport.h"
 #include "transport/verbs/seam.h"
 
-typedef enum { HVD_MEM_HOST = 0, HVD_MEM_CUDA = 1 } hvd_mem_type;
+/* The memory types of transport.h: host, or CUDA device memory. */
+typedef hvd_memtype hvd_mem_type;
 
 typedef struct hvd_mr_entry hvd_mr_entry;
 struct hvd_mr_entry {

@@ -39,7 +39,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
  * registration cache and holds it until hvd_verbs_unregister: sends from
  * inside it then go from that memory without a copy, whatever
  * HVD_IB_MR_CACHE says (the caller promises the memory stays allocated
- * while registered). This is the GPUDirect RDMA hook: HVD_MEM_CUDA
+ * while registered). This is the GPUDirect RDMA hook: HVD_MEM_DEVICE
  * registers device memory, which needs the nvidia-peermem module
  * (HVD_ERR_UNSUPPORTED with a sentence otherwise). Receives still land in
  * the host receive rings and are copied out, so only a sender's device

@@ -115,6 +115,12 @@ HVD_EXPORT const char *hvd_last_error(void);
  *
  * The blocking forms are submit + wait. sendbuf == recvbuf means in place.
  * count may be 0.
+ *
+ * Buffers are host memory or CUDA device memory on this rank's GPU
+ * (HVD_GPU_DEVICE, else the local rank), all of one operation the same
+ * kind, and the same kind on every rank for a name; device memory must
+ * hold its data when the call is made (docs/gpu.md). A build without CUDA
+ * refuses device memory with HVD_ERR_UNSUPPORTED.
  */
 
 /**
