@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,7 +223,7 @@ static void finish(hvd_engine *eng, hvd_request *req, hvd_status status,
     req->status = status;
     if (status != HVD_OK)
         req->error = strdup(error != NULL ? error : hvd_strerror(status));
-    req->done = 1;
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
     hvd_namemap_remove(&eng->inflight, req->name);
     pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
@@ -250,7 +251,7 @@ static void fail_all(hvd_engine *eng, hvd_status status, const char *text) {
         pthread_mutex_lock(&lock);
         queued->status = status;
         queued->error = strdup(text);
-        queued->done = 1;
+        __atomic_store_n(&queued->done, 1, __ATOMIC_RELEASE);
         hvd_namemap_remove(&eng->inflight, queued->name);
         pthread_cond_broadcast(&cond);
         pthread_mutex_unlock(&lock);
@@ -306,8 +307,18 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
     return st;
 }
 
+/* How long hvd_engine_wait looks at a request before it sleeps: a small
+ * operation is often done sooner than a sleeping thread would wake. */
+#define WAIT_SPIN_NS (50 * 1000LL)
+
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out) {
     hvd_status st;
+    int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
+
+    /* Yield while looking, so an engine thread that shares the core runs. */
+    while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) &&
+           hvd_now_ns() < spin_end)
+        sched_yield();
     pthread_mutex_lock(&lock);
     while (!req->done)
         pthread_cond_wait(&cond, &lock);

@@ -501,7 +501,8 @@ static hvd_status setup_paths(const hvd_transport_params *params,
                    : strcmp(g.ops->name, "verbs") == 0 ? "shm+verbs"
                                                        : "shm+tcp";
 
-    if (strcmp(want, "auto") == 0 && shared) {
+    if (strcmp(want, "auto") == 0 && shared &&
+        strcmp(g.ops->name, "shm") != 0) {
         hvd_caps caps;
         st = hvd_transport_lookup("shm", &g.shm_ops);
         if (st == HVD_OK)
@@ -609,6 +610,25 @@ static hvd_status auto_verbs(const hvd_transport_params *params) {
     return st;
 }
 
+/*
+ * HVD_TRANSPORT=auto with every rank on one host: shared memory carries
+ * everything, control messages too, and no port is opened. Opening it is
+ * collective and every rank reaches the same verdict, so on failure every
+ * rank logs why and goes on to the network.
+ */
+static hvd_status auto_shm(const hvd_transport_params *params) {
+    hvd_status st = open_transport("shm", params);
+
+    if (st != HVD_OK) {
+        g.tp = NULL;
+        HVD_WARN("api",
+                 "HVD_TRANSPORT=auto: shared memory could not be set up (%s); "
+                 "using the network instead",
+                 hvd_error_get());
+    }
+    return st;
+}
+
 static hvd_status init_multi(void) {
     hvd_procinfo *info = &g.info;
     hvd_bootstrap *bs = NULL;
@@ -667,6 +687,11 @@ static hvd_status init_multi(void) {
             verbs_bad = i;
     }
     verbs_all = verbs_bad < 0;
+    /* HVD_HOSTNAME renames the hosts: local and cross ranks follow the
+     * names, whatever the launcher said. */
+    if (g.cfg.hostname[0] != '\0')
+        info->local_rank = info->local_size = info->cross_rank =
+            info->cross_size = -1;
     place_ranks(info, all);
     if (strcmp(want, "auto") == 0 && info->cross_size > 1 && !verbs_all)
         HVD_DEBUG("api", "HVD_TRANSPORT=auto: not RDMA (rank %d: %s)",
@@ -736,6 +761,9 @@ static hvd_status init_multi(void) {
             st = open_transport("verbs", &params);
     } else if (strcmp(want, "auto") == 0 && verbs_all && info->cross_size > 1 &&
                auto_verbs(&params) == HVD_OK) {
+        st = HVD_OK;
+    } else if (strcmp(want, "auto") == 0 && info->cross_size == 1 &&
+               auto_shm(&params) == HVD_OK) {
         st = HVD_OK;
     } else if (strcmp(want, "mpi") == 0) {
         st = open_transport("mpi", &params);

@@ -88,7 +88,7 @@ foreach(case "1|local||" "2|staged over tcp||"
   add_test(NAME ${name}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_gpu.sh
                    $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_gpu_sim> ${np}
-                   auto "${path}" --max-count 65537 ${extra})
+                   tcp "${path}" --max-count 65537 ${extra})
   set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT 600
     ENVIRONMENT "LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/fakecuda;${env}")
 endforeach()
@@ -114,7 +114,7 @@ if(HVD_WITH_CUDA)
   target_compile_options(test_gpu PRIVATE ${HVD_WARNINGS})
   foreach(case "1|auto|local|" "1|nccl|nccl|" "2|nccl|nccl|--gpu-per-rank"
           "2|tcp|staged over tcp|" "2|shm|staged over shm|"
-          "2|auto|nccl,staged over tcp|" "3|tcp|staged over tcp|--quick")
+          "2|auto|nccl,staged over shm|" "3|tcp|staged over tcp|--quick")
     string(REPLACE "|" ";" fields "${case}")
     list(GET fields 0 np)
     list(GET fields 1 transport)

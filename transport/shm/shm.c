@@ -89,11 +89,12 @@ typedef struct seg_hdr {
 
 /* One message in a queue: the caller's request and its progress. */
 typedef struct msg {
-    hvd_req *req;
+    hvd_req *req; /* NULL once completed early (a buffered send) */
     uint8_t *buf;
     size_t len;
     size_t off;      /* bytes copied so far */
     uint64_t ack_id; /* CELL_RNDV: acked count that completes it */
+    int owned;       /* buf is a copy this transport frees */
 } msg;
 
 /* FIFO of messages, a ring that grows by doubling (never per message in
@@ -286,9 +287,13 @@ static hvd_status fail_text(shm *tp, hvd_status status, int culprit,
         for (int ch = 0; ch < NCHANNELS; ch++) {
             msgq *qs[3] = {&pe->sendq[ch], &pe->ackq[ch], &pe->recvq[ch]};
             for (int k = 0; k < 3; k++) {
-                for (size_t i = 0; i < qs[k]->count; i++)
-                    complete(qs[k]->v[(qs[k]->head + i) % qs[k]->cap].req,
-                             status);
+                for (size_t i = 0; i < qs[k]->count; i++) {
+                    msg *m = &qs[k]->v[(qs[k]->head + i) % qs[k]->cap];
+                    if (m->req != NULL)
+                        complete(m->req, status);
+                    if (m->owned)
+                        free(m->buf);
+                }
                 qs[k]->count = 0;
             }
         }
@@ -405,6 +410,16 @@ static hvd_status cma_read(shm *tp, int peer, void *buf, uint64_t remote,
     return HVD_OK;
 }
 
+/* A send has fully left: its request completes (unless it did when it was
+ * buffered), its copy is freed. */
+static void retire(speer *pe, msg *m) {
+    if (m->req != NULL)
+        complete(m->req, HVD_OK);
+    if (m->owned)
+        free(m->buf);
+    pe->pending--;
+}
+
 /* Writes what fits of the messages queued for peer p on ch; retires the
  * CELL_RNDV ones p has read. Returns 1 if anything moved. */
 static int push(shm *tp, int p, int ch) {
@@ -442,8 +457,7 @@ static int push(shm *tp, int p, int ch) {
             atomic_store_explicit(&c->seq, ++pe->tail[ch],
                                   memory_order_release);
             if (m->off == m->len) {
-                complete(m->req, HVD_OK);
-                pe->pending--;
+                retire(pe, m);
                 q_pop(&pe->sendq[ch]);
             }
         }
@@ -452,8 +466,7 @@ static int push(shm *tp, int p, int ch) {
     if (pe->ackq[ch].count > 0) {
         uint64_t acked = atomic_load_explicit(&f->acked, memory_order_acquire);
         while ((m = q_front(&pe->ackq[ch])) != NULL && m->ack_id <= acked) {
-            complete(m->req, HVD_OK);
-            pe->pending--;
+            retire(pe, m);
             q_pop(&pe->ackq[ch]);
             moved = 1;
         }
@@ -567,9 +580,10 @@ static hvd_status shm_progress(hvd_transport *t, int timeout_ms) {
             pass(tp);
             goto out;
         }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        /* Give the core to any other runnable thread (the peer, if they
+         * share it; this rank's own application thread): a busy loop would
+         * hold it for a whole time slice. */
+        sched_yield();
     }
     for (;;) {
         uint32_t bell;
@@ -651,15 +665,37 @@ static hvd_status shm_isend(hvd_transport *t, int peer, int channel,
                             const void *buf, size_t len, hvd_req *req) {
     shm *tp = (shm *)t;
     hvd_status st = check_peer(tp, peer, channel, "send to");
+    msgq *q;
 
     if (st == HVD_OK)
         st = post(tp, peer, channel, &tp->peers[peer].sendq[channel],
                   (void *)(uintptr_t)buf, len, req);
+    if (st != HVD_OK)
+        return st;
     /* Start at once: a small message is in the peer's FIFO before the
      * caller next waits. */
-    if (st == HVD_OK && tp->peers[peer].sendq[channel].count == 1)
+    q = &tp->peers[peer].sendq[channel];
+    if (q->count == 1)
         push(tp, peer, channel);
-    return st;
+    /*
+     * A control message the FIFO cannot take now is copied and completes
+     * at once, as a socket buffers it: the engine sends control messages
+     * and waits for them while the peer may be busy in a collective that
+     * waits on this rank, so they must never wait for the peer.
+     */
+    if (channel == HVD_CHANNEL_CONTROL && !req->done && q->count > 0) {
+        msg *m = &q->v[(q->head + q->count - 1) % q->cap];
+        uint8_t *copy = malloc(len > 0 ? len : 1);
+        if (copy == NULL)
+            return HVD_OK; /* it completes when written, as data does */
+        if (len > 0)
+            memcpy(copy, buf, len);
+        m->buf = copy;
+        m->owned = 1;
+        m->req = NULL;
+        complete(req, HVD_OK);
+    }
+    return HVD_OK;
 }
 
 static hvd_status shm_irecv(hvd_transport *t, int peer, int channel, void *buf,
@@ -726,6 +762,13 @@ static void shm_close(hvd_transport *t) {
         if (pe->pidfd >= 0)
             close(pe->pidfd);
         for (int ch = 0; ch < NCHANNELS; ch++) {
+            msgq *qs[2] = {&pe->sendq[ch], &pe->ackq[ch]};
+            for (int k = 0; k < 2; k++)
+                for (size_t i = 0; i < qs[k]->count; i++) {
+                    msg *m = &qs[k]->v[(qs[k]->head + i) % qs[k]->cap];
+                    if (m->owned)
+                        free(m->buf);
+                }
             free(pe->sendq[ch].v);
             free(pe->ackq[ch].v);
             free(pe->recvq[ch].v);
