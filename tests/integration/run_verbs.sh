@@ -11,7 +11,8 @@
 #       with HVD_TRANSPORT=verbs must fail hvd_init with the refusal on both
 #       ranks. SKIP (77) where a device is usable (nothing to refuse).
 #   run_verbs.sh PROBE auto HVDRUN PROG
-#       HVD_TRANSPORT=auto in a one-host job picks TCP, device or not.
+#       HVD_TRANSPORT=auto in a one-host job never picks RDMA, device or
+#       not: shared memory carries it.
 set -u
 probe=$1
 mode=$2
@@ -52,12 +53,12 @@ auto)
         "$2" --max-count 64 2>&1)
     rc=$?
     echo "$out" | grep -E "transport|PASS|FAIL"
-    n=$(echo "$out" | grep -c "transport tcp on")
+    n=$(echo "$out" | grep -c "transport shm on")
     if [ $rc -eq 0 ] && [ "$n" -eq 2 ]; then
         echo "run_verbs auto: PASS"
         exit 0
     fi
-    echo "run_verbs auto: FAIL (exit $rc, $n ranks on tcp of 2)"
+    echo "run_verbs auto: FAIL (exit $rc, $n ranks on shm of 2)"
     exit 1
     ;;
 *)

@@ -44,7 +44,7 @@ set(HVD_RUN_VERBS sh ${HVD_VT}/integration/run_verbs.sh
 add_test(NAME verbs.refusal.np2
          COMMAND ${HVD_RUN_VERBS} refuse $<TARGET_FILE:hvdrun>
                  $<TARGET_FILE:test_verbs_refusal>)
-add_test(NAME verbs.auto_is_tcp.np2
+add_test(NAME verbs.auto_one_host.np2
          COMMAND ${HVD_RUN_VERBS} auto $<TARGET_FILE:hvdrun>
                  $<TARGET_FILE:test_collectives>)
 
@@ -66,7 +66,7 @@ add_test(NAME verbs.peer_lost.np3
 add_test(NAME verbs.stall.np2
          COMMAND ${HVD_RUN_VERBS} run sh ${HVD_VT}/integration/run_stall.sh
                  $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_stall> 2 1)
-set_tests_properties(verbs.refusal.np2 verbs.auto_is_tcp.np2
+set_tests_properties(verbs.refusal.np2 verbs.auto_one_host.np2
                      verbs.collectives.np2 verbs.collectives.np3
                      verbs.collectives.np3.small_ring verbs.peer_lost.np3
                      verbs.stall.np2 PROPERTIES

@@ -564,6 +564,10 @@ static hvd_status shm_progress(hvd_transport *t, int timeout_ms) {
         tp->last_heartbeat = now;
         atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed);
     }
+    /* Peers are looked at every SLICE_MS even while traffic from others
+     * keeps this rank from ever sleeping. */
+    if (check_peers(tp, now) != HVD_OK)
+        goto out;
     if (pass(tp) || timeout_ms == 0)
         goto out;
     deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
