@@ -9,6 +9,7 @@
 
 #include "api/cache.h"
 #include "api/coordinator.h"
+#include "api/ctrlmsg.h"
 #include "api/engine.pb-c.h"
 #include "api/namemap.h"
 #include "api/timeline.h"
@@ -1110,18 +1111,10 @@ static hvd_status apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
             vt->erase[u->invalidate[i]] = 1;
     for (size_t i = 0; i < u->n_requests && st == HVD_OK; i++) {
         const Hvd__Engine__Request *it = u->requests[i];
-        hvd_opdesc d = {.kind = (hvd_kind)it->kind,
-                        .dtype = (hvd_dtype)it->dtype,
-                        .op = (hvd_op)it->op,
-                        .root = it->root,
-                        .ncounts = it->n_counts,
-                        .counts = it->counts,
-                        .mem = (hvd_memtype)it->mem};
-        if (it->kind >= HVD_KIND_COUNT || it->n_counts < 1 ||
-            it->mem >= HVD_MEM_COUNT)
-            st = hvd_error_set(HVD_ERR_TRANSPORT,
-                               "malformed request '%s' from rank %d", it->name,
-                               rank);
+        hvd_opdesc d;
+        st = hvd_ctrl_check_request(it, eng->size, &d);
+        if (st != HVD_OK)
+            hvd_error_prefix("malformed update from rank %d: ", rank);
         else
             st = hvd_coord_add(eng->coord, rank, it->name, &d, it->age_s, now);
     }
@@ -1349,25 +1342,32 @@ static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         const Hvd__Engine__Response *g = c->responses[i];
         resp *r = &eng->resps[nresp++];
         memset(r, 0, sizeof(*r));
+        st = hvd_ctrl_check_response(g, eng->size, &r->desc);
+        if (st != HVD_OK) {
+            hvd_error_prefix("malformed cycle %llu from rank 0: ",
+                             (unsigned long long)c->number);
+            return st;
+        }
         r->name = g->name;
-        r->desc.kind = (hvd_kind)g->kind;
-        r->desc.dtype = (hvd_dtype)g->dtype;
-        r->desc.op = (hvd_op)g->op;
-        r->desc.root = g->root;
-        r->desc.mem = (hvd_memtype)g->mem;
-        r->desc.ncounts = g->n_counts;
-        r->desc.counts = g->counts;
         r->status = (hvd_status)g->status;
         r->error = g->error;
         r->contributors = (int)g->contributors;
         r->last_joined = g->last_joined;
         r->self_joined = in_list(g->joined, g->n_joined, eng->rank);
-        if (r->desc.kind >= HVD_KIND_COUNT || r->desc.ncounts < 1 ||
-            !hvd_dtype_valid(r->desc.dtype) || !hvd_op_valid(r->desc.op) ||
-            g->mem >= HVD_MEM_COUNT)
+        /* The collective runs over this rank's buffers, sized by its own
+         * request: rank 0 must have decided the same operation. */
+        const hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+        if (req != NULL && r->status == HVD_OK &&
+            !hvd_opdesc_equal(&req->desc, &r->desc)) {
+            char mine[160], theirs[160];
+            hvd_opdesc_format(&req->desc, mine, sizeof(mine));
+            hvd_opdesc_format(&r->desc, theirs, sizeof(theirs));
             return hvd_error_set(HVD_ERR_TRANSPORT,
-                                 "malformed response '%s' from rank 0",
-                                 r->name);
+                                 "cycle %llu from rank 0 runs '%s' as %s, but "
+                                 "rank %d asked for %s",
+                                 (unsigned long long)c->number, r->name, theirs,
+                                 eng->rank, mine);
+        }
         eng->n_negotiated++;
     }
 

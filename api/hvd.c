@@ -919,7 +919,15 @@ hvd_status hvd_shutdown(void) {
     }
     close_transports();
 #ifdef HVD_WITH_MPI
-    hvd_mpi_env_finalize(); /* only if hvd initialized MPI */
+    /* Only if hvd initialized MPI, and only after an orderly end:
+     * MPI_Finalize waits for every rank, so after a lost or stopped rank
+     * it would never return. MPI is then left as it is; the process is
+     * about to report the failure and exit. */
+    if (st == HVD_OK)
+        hvd_mpi_env_finalize();
+    else
+        HVD_INFO("api", "not finalizing MPI: the job failed, and "
+                        "MPI_Finalize would wait for the rank it lost");
 #endif
     g.initialized = 0;
     hvd_log_set_rank(-1);

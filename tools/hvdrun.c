@@ -51,6 +51,7 @@
 #include <openssl/rand.h>
 
 #include "hvd/hvd.h"
+#include "tools/hostfile.h"
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
@@ -58,7 +59,7 @@
 #include "transport/rendezvous.h"
 #include "transport/shm/shm.h"
 
-#define MAX_RANKS 4096
+#define MAX_RANKS HVD_HOST_MAX_SLOTS
 #define DEFAULT_GRACE_S 3
 #define MAX_SECONDS (7L * 24 * 3600) /* as the library accepts */
 #define SECRET_BYTES 32
@@ -112,7 +113,6 @@ struct options {
     char **prog_argv;   /* the program and its arguments, from argv */
     struct host *hosts; /* -H or --hostfile, owned; NULL: all local */
     int nhosts;
-    int host_cap;
     int oversubscribe;
     int mpi;                  /* --mpi: exec mpirun instead */
     const char *ssh_port;     /* -p, or NULL */
@@ -411,200 +411,33 @@ static int check_export(const char *arg) {
     return 0;
 }
 
-/* Adds len bytes of name with slots to opt->hosts; a name given again gets
- * the sum of its slots, as with mpirun. where names the source in
- * messages ("-H" or "FILE:LINE"). */
-static int add_host(struct options *opt, const char *name, size_t len,
-                    long slots, const char *where) {
-    if (len == 0) {
-        say("%s: empty host name", where);
+/* Takes the hosts of -H (list) or --hostfile (path) into opt->hosts. */
+static int parse_hosts(struct options *opt, const char *list,
+                       const char *path) {
+    hvd_hostlist hl = {0};
+    char err[1024];
+    int rc = list != NULL
+                 ? hvd_hostlist_parse_list(&hl, list, err, sizeof(err))
+                 : hvd_hostlist_parse_file(&hl, path, err, sizeof(err));
+
+    if (rc == 0 &&
+        (opt->hosts = calloc((size_t)hl.n, sizeof(*opt->hosts))) == NULL) {
+        snprintf(err, sizeof(err), "out of memory");
+        rc = -1;
+    }
+    if (rc != 0) {
+        say("%s", err);
+        hvd_hostlist_free(&hl);
         return -1;
     }
-    if (name[0] == '-') {
-        say("%s: host name %.*s starts with '-'", where, (int)len, name);
-        return -1;
+    for (int h = 0; h < hl.n; h++) {
+        opt->hosts[h].name = hl.v[h].name; /* moved */
+        opt->hosts[h].slots = hl.v[h].slots;
+        opt->hosts[h].cross_rank = -1;
     }
-    for (size_t k = 0; k < len; k++) {
-        unsigned char c = (unsigned char)name[k];
-        if (c <= ' ' || c == 0x7f || c == ',' || c == '\'' || c == '"') {
-            say("%s: host name %.*s has a character ssh would not take", where,
-                (int)len, name);
-            return -1;
-        }
-    }
-    for (int h = 0; h < opt->nhosts; h++) {
-        if (strlen(opt->hosts[h].name) == len &&
-            memcmp(opt->hosts[h].name, name, len) == 0) {
-            if (opt->hosts[h].slots + slots > MAX_RANKS) {
-                say("%s: host %.*s has more than %d slots", where, (int)len,
-                    name, MAX_RANKS);
-                return -1;
-            }
-            opt->hosts[h].slots += (int)slots;
-            return 0;
-        }
-    }
-    if (opt->nhosts == opt->host_cap) {
-        int cap = opt->host_cap == 0 ? 8 : 2 * opt->host_cap;
-        struct host *hosts = realloc(opt->hosts, (size_t)cap * sizeof(*hosts));
-        if (hosts == NULL) {
-            say("out of memory");
-            return -1;
-        }
-        opt->hosts = hosts;
-        opt->host_cap = cap;
-    }
-    struct host *host = &opt->hosts[opt->nhosts];
-    memset(host, 0, sizeof(*host));
-    if ((host->name = strndup(name, len)) == NULL) {
-        say("out of memory");
-        return -1;
-    }
-    host->slots = (int)slots;
-    host->cross_rank = -1;
-    opt->nhosts++;
+    opt->nhosts = hl.n;
+    free(hl.v);
     return 0;
-}
-
-/* The slot count of len bytes of text, 1 to MAX_RANKS. */
-static int parse_slots(const char *text, size_t len, const char *where,
-                       long *slots_out) {
-    char buf[16];
-    char *end;
-    long v;
-
-    if (len == 0 || len >= sizeof(buf) || strspn(text, "0123456789") < len) {
-        say("%s: slots %.*s: expected a whole number from 1 to %d", where,
-            (int)len, text, MAX_RANKS);
-        return -1;
-    }
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    v = strtol(buf, &end, 10);
-    if (v < 1 || v > MAX_RANKS) {
-        say("%s: slots %s: expected a whole number from 1 to %d", where, buf,
-            MAX_RANKS);
-        return -1;
-    }
-    *slots_out = v;
-    return 0;
-}
-
-/* One host: "host", "host:N", "[v6 address]" or "[v6 address]:N". An
- * unbracketed name with several colons is an IPv6 address of one slot.
- * slots > 0 is the hostfile's "slots=N", which excludes ":N". */
-static int parse_host_spec(struct options *opt, const char *spec, size_t len,
-                           long slots, const char *where) {
-    const char *name = spec;
-    size_t name_len = len;
-    const char *count = NULL;
-    size_t count_len = 0;
-    long n = 1;
-
-    if (len > 0 && spec[0] == '[') {
-        const char *close = memchr(spec, ']', len);
-        if (close == NULL || (close + 1 < spec + len && close[1] != ':')) {
-            say("%s: %.*s: expected [address] or [address]:SLOTS", where,
-                (int)len, spec);
-            return -1;
-        }
-        name = spec + 1;
-        name_len = (size_t)(close - name);
-        if (close + 1 < spec + len) {
-            count = close + 2;
-            count_len = len - (size_t)(count - spec);
-        }
-    } else {
-        const char *colon = memchr(spec, ':', len);
-        if (colon != NULL &&
-            memchr(colon + 1, ':', len - (size_t)(colon + 1 - spec)) == NULL) {
-            name_len = (size_t)(colon - spec);
-            count = colon + 1;
-            count_len = len - name_len - 1;
-        }
-    }
-    if (count != NULL && parse_slots(count, count_len, where, &n) != 0)
-        return -1;
-    if (slots > 0) {
-        if (count != NULL) {
-            say("%s: %.*s: give the slots as :N or as slots=N, not both", where,
-                (int)len, spec);
-            return -1;
-        }
-        n = slots;
-    }
-    return add_host(opt, name, name_len, n, where);
-}
-
-/* -H host1:2,host2:2 */
-static int parse_host_list(struct options *opt, const char *list) {
-    const char *p = list;
-
-    if (*list == '\0') {
-        usage_error("-H needs a host list");
-        return -1;
-    }
-    for (;;) {
-        size_t len = strcspn(p, ",");
-        if (parse_host_spec(opt, p, len, 0, "-H") != 0)
-            return -1;
-        if (p[len] == '\0')
-            return 0;
-        p += len + 1;
-    }
-}
-
-/* Lines "host", "host:N" or "host slots=N"; # to the end of a line is a
- * comment; blank lines are skipped. */
-static int parse_hostfile(struct options *opt, const char *path) {
-    FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    int lineno = 0;
-    int rc = -1;
-
-    if (f == NULL) {
-        say("--hostfile %s: cannot open it: %s", path, strerror(errno));
-        return -1;
-    }
-    while (getline(&line, &cap, f) >= 0) {
-        char where[PATH_MAX + 32];
-        char *save = NULL;
-        long slots = 0;
-
-        lineno++;
-        snprintf(where, sizeof(where), "%s:%d", path, lineno);
-        line[strcspn(line, "#")] = '\0';
-        char *spec = strtok_r(line, " \t\r\n", &save);
-        if (spec == NULL)
-            continue;
-        for (char *tok; (tok = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
-            if (strncmp(tok, "slots=", 6) != 0) {
-                say("%s: unknown field '%s' (lines are HOST, HOST:SLOTS or "
-                    "HOST slots=SLOTS)",
-                    where, tok);
-                goto close_file;
-            }
-            if (parse_slots(tok + 6, strlen(tok + 6), where, &slots) != 0)
-                goto close_file;
-        }
-        if (parse_host_spec(opt, spec, strlen(spec), slots, where) != 0)
-            goto close_file;
-    }
-    if (ferror(f)) {
-        say("--hostfile %s: read failed: %s", path, strerror(errno));
-        goto close_file;
-    }
-    if (opt->nhosts == 0) {
-        say("--hostfile %s names no host", path);
-        goto close_file;
-    }
-    rc = 0;
-
-close_file:
-    free(line);
-    fclose(f);
-    return rc;
 }
 
 /* -np from the slots, or checked against them. */
@@ -766,8 +599,12 @@ static int parse_options(int argc, char **argv, struct options *opt) {
         usage_error("give -H or --hostfile, not both");
         return EXIT_USAGE;
     }
-    if ((host_list != NULL && parse_host_list(opt, host_list) != 0) ||
-        (hostfile != NULL && parse_hostfile(opt, hostfile) != 0) ||
+    if (host_list != NULL && *host_list == '\0') {
+        usage_error("-H needs a host list");
+        return EXIT_USAGE;
+    }
+    if (((host_list != NULL || hostfile != NULL) &&
+         parse_hosts(opt, host_list, hostfile) != 0) ||
         (opt->nhosts > 0 && check_slots(opt) != 0))
         return EXIT_USAGE;
     if (opt->np == 0) {

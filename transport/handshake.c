@@ -346,6 +346,23 @@ int hvd_hs_done(const hvd_hs *hs) {
     return hs->state == ST_DONE && hs->out_off == hs->out_len;
 }
 
+/*
+ * A client whose server goes away before answering its hello: a server
+ * that refuses says why first, so this one dropped the connection unread
+ * (too many strangers at once; the kernel then resets it, as it does for
+ * a server that died) or died. The caller may try again.
+ */
+static int unanswered(const hvd_hs *hs, ssize_t n, int err) {
+    return hs->role == HVD_HS_CLIENT && hs->state == ST_CLIENT_SEND_HELLO &&
+           hs->in_len == 0 && (n == 0 || err == ECONNRESET || err == EPIPE);
+}
+
+static hvd_status dropped(hvd_hs *hs) {
+    return fail(hs, HVD_ERR_PEER_LOST,
+                "the peer closed the connection without answering our hello "
+                "(it is overloaded or gone)");
+}
+
 hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out) {
     for (;;) {
         if (hs->out_off < hs->out_len) {
@@ -358,6 +375,8 @@ hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out) {
             }
             if (n < 0 && errno == EINTR)
                 continue;
+            if (n < 0 && unanswered(hs, n, errno))
+                return dropped(hs);
             if (n < 0)
                 return hs->state == ST_FAILED
                            ? hs->status
@@ -382,6 +401,8 @@ hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out) {
         }
         if (n < 0 && errno == EINTR)
             continue;
+        if (n <= 0 && unanswered(hs, n, n < 0 ? errno : 0))
+            return dropped(hs);
         if (n < 0)
             return fail(hs, HVD_ERR_TRANSPORT,
                         "recv() during the handshake failed: %s",

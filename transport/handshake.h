@@ -127,7 +127,11 @@ int hvd_hs_done(const hvd_hs *hs);
  * Drives the handshake over a non-blocking socket: writes what is queued,
  * reads what is needed. Returns HVD_OK with *events_out = 0 when done, or
  * with the poll events (POLLIN/POLLOUT) to wait for; a failure status (with
- * hs->err) otherwise, including a peer that closed the connection.
+ * hs->err) otherwise, including a peer that closed the connection. A
+ * client whose server closed the connection before answering its hello
+ * gets HVD_ERR_PEER_LOST: a server that refuses always says why first, so
+ * this one dropped the connection unread (it had too many at once) or
+ * died, and trying again may succeed.
  */
 hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out);
 

@@ -7,10 +7,12 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 
@@ -50,6 +52,124 @@ void hvd_net_format(const struct sockaddr *sa, char *out, size_t outlen) {
     }
 }
 
+/* The ephemeral port range, [*low, *high]. */
+static void port_range(long *low, long *high) {
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    *low = 32768;
+    *high = 60999;
+    if (f == NULL)
+        return;
+    if (fscanf(f, "%ld %ld", low, high) != 2 || *low < 1 || *high > 65535 ||
+        *low > *high) {
+        *low = 32768;
+        *high = 60999;
+    }
+    fclose(f);
+}
+
+static uint16_t *port_of(struct sockaddr_storage *ss) {
+    return ss->ss_family == AF_INET ? &((struct sockaddr_in *)ss)->sin_port
+                                    : &((struct sockaddr_in6 *)ss)->sin6_port;
+}
+
+static void reuse_addr(int fd);
+
+/*
+ * bind() to port 0 skips every port that still has connections in
+ * TIME_WAIT (Linux takes them only with net.ipv4.ip_autobind_reuse), so
+ * on a host that ran many short jobs a minute ago it can fail with
+ * EADDRINUSE although no port is really busy. Then this takes such a port
+ * itself: an explicit bind with SO_REUSEADDR may share a port with
+ * connections in TIME_WAIT that were made with SO_REUSEADDR too (hvd sets
+ * it on all its sockets), never with a listener or a live connection
+ * (listen() refuses those that bind() let through). Tries the ports of
+ * the ephemeral range from a random one on; a listening socket, or -1
+ * with errno.
+ */
+static int listen_reusing(struct sockaddr_storage *ss, socklen_t len) {
+    long low, high;
+
+    port_range(&low, &high);
+    long n = high - low + 1, start = (long)(hvd_now_ns() / 1000) % n;
+    for (long i = 0; i < n; i++) {
+        int fd = socket(ss->ss_family,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -1;
+        reuse_addr(fd);
+        *port_of(ss) = htons((uint16_t)(low + (start + i) % n));
+        if (bind(fd, (struct sockaddr *)ss, len) == 0 &&
+            listen(fd, SOMAXCONN) == 0) {
+            HVD_DEBUG("net",
+                      "every free ephemeral port has connections in "
+                      "TIME_WAIT; listening on port %d",
+                      ntohs(*port_of(ss)));
+            return fd;
+        }
+        int err = errno;
+        close(fd);
+        if (err != EADDRINUSE) {
+            errno = err;
+            return -1;
+        }
+    }
+    *port_of(ss) = 0;
+    errno = EADDRINUSE;
+    return -1;
+}
+
+/*
+ * connect() found no local port (EADDRNOTAVAIL): it never takes a port
+ * that was bound explicitly, such as a listener's whose connections are
+ * all in TIME_WAIT now, nor one in TIME_WAIT towards this address. Binds
+ * one of those itself as bind_reusing does and connects from it; a port
+ * whose earlier connection to the same address is still in TIME_WAIT
+ * fails the connect, and the next is tried (at most 4096). 0 with *fd_out
+ * (connecting, non-blocking), else -1 with errno.
+ */
+static int connect_reusing(struct sockaddr_storage *dst, socklen_t len,
+                           int *fd_out) {
+    struct sockaddr_storage local;
+    long low, high;
+
+    port_range(&low, &high);
+    long n = high - low + 1, start = (long)(hvd_now_ns() / 1000) % n;
+    memset(&local, 0, sizeof(local));
+    local.ss_family = dst->ss_family;
+    for (long i = 0; i < n && i < 4096; i++) {
+        int fd = socket(dst->ss_family,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -1;
+        reuse_addr(fd);
+        *port_of(&local) = htons((uint16_t)(low + (start + i) % n));
+        if (bind(fd, (struct sockaddr *)&local, len) == 0 &&
+            (connect(fd, (struct sockaddr *)dst, len) == 0 ||
+             errno == EINPROGRESS)) {
+            hvd_net_nodelay(fd);
+            *fd_out = fd;
+            return 0;
+        }
+        int err = errno;
+        close(fd);
+        if (err != EADDRINUSE && err != EADDRNOTAVAIL) {
+            errno = err;
+            return -1;
+        }
+    }
+    errno = EADDRNOTAVAIL;
+    return -1;
+}
+
+static void reuse_addr(int fd) {
+    int one = 1;
+
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0)
+        HVD_DEBUG("net", "setsockopt(SO_REUSEADDR) failed: %s",
+                  strerror(errno));
+}
+
 hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
                           int *port_out) {
     struct sockaddr_storage ss;
@@ -64,17 +184,16 @@ hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
     if (fd < 0)
         return hvd_error_set(HVD_ERR_TRANSPORT, "socket() failed: %s",
                              strerror(errno));
-    if (port != 0) {
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    }
+    reuse_addr(fd);
     if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
         int err = errno;
         close(fd);
-        return hvd_error_set(HVD_ERR_TRANSPORT, "bind(%s:%d) failed: %s", addr,
-                             port, strerror(err));
-    }
-    if (listen(fd, SOMAXCONN) != 0) {
+        fd = err == EADDRINUSE && port == 0 ? listen_reusing(&ss, len) : -1;
+        if (fd < 0)
+            return hvd_error_set(
+                HVD_ERR_TRANSPORT, "bind(%s:%d) failed: %s", addr, port,
+                strerror(err == EADDRINUSE && port == 0 ? errno : err));
+    } else if (listen(fd, SOMAXCONN) != 0) {
         int err = errno;
         close(fd);
         return hvd_error_set(HVD_ERR_TRANSPORT, "listen(%s:%d) failed: %s",
@@ -108,9 +227,14 @@ hvd_status hvd_net_connect_start(const char *addr, int port, int *fd_out) {
         return hvd_error_set(HVD_ERR_TRANSPORT, "socket() failed: %s",
                              strerror(errno));
     hvd_net_nodelay(fd);
+    /* Its local port, in TIME_WAIT after the job, then does not keep a
+     * later listener (which sets it too) off that port. */
+    reuse_addr(fd);
     if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) {
         int err = errno;
         close(fd);
+        if (err == EADDRNOTAVAIL && connect_reusing(&ss, len, fd_out) == 0)
+            return HVD_OK;
         return hvd_error_set(
             err == ECONNREFUSED ? HVD_ERR_PEER_LOST : HVD_ERR_TRANSPORT,
             "connect(%s:%d) failed: %s", addr, port, strerror(err));

@@ -227,12 +227,31 @@ static void accept_all(hvd_rdv_server *srv) {
             if (srv->conns[i].state == RC_FREE)
                 c = &srv->conns[i];
         if (c == NULL) {
-            char name[HVD_ADDR_MAX];
-            hvd_net_peer_name(fd, name, sizeof(name));
-            HVD_WARN("rdv", "refused connection from %s: too many connections",
-                     name);
-            close(fd);
-            continue;
+            /* The table is full of connections that have not
+             * authenticated (ranks that have take size slots of 2 size +
+             * 16): strangers. Drop the one that has waited longest, so
+             * that strangers that connect and stay silent cannot keep a
+             * rank out. */
+            rconn *old = NULL;
+            for (int i = 0; i < srv->nconns; i++)
+                if (srv->conns[i].state == RC_HANDSHAKE &&
+                    (old == NULL || srv->conns[i].deadline < old->deadline))
+                    old = &srv->conns[i];
+            if (old == NULL) {
+                char name[HVD_ADDR_MAX];
+                hvd_net_peer_name(fd, name, sizeof(name));
+                HVD_WARN("rdv",
+                         "refused connection from %s: too many connections",
+                         name);
+                close(fd);
+                continue;
+            }
+            HVD_WARN("rdv",
+                     "dropped connection from %s: too many connections that "
+                     "have not authenticated, and it waited longest",
+                     old->name);
+            conn_close(srv, old);
+            c = old;
         }
         memset(c, 0, sizeof(*c));
         c->fd = fd;
@@ -668,7 +687,8 @@ hvd_status hvd_rdv_client_connect(const char *addr, int port, int rank,
     cl->bs.ctx = cl;
 
     /* The server is normally up before any rank starts; retry a refusal
-     * anyway, for launchers that start it alongside the ranks. */
+     * anyway, for launchers that start it alongside the ranks, and a
+     * connection it dropped unanswered (strangers filled its table). */
     for (;;) {
         st = hvd_net_connect_start(addr, port, &cl->fd);
         if (st == HVD_OK) {
@@ -679,8 +699,23 @@ hvd_status hvd_rdv_client_connect(const char *addr, int port, int rank,
                 err = ETIMEDOUT;
             else
                 err = hvd_net_connect_result(cl->fd);
-            if (err == 0)
-                break;
+            if (err == 0) {
+                st = hvd_hs_client_init(&hs, job_id, secret,
+                                        HVD_HS_KIND_RENDEZVOUS, rank, 0, -1);
+                if (st == HVD_OK)
+                    st = hvd_hs_run(&hs, cl->fd, cl->deadline);
+                if (st == HVD_OK)
+                    break;
+                if (st != HVD_ERR_PEER_LOST || hvd_now_ns() > cl->deadline) {
+                    st = hvd_error_set(st,
+                                       "rank %d: the rendezvous server at "
+                                       "%s:%d did not accept this rank: %s",
+                                       rank, addr, port, hs.err);
+                    goto fail;
+                }
+                HVD_DEBUG("rdv", "rank %d: %s; trying again", rank, hs.err);
+                err = ECONNRESET;
+            }
             close(cl->fd);
             cl->fd = -1;
             st = hvd_error_set(HVD_ERR_TRANSPORT,
@@ -693,18 +728,6 @@ hvd_status hvd_rdv_client_connect(const char *addr, int port, int rank,
             goto fail;
         }
         poll(NULL, 0, 100);
-    }
-
-    st = hvd_hs_client_init(&hs, job_id, secret, HVD_HS_KIND_RENDEZVOUS, rank,
-                            0, -1);
-    if (st == HVD_OK)
-        st = hvd_hs_run(&hs, cl->fd, cl->deadline);
-    if (st != HVD_OK) {
-        st = hvd_error_set(st,
-                           "rank %d: the rendezvous server at %s:%d did not "
-                           "accept this rank: %s",
-                           rank, addr, port, hs.err);
-        goto fail;
     }
     st = hvd_net_local_addr(cl->fd, local_addr_out, 64);
     if (st != HVD_OK)

@@ -23,27 +23,6 @@ prefix=hvd-mh
 addr_a=10.47.0.1
 addr_b=10.47.0.2
 
-# Removes what the run of pid $1 made (its temporary directory is $2, or
-# "" when unknown). Quiet and idempotent.
-cleanup_run() {
-    for ns in $prefix-a-$1 $prefix-b-$1; do
-        if ip netns list 2>/dev/null | grep -q "^$ns\( \|$\)"; then
-            pids=$(ip netns pids "$ns" 2>/dev/null)
-            [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-            ip netns del "$ns" 2>/dev/null
-        fi
-    done
-    ip link del "hvd-a-$1" 2>/dev/null
-    [ -n "$2" ] && rm -rf "$2"
-}
-
-if [ "${1:-}" = "--cleanup" ]; then
-    # The watchdog: waits for the test's shell to go, then cleans up.
-    while kill -0 "$2" 2>/dev/null; do sleep 1; done
-    cleanup_run "$2" "$3"
-    exit 0
-fi
-
 if [ $# -ne 2 ]; then
     echo "usage: $0 HVDRUN TEST_MULTIHOST" >&2
     exit 2
@@ -51,44 +30,27 @@ fi
 hvdrun=$1
 test_prog=$2
 
+NETNS_LIB=$(cd "$(dirname "$0")" && pwd)/netns.sh
+. "$NETNS_LIB"
+
 skip() {
     echo "SKIP multihost: $*"
     exit 77
 }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, sshd)"
-for tool in ip unshare timeout ssh ssh-keygen pgrep mount; do
-    command -v $tool >/dev/null 2>&1 || skip "$tool is not installed"
-done
+netns_require multihost unshare timeout ssh ssh-keygen pgrep mount
 [ -x /usr/sbin/sshd ] || skip "/usr/sbin/sshd is not installed (openssh-server)"
 
 # What earlier runs that were killed left behind.
-for ns in $(ip netns list 2>/dev/null | sed -n "s/^\($prefix-[ab]-[0-9][0-9]*\).*/\1/p"); do
-    pid=${ns##*-}
-    kill -0 "$pid" 2>/dev/null || cleanup_run "$pid" ""
-done
-for dir in /tmp/$prefix-[0-9]*.*; do
-    [ -d "$dir" ] || continue
-    pid=${dir#/tmp/$prefix-}
-    pid=${pid%%.*}
-    kill -0 "$pid" 2>/dev/null || rm -rf "$dir"
-done
+netns_sweep $prefix
 
 ns_a=$prefix-a-$$
 ns_b=$prefix-b-$$
 dir=$(mktemp -d /tmp/$prefix-$$.XXXXXX) || exit 1
-trap 'cleanup_run $$ "$dir"' EXIT
+trap 'netns_cleanup $prefix $$; rm -rf "$dir"' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP
-# The watchdog, started in its own session and detached from this shell, so
-# that killing the test's process tree does not kill it.
-if command -v setsid >/dev/null 2>&1; then
-    (setsid sh "$0" --cleanup $$ "$dir" </dev/null >/dev/null 2>&1 &)
-fi
-
-ip netns add "$ns_a" 2>"$dir/err" ||
-    skip "ip netns add failed: $(cat "$dir/err")"
-ip netns add "$ns_b" || exit 1
+netns_watchdog $prefix $$ "$dir"
 
 fails=0
 check() { # name expected actual
@@ -108,16 +70,8 @@ die() {
 }
 
 # ---- the network ----
-ip link add "hvd-a-$$" type veth peer name "hvd-b-$$" || die "ip link add veth"
-ip link set "hvd-a-$$" netns "$ns_a" || die "moving the veth into $ns_a"
-ip link set "hvd-b-$$" netns "$ns_b" || die "moving the veth into $ns_b"
-ip -n "$ns_a" addr add $addr_a/24 dev "hvd-a-$$" || die "ip addr add $addr_a"
-ip -n "$ns_b" addr add $addr_b/24 dev "hvd-b-$$" || die "ip addr add $addr_b"
-for ns in "$ns_a" "$ns_b"; do
-    ip -n "$ns" link set lo up || die "lo up in $ns"
-done
-ip -n "$ns_a" link set "hvd-a-$$" up || die "veth up in $ns_a"
-ip -n "$ns_b" link set "hvd-b-$$" up || die "veth up in $ns_b"
+netns_pair "$ns_a" "$ns_b" "hvd-a-$$" "hvd-b-$$" $addr_a/24 $addr_b/24 ||
+    die "making the two namespaces and their veth pair"
 
 # ---- keys and sshds ----
 ssh-keygen -q -t ed25519 -N '' -C hvd-mh-client -f "$dir/client" ||

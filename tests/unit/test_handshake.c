@@ -238,6 +238,35 @@ static void over_socketpair(void **state) {
     close(sv[1]);
 }
 
+/* A server that closes without a word (it dropped us unread) is
+ * HVD_ERR_PEER_LOST, which callers retry; a refusal stays HVD_ERR_AUTH. */
+static void dropped_unanswered(void **state) {
+    (void)state;
+    int sv[2];
+    hvd_hs c, s;
+    short ev;
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    hvd_hs_client_init(&c, job_a, "k", HVD_HS_KIND_DATA, 1, 0, 0);
+    assert_int_equal(hvd_hs_io(&c, sv[0], &ev), HVD_OK); /* HELLO out */
+    close(sv[1]);
+    assert_int_equal(hvd_hs_run(&c, sv[0], hvd_now_ns() + 1000000000LL),
+                     HVD_ERR_PEER_LOST);
+    close(sv[0]);
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    hvd_hs_client_init(&c, job_b, "k", HVD_HS_KIND_DATA, 1, 0, 0);
+    hvd_hs_server_init(&s, job_a, "k", HVD_HS_KIND_DATA, 0, NULL, NULL);
+    assert_int_equal(hvd_hs_io(&c, sv[0], &ev), HVD_OK);
+    assert_int_equal(hvd_hs_io(&s, sv[1], &ev), HVD_ERR_AUTH); /* refused */
+    close(sv[1]);
+    assert_int_equal(hvd_hs_run(&c, sv[0], hvd_now_ns() + 1000000000LL),
+                     HVD_ERR_AUTH);
+    close(sv[0]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(success),
@@ -249,6 +278,7 @@ int main(void) {
         cmocka_unit_test(kind_and_peer_checked),
         cmocka_unit_test(malformed_messages),
         cmocka_unit_test(over_socketpair),
+        cmocka_unit_test(dropped_unanswered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -79,6 +80,7 @@ typedef struct tsock {
     int registered; /* in the epoll set */
     int eof;
     int bye_rx;
+    uint64_t scan_drop; /* failing: payload bytes scan_for_abort drops */
 } tsock;
 
 typedef struct tpeer {
@@ -264,7 +266,10 @@ static void send_abort(tsock *s, const hvd_frame_abort *a, int64_t deadline) {
 /*
  * Makes the transport fail for good: every request in flight completes
  * with status, every later call returns it, and every peer is told (an
- * ABORT frame, best effort) so that all ranks report the same cause.
+ * ABORT frame, best effort) so that all ranks report the same cause. text
+ * is the sentence of the rank that detected the failure (origin); the
+ * ABORT relays it as it is, so that a rank that hears it second-hand
+ * says "rank <origin> reported: <text>" once, not once per hop.
  */
 static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
                             const char *text) {
@@ -273,7 +278,11 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
     int64_t deadline = hvd_now_ns() + ABORT_NS;
 
     tp->failed = status;
-    snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
+    if (origin == tp->rank)
+        snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
+    else
+        snprintf(tp->failmsg, sizeof(tp->failmsg), "rank %d reported: %s",
+                 origin, text);
     HVD_ERROR("tcp", "%s", tp->failmsg);
 
     for (int i = 0; i < tp->size * tp->nconn; i++) {
@@ -312,7 +321,12 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
         for (int p = 0; p < tp->size; p++) {
             if (p == tp->rank || p == origin)
                 continue;
-            for (int k = 0; k < tp->nconn; k++) {
+            /* The control socket first: the peer always reads it (a
+             * header receive is posted, or nothing ever comes), while on
+             * a data socket the ABORT could queue behind data for a
+             * receive the peer has not posted, unread until the peer
+             * blames the wrong rank for the connection closing. */
+            for (int k = tp->nconn - 1; k >= 0; k--) {
                 tsock *s = &tp->peers[p].socks[k];
                 if (s->fd >= 0 && !s->tx_broken && !s->eof) {
                     send_abort(s, &a, deadline);
@@ -339,12 +353,15 @@ static hvd_status fail(tcp *tp, hvd_status status, int culprit, const char *fmt,
 }
 
 static hvd_status sock_recv(tsock *s);
+static int scan_for_abort(tsock *s);
 
 /*
  * A connection to s's peer broke. Before blaming that peer, read what the
  * other connections hold: a rank that failed first may have sent an ABORT
  * with the real cause (it then exited, which is why this connection
- * broke), and that cause is what every rank should report.
+ * broke), and that cause is what every rank should report. The ABORT may
+ * wait behind data for a receive not posted yet: that data is read past
+ * and dropped, since the transport fails either way.
  */
 static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     char who[160];
@@ -354,8 +371,42 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     tp->salvaging = 1;
     for (int i = 0; i < tp->size * tp->nconn && tp->failed == HVD_OK; i++) {
         tsock *x = &tp->socks[i];
-        if (x->fd >= 0 && !x->rx_blocked && (!x->eof || x->rx_off < x->rx_end))
+        if (x->fd < 0 || (x->eof && x->rx_off == x->rx_end))
+            continue;
+        if (!x->rx_blocked)
             sock_recv(x);
+        if (x->rx_blocked && tp->failed == HVD_OK)
+            scan_for_abort(x);
+    }
+    /* If the peer itself failed first, its ABORT is on one of its sockets
+     * and may arrive a moment after the end of another (separate
+     * connections keep no order between them): give each of them a
+     * little time to deliver it or close too. */
+    int64_t deadline = hvd_now_ns() + ABORT_NS;
+    uint32_t given_up = 0; /* sockets whose stream cannot be read on */
+    while (tp->failed == HVD_OK && s->peer >= 0 && s->peer < tp->size) {
+        struct pollfd pfds[HVD_TCP_MAX_SOCKS + 1];
+        tsock *xs[HVD_TCP_MAX_SOCKS + 1];
+        int n = 0;
+        int64_t left = (deadline - hvd_now_ns()) / 1000000;
+        for (int k = 0; k < tp->nconn; k++) {
+            tsock *x = &tp->peers[s->peer].socks[k];
+            if (x->fd >= 0 && !x->eof && !(given_up & (1u << k))) {
+                xs[n] = x;
+                pfds[n++] = (struct pollfd){.fd = x->fd, .events = POLLIN};
+            }
+        }
+        if (n == 0 || left <= 0 || poll(pfds, (nfds_t)n, (int)left) <= 0)
+            break;
+        for (int k = 0; k < n && tp->failed == HVD_OK; k++) {
+            if (pfds[k].revents == 0)
+                continue;
+            if (!xs[k]->rx_blocked)
+                sock_recv(xs[k]);
+            if (xs[k]->rx_blocked && tp->failed == HVD_OK &&
+                !scan_for_abort(xs[k]))
+                given_up |= 1u << xs[k]->index;
+        }
     }
     tp->salvaging = 0;
     if (tp->failed != HVD_OK)
@@ -513,13 +564,55 @@ static hvd_status on_eof(tsock *s) {
 
 static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
     hvd_frame_abort a;
-    char text[HVD_ERROR_MAX];
 
     if (hvd_frame_abort_decode(payload, len, &a) != HVD_OK)
         return fail(s->tp, HVD_ERR_TRANSPORT, s->peer, "rank %d: %s", s->peer,
                     hvd_error_get());
-    snprintf(text, sizeof(text), "rank %d reported: %s", a.origin, a.text);
-    return fail_with(s->tp, a.status, a.culprit, a.origin, text);
+    return fail_with(s->tp, a.status, a.culprit, a.origin, a.text);
+}
+
+/*
+ * Only while failing (peer_lost): reads the frames that wait on a socket
+ * behind data nobody has asked for yet, dropping that data, and acts on an
+ * ABORT found there. Bounded by what the kernel holds now (no waiting) and
+ * by a number of frames. Returns 0 if the stream cannot be read on (a
+ * malformed frame), else 1.
+ */
+static int scan_for_abort(tsock *s) {
+    tcp *tp = s->tp;
+    hvd_status st = HVD_OK;
+
+    for (int n = 0; n < 100000 && tp->failed == HVD_OK; n++) {
+        size_t avail = s->rx_end - s->rx_off;
+        hvd_frame f;
+
+        if (s->scan_drop > 0 && avail > 0) {
+            size_t k = s->scan_drop < avail ? (size_t)s->scan_drop : avail;
+            s->rx_off += k;
+            s->scan_drop -= k;
+            continue;
+        }
+        if (s->scan_drop > 0 || avail < HVD_FRAME_HDR_LEN) {
+            if (s->eof || rx_fill(s, &st) <= 0)
+                return 1;
+            continue;
+        }
+        if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) != HVD_OK)
+            return 0;
+        if (f.type == HVD_FRAME_ABORT) {
+            if (avail < HVD_FRAME_HDR_LEN + f.len) {
+                if (s->eof || rx_fill(s, &st) <= 0)
+                    return 1;
+                continue;
+            }
+            on_abort(s, s->rx + s->rx_off + HVD_FRAME_HDR_LEN, (size_t)f.len);
+            return 1;
+        }
+        s->rx_off += HVD_FRAME_HDR_LEN;
+        s->rx_seq++;
+        s->scan_drop = f.type == HVD_FRAME_DATA ? f.len : 0;
+    }
+    return 1;
 }
 
 static hvd_status sock_recv(tsock *s) {
@@ -684,8 +777,8 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
             return fail(tp, HVD_ERR_TIMEOUT, p,
                         "nothing (not even a heartbeat) arrived from %s for "
                         "%.0f s while rank %d waited on it: it is stopped, "
-                        "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS "
-                        "sets this limit)",
+                        "hung or busy outside hvd, or the network to it is "
+                        "down (HVD_TIMEOUT_SECONDS sets this limit)",
                         who, (double)tp->timeout_ns / 1e9, tp->rank);
         }
     }
@@ -1009,14 +1102,30 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
             if (c == NULL && nconn < maxconn)
                 c = &conns[nconn++];
             if (c == NULL) {
-                char name[HVD_ADDR_MAX];
-                hvd_net_peer_name(fd, name, sizeof(name));
+                /* Full of strangers (the table has room for every
+                 * expected connection and 16 more): drop the one that has
+                 * waited longest, so that strangers that connect and stay
+                 * silent cannot keep a rank out. */
+                for (int i = 0; i < nconn; i++)
+                    if (!conns[i].client && conns[i].fd >= 0 &&
+                        (c == NULL || conns[i].deadline < c->deadline))
+                        c = &conns[i];
+                if (c == NULL) {
+                    char name[HVD_ADDR_MAX];
+                    hvd_net_peer_name(fd, name, sizeof(name));
+                    HVD_WARN("tcp",
+                             "dropped connection from %s: too many "
+                             "unauthenticated connections",
+                             name);
+                    close(fd);
+                    continue;
+                }
                 HVD_WARN("tcp",
-                         "dropped connection from %s: too many "
-                         "unauthenticated connections",
-                         name);
-                close(fd);
-                continue;
+                         "dropped connection from %s: too many connections "
+                         "that have not authenticated, and it waited "
+                         "longest",
+                         c->name);
+                close(c->fd);
             }
             memset(c, 0, sizeof(*c));
             c->fd = fd;
@@ -1084,6 +1193,17 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
                 st = hvd_error_set(HVD_ERR_TIMEOUT, "handshake timed out");
             if (st == HVD_OK)
                 continue;
+            if (c->client && st == HVD_ERR_PEER_LOST && now < c->deadline) {
+                /* Dropped unanswered: the peer had too many strangers at
+                 * once. Try again a little later. */
+                HVD_DEBUG("tcp", "connecting to %s: %s; trying again", c->name,
+                          c->hs.err);
+                close(c->fd);
+                c->fd = -1;
+                c->retry_at = now + 50 * 1000000LL;
+                st = HVD_OK;
+                continue;
+            }
             if (c->client) {
                 char who[160];
                 describe(tp, c->peer, who, sizeof(who));
@@ -1103,9 +1223,16 @@ static hvd_status connect_mesh(tcp *tp, const hvd_transport_params *params,
         }
     }
 out:
-    for (int i = 0; conns != NULL && i < nconn; i++)
-        if (conns[i].fd >= 0)
-            close(conns[i].fd);
+    for (int i = 0; conns != NULL && i < nconn; i++) {
+        if (conns[i].fd < 0)
+            continue;
+        if (!conns[i].client && st == HVD_OK)
+            HVD_WARN("tcp",
+                     "dropped connection from %s: the mesh is complete and "
+                     "it had not authenticated",
+                     conns[i].name);
+        close(conns[i].fd);
+    }
     free(conns);
     free(pfds);
     return st;
@@ -1143,11 +1270,9 @@ static hvd_status tcp_probe(const hvd_transport_params *params,
     return HVD_OK;
 }
 
-static hvd_status tcp_open(const hvd_transport_params *params,
-                           hvd_transport **out) {
+/* A transport with its peers, sockets and epoll set, not connected yet. */
+static hvd_status tcp_new(const hvd_transport_params *params, tcp **out) {
     tcp *tp = calloc(1, sizeof(*tp));
-    listen_blob mine, *all = NULL;
-    int lfd = -1, port = 0;
     hvd_status st;
 
     if (tp == NULL)
@@ -1210,7 +1335,48 @@ static hvd_status tcp_open(const hvd_transport_params *params,
                            strerror(errno));
         goto fail;
     }
+    *out = tp;
+    return HVD_OK;
+fail:
+    tcp_close(&tp->base);
+    return st;
+}
 
+hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
+                                  const int *fds, hvd_transport **out) {
+    tcp *tp = NULL;
+    hvd_status st = tcp_new(params, &tp);
+
+    if (st != HVD_OK)
+        return st;
+    for (int p = 0; p < tp->size; p++) {
+        for (int k = 0; k < tp->nconn && p != tp->rank; k++) {
+            int fd = fds[p * tp->nconn + k];
+            int fl = fcntl(fd, F_GETFL);
+            if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+                st = hvd_error_set(HVD_ERR_TRANSPORT,
+                                   "fcntl(O_NONBLOCK) of socket %d of rank "
+                                   "%d failed: %s",
+                                   k, p, strerror(errno));
+                tcp_close(&tp->base);
+                return st;
+            }
+            install(tp, p, k, fd);
+        }
+    }
+    *out = &tp->base;
+    return HVD_OK;
+}
+
+static hvd_status tcp_open(const hvd_transport_params *params,
+                           hvd_transport **out) {
+    listen_blob mine, *all = NULL;
+    int lfd = -1, port = 0;
+    tcp *tp = NULL;
+    hvd_status st = tcp_new(params, &tp);
+
+    if (st != HVD_OK)
+        return st;
     st = hvd_net_listen(params->bind_addr, 0, &lfd, &port);
     if (st != HVD_OK)
         goto fail;

@@ -20,6 +20,19 @@
 extern const hvd_transport_ops hvd_tcp_ops;
 
 /*
+ * Builds a TCP transport over sockets that are already connected to the
+ * peers (no listening, no handshake): fds[p * (nsocks + 1) + k] is the
+ * k-th socket to rank p, the data sockets first, then the control one
+ * (nsocks is params->tcp_nsocks, clamped to 1..HVD_TCP_MAX_SOCKS); the
+ * entries of this rank's own row are ignored. The transport takes the
+ * descriptors over (and makes them non-blocking). For tests and fuzzing,
+ * which drive one end of a socketpair themselves; params->bootstrap,
+ * bind_addr, job_id and secret are not used.
+ */
+hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
+                                  const int *fds, hvd_transport **out);
+
+/*
  * How the msgno-th message of len bytes between a pair is laid out: it is
  * cut into *nparts_out parts (1 or nsocks) that go onto sockets
  * first_out, first_out + 1, ... (mod nsocks). Sender and receiver compute

@@ -1,0 +1,107 @@
+#include "api/ctrlmsg.h"
+
+#include <stdint.h>
+
+#include "collectives/reduce.h"
+#include "transport/base/error.h"
+
+/* Statuses this build knows: a response may carry any of them. */
+enum {
+#define HVD_CTRL_COUNT_(name, text) +1
+    STATUS_COUNT = 0 HVD_STATUS_MAP(HVD_CTRL_COUNT_)
+#undef HVD_CTRL_COUNT_
+};
+
+/* The fields a Request and a Response share. */
+static hvd_status check_op(const char *what, const char *name, uint32_t kind,
+                           uint32_t dtype, uint32_t op, int32_t root,
+                           uint32_t mem, size_t ncounts, const uint64_t *counts,
+                           int size, hvd_opdesc *out) {
+    uint64_t total = 0;
+    size_t esize;
+
+    if (name == NULL)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "%s without a name", what);
+    if (kind >= HVD_KIND_COUNT)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' of unknown kind %u",
+                             what, name, kind);
+    if (!hvd_dtype_valid((hvd_dtype)dtype))
+        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown dtype %u",
+                             what, name, dtype);
+    if (!hvd_op_valid((hvd_op)op))
+        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown op %u",
+                             what, name, op);
+    if (mem >= HVD_MEM_COUNT)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "%s '%s' with unknown memory type %u", what, name,
+                             mem);
+    if (ncounts < 1 || ncounts > HVD_CTRL_MAX_COUNTS)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with %zu buffers",
+                             what, name, ncounts);
+    if (kind == HVD_KIND_BROADCAST && (root < 0 || root >= size))
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "%s '%s' with root %d in a job of %d ranks", what,
+                             name, (int)root, size);
+    esize = hvd_dtype_size((hvd_dtype)dtype);
+    for (size_t i = 0; i < ncounts; i++) {
+        if (counts[i] > (SIZE_MAX / 2) / esize - total)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "%s '%s' of more than %zu elements", what,
+                                 name, (SIZE_MAX / 2) / esize);
+        total += counts[i];
+    }
+    out->kind = (hvd_kind)kind;
+    out->dtype = (hvd_dtype)dtype;
+    out->op = (hvd_op)op;
+    out->root = root;
+    out->mem = (hvd_memtype)mem;
+    out->ncounts = ncounts;
+    out->counts = counts;
+    return HVD_OK;
+}
+
+hvd_status hvd_ctrl_check_request(const Hvd__Engine__Request *req, int size,
+                                  hvd_opdesc *desc_out) {
+    return check_op("request", req->name, req->kind, req->dtype, req->op,
+                    req->root, req->mem, req->n_counts, req->counts, size,
+                    desc_out);
+}
+
+hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
+                                   hvd_opdesc *desc_out) {
+    hvd_opdesc d;
+    hvd_status st =
+        check_op("response", resp->name, resp->kind, resp->dtype, resp->op,
+                 resp->root, resp->mem, resp->n_counts, resp->counts, size, &d);
+
+    if (st != HVD_OK)
+        return st;
+    if (resp->status >= STATUS_COUNT || resp->error == NULL)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "response '%s' with unknown status %u", resp->name,
+                             resp->status);
+    if (resp->status == HVD_OK &&
+        (resp->contributors < 1 || resp->contributors > (uint32_t)size))
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "response '%s' with %u contributors in a job of "
+                             "%d ranks",
+                             resp->name, resp->contributors, size);
+    if (resp->last_joined < -1 || resp->last_joined >= size)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "response '%s' names rank %d as the last to "
+                             "join in a job of %d ranks",
+                             resp->name, (int)resp->last_joined, size);
+    if (resp->n_joined > (size_t)size)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "response '%s' with %zu joined ranks in a job "
+                             "of %d",
+                             resp->name, resp->n_joined, size);
+    for (size_t i = 0; i < resp->n_joined; i++)
+        if (resp->joined[i] >= (uint32_t)size)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "response '%s' names rank %u as joined in a "
+                                 "job of %d",
+                                 resp->name, resp->joined[i], size);
+    *desc_out = d;
+    return HVD_OK;
+}

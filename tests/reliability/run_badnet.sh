@@ -1,0 +1,203 @@
+#!/bin/sh
+# A job over two "hosts" (network namespaces joined by a veth pair) whose
+# network misbehaves.
+#
+#   run_badnet.sh netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT
+#
+# netem    tc netem on both ends of the link: 20 ms delay with 5 ms jitter,
+#          2 % loss, 10 % reordering. A 4-rank job runs 200 mixed
+#          operations (allreduce, broadcast, allgather; up to 64 KiB) and
+#          every result must be exact. Skipped (77) when the kernel has no
+#          sch_netem.
+# loss     The same job with 2 % of the TCP packets leaving either end of
+#          the link dropped at random by nftables (numgen), for kernels
+#          without sch_netem: no delay, no reordering, 400 operations up
+#          to 1 MiB. Skipped (77) without nft.
+# linkcut  A 4-rank job of mixed allreduces (test_fault) runs with
+#          HVD_TIMEOUT_SECONDS=3; at a random moment the link goes down
+#          (ip link set down). Every rank must end with HVD_ERR_PEER_LOST or
+#          HVD_ERR_TIMEOUT (prints PASS) within 10 s, and hvdrun must exit
+#          non-zero within 15 s: no hang.
+#
+# hvdrun runs in namespace A with --network-interface hvdnet0 (the veth
+# end has that name in both namespaces); ranks 0 and 1 run in A, ranks 2
+# and 3 are moved to namespace B by `ip netns exec` before they start, so
+# every pair of ranks but (0,1) and (2,3) talks over the link. While the
+# job runs, the listening sockets of both namespaces are checked: only on
+# A's link address (hvdrun's rendezvous; the ranks' own listeners are
+# closed once the mesh is up). Needs root, ip netns and, for netem, tc;
+# skipped (77) without them. Namespaces are named after this shell's pid
+# and removed on exit, by a watchdog if the test is killed.
+set -u
+
+if [ $# -ne 4 ]; then
+    echo "usage: $0 netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT" >&2
+    exit 2
+fi
+mode=$1
+hvdrun=$2
+soak=$3
+fault=$4
+prefix=hvd-bn
+ifname=hvdnet0
+case $mode in
+netem) addr_a=10.48.1.1 addr_b=10.48.1.2 ;;
+linkcut) addr_a=10.48.2.1 addr_b=10.48.2.2 ;;
+loss) addr_a=10.48.3.1 addr_b=10.48.3.2 ;;
+*)
+    echo "run_badnet: unknown mode $mode" >&2
+    exit 2
+    ;;
+esac
+
+NETNS_LIB=$(cd "$(dirname "$0")/../integration" && pwd)/netns.sh
+. "$NETNS_LIB"
+if [ $mode = netem ]; then
+    netns_require "badnet $mode" timeout awk ss tc
+elif [ $mode = loss ]; then
+    netns_require "badnet $mode" timeout awk ss nft
+else
+    netns_require "badnet $mode" timeout awk ss
+fi
+netns_sweep $prefix
+
+ns_a=$prefix-a-$$
+ns_b=$prefix-b-$$
+dir=$(mktemp -d /tmp/$prefix-$$.XXXXXX) || exit 1
+trap 'netns_cleanup $prefix $$; rm -rf "$dir"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+netns_watchdog $prefix $$ "$dir"
+
+fail() {
+    echo "run_badnet: FAIL $mode: $*"
+    [ -f "$dir/out" ] && cat "$dir/out"
+    exit 1
+}
+
+netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
+    fail "could not make the namespaces"
+
+if [ $mode = netem ]; then
+    for ns in "$ns_a" "$ns_b"; do
+        if ! err=$(ip netns exec "$ns" tc qdisc add dev $ifname root netem \
+            delay 20ms 5ms loss 2% reorder 10% 50% 2>&1); then
+            echo "SKIP badnet netem: tc netem is not available ($err):" \
+                "the kernel lacks sch_netem (CONFIG_NET_SCH_NETEM)"
+            exit 77
+        fi
+    done
+    ip netns exec "$ns_a" tc qdisc show dev $ifname
+    ops="--ops 200 --max-bytes 64K"
+fi
+if [ $mode = loss ]; then
+    for ns in "$ns_a" "$ns_b"; do
+        ip netns exec "$ns" nft -f - <<EOF || fail "nft could not load the loss rule"
+table inet hvd_loss {
+    chain out {
+        type filter hook output priority 0; policy accept;
+        oifname "$ifname" meta l4proto tcp numgen random mod 100 < 2 counter drop
+    }
+}
+EOF
+    done
+    ops="--ops 400 --max-bytes 1M"
+fi
+
+# Ranks 2 and 3 start in namespace B.
+wrapper='case $HVD_RANK in 2|3) ns=$1; shift; exec ip netns exec "$ns" "$@";;
+    *) shift; exec "$@";; esac'
+
+# Listening TCP sockets of namespace $1, as "address:port" lines.
+listeners() {
+    ip netns exec "$1" ss -ltnH 2>/dev/null | awk '{ print $4 }'
+}
+
+# Checks that every listener of both namespaces is on A's link address.
+check_listeners() {
+    bad=$( (listeners "$ns_a"; listeners "$ns_b") | grep -v "^$addr_a:")
+    if [ -n "$bad" ]; then
+        echo "run_badnet: listeners:"
+        listeners "$ns_a"
+        listeners "$ns_b"
+        fail "a socket listens elsewhere than on $addr_a: $bad"
+    fi
+    echo "run_badnet: listening sockets: $(listeners "$ns_a" | tr '\n' ' ')" \
+        "in A, none in B: only the rendezvous, on the chosen interface"
+}
+
+if [ $mode != linkcut ]; then
+    start=$(date +%s)
+    : >"$dir/out"
+    ip netns exec "$ns_a" timeout -k 5 280 "$hvdrun" \
+        --network-interface $ifname -np 4 -- sh -c "$wrapper" sh "$ns_b" \
+        "$soak" $ops --kinds mixed --seed $$ \
+        >"$dir/out" 2>&1 &
+    job=$!
+    # While it runs: who listens where.
+    n=0
+    until grep -q 'PASS soak' "$dir/out" || ! kill -0 $job 2>/dev/null ||
+        [ $n -gt 20 ]; do
+        n=$((n + 1))
+        sleep 0.1
+    done
+    kill -0 $job 2>/dev/null && check_listeners
+    wait $job
+    rc=$?
+    cat "$dir/out"
+    [ $rc -eq 0 ] || fail "hvdrun exited $rc"
+    [ "$(grep -c 'PASS soak rank' "$dir/out")" -eq 4 ] ||
+        fail "not every rank printed PASS"
+    if [ $mode = loss ]; then
+        echo "run_badnet: packets dropped:" $(for ns in "$ns_a" "$ns_b"; do
+            ip netns exec "$ns" nft list ruleset | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'
+        done) "(A, B)"
+    fi
+    echo "run_badnet: $(echo "$ops" | awk '{ print $2 }') mixed operations" \
+        "over the bad link, every result exact, in $(($(date +%s) - start)) s"
+    echo "run_badnet: PASS"
+    exit 0
+fi
+
+# ---- linkcut ----
+delay=$(awk -v s="${HVD_FAULT_SEED:-$$}" 'BEGIN { srand(s); printf "%.3f", rand() * 1.5 }')
+HVD_TIMEOUT_SECONDS=3
+export HVD_TIMEOUT_SECONDS
+: >"$dir/out"
+ip netns exec "$ns_a" timeout -k 5 120 "$hvdrun" --grace-seconds 8 \
+    --network-interface $ifname -np 4 -- sh -c "$wrapper" sh "$ns_b" \
+    "$fault" --victim -1 --expect any >"$dir/out" 2>&1 &
+job=$!
+n=0
+while [ "$(grep -c 'READY rank' "$dir/out")" -lt 4 ]; do
+    n=$((n + 1))
+    if [ $n -gt 600 ] || ! kill -0 $job 2>/dev/null; then
+        wait $job
+        fail "the ranks did not all start"
+    fi
+    sleep 0.05
+done
+check_listeners
+sleep "$delay"
+t_cut=$(date +%s.%N)
+ip -n "$ns_a" link set $ifname down || fail "ip link set down"
+wait $job
+rc=$?
+t_end=$(date +%s.%N)
+cat "$dir/out"
+
+detect=$(sed -n 's/.*DETECT rank .* wall \([0-9.]*\).*/\1/p' "$dir/out" |
+    awk -v t="$t_cut" 'BEGIN { m = -1 } { d = $1 - t; if (d > m) m = d }
+        END { printf "%.3f", m }')
+exit_s=$(awk -v a="$t_cut" -v b="$t_end" 'BEGIN { printf "%.3f", b - a }')
+echo "run_badnet: link cut ${delay} s into the loop: every rank reported" \
+    "within $detect s, hvdrun exited $rc after $exit_s s"
+[ "$(grep -c 'PASS fault rank' "$dir/out")" -eq 4 ] ||
+    fail "not every rank ended with HVD_ERR_PEER_LOST or HVD_ERR_TIMEOUT"
+[ $rc -ne 0 ] || fail "hvdrun exited 0"
+awk -v d="$detect" 'BEGIN { exit !(d >= 0 && d <= 10) }' ||
+    fail "detection took $detect s (limit 10 s)"
+awk -v e="$exit_s" 'BEGIN { exit !(e <= 15) }' ||
+    fail "hvdrun exited $exit_s s after the cut (limit 15 s)"
+echo "run_badnet: PASS"
+exit 0

@@ -1,0 +1,244 @@
+/*
+ * The job that run_fault.sh (and the network scripts) hurt from outside.
+ *
+ *     test_fault --victim R --expect peer_lost|timeout|any
+ *                [--max-seconds S] [--linger-ms M]
+ *
+ * Every rank runs allreduces of mixed sizes (4 B to 4 MiB), three in flight
+ * at a time so that small ones fuse and large ones run alone, and checks
+ * every result exactly. Once initialized it prints
+ *
+ *     READY rank R pid P size N job J
+ *
+ * so that the script can pick its moment and its victim's pid. The script
+ * then kills (SIGKILL) or stops (SIGSTOP) rank R, or cuts the network
+ * (--victim -1: no single rank is at fault). A rank that sees its call
+ * fail prints
+ *
+ *     DETECT rank R status S wall T.N
+ *
+ * with the wall-clock time of that return, which the script compares with
+ * the moment it struck, then checks that the status is the expected one,
+ * that the sentence names rank R (unless --victim -1), that a later call
+ * fails too and that hvd_shutdown() returns within 5 s, and prints
+ * "PASS fault rank ..." or "FAIL fault rank ...". Every rank except the
+ * victim ignores SIGTERM, so that it gets to report while the launcher
+ * tears the job down. A rank whose loop runs --max-seconds (default 60)
+ * without a failure fails.
+ *
+ * Exit status: 3 pass (non-zero, so that hvdrun ends the job: a stopped
+ * victim would otherwise hold it), 1 fail, 2 bad usage.
+ */
+#include <hvd/hvd.h>
+
+#include "testutil.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_PASS 3
+#define INFLIGHT 3
+#define MAX_ELEMS ((size_t)1 << 20)
+#define SHUTDOWN_LIMIT_S 5.0
+
+/* Elements per allreduce, cycled with a stride that is prime to the table
+ * size so that neighbours in flight differ. */
+static const size_t sizes[] = {1, 100, 4096, 65536, 300000, MAX_ELEMS, 7};
+#define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+enum { EXPECT_PEER_LOST, EXPECT_TIMEOUT, EXPECT_ANY };
+
+static double wall_s(void) {
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse_expect(const char *s, int *out) {
+    if (strcmp(s, "peer_lost") == 0)
+        *out = EXPECT_PEER_LOST;
+    else if (strcmp(s, "timeout") == 0)
+        *out = EXPECT_TIMEOUT;
+    else if (strcmp(s, "any") == 0)
+        *out = EXPECT_ANY;
+    else
+        return -1;
+    return 0;
+}
+
+static int status_ok(hvd_status s, int expect) {
+    switch (expect) {
+    case EXPECT_PEER_LOST:
+        return s == HVD_ERR_PEER_LOST;
+    case EXPECT_TIMEOUT:
+        return s == HVD_ERR_TIMEOUT;
+    default:
+        return s == HVD_ERR_PEER_LOST || s == HVD_ERR_TIMEOUT;
+    }
+}
+
+/* Rank r's input at element i; the sum over n ranks is exact in float32. */
+static float input(int r, size_t i) { return (float)(i % 251) + (float)r; }
+
+static float expected(int n, size_t i) {
+    return (float)n * (float)(i % 251) + (float)(n * (n - 1) / 2);
+}
+
+int main(int argc, char **argv) {
+    int victim = -2, expect = -1, max_s = 60, linger_ms = 1000;
+    int rank, size, it, i, k;
+    float *send[INFLIGHT], *recv[INFLIGHT];
+    hvd_handle h[INFLIGHT];
+    size_t n[INFLIGHT];
+    char name[64], text[1024];
+    const char *job;
+    hvd_status s = HVD_OK, again;
+    double t_fail = 0, start, t0, shutdown_s;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--victim") == 0) {
+            victim = strcmp(argv[i + 1], "-1") == 0 ? -1 : -2;
+            if (victim == -2 && parse_int(argv[i + 1], &victim) != 0)
+                break;
+        } else if (strcmp(argv[i], "--expect") == 0) {
+            if (parse_expect(argv[i + 1], &expect) != 0)
+                break;
+        } else if (strcmp(argv[i], "--max-seconds") == 0) {
+            if (parse_int(argv[i + 1], &max_s) != 0 || max_s < 1)
+                break;
+        } else if (strcmp(argv[i], "--linger-ms") == 0) {
+            if (parse_int(argv[i + 1], &linger_ms) != 0)
+                break;
+        } else {
+            break;
+        }
+    }
+    if (i != argc || victim < -1 || expect < 0) {
+        fprintf(stderr,
+                "usage: %s --victim RANK|-1 --expect peer_lost|timeout|any "
+                "[--max-seconds S] [--linger-ms M]\n",
+                argv[0]);
+        return 2;
+    }
+
+    s = hvd_init();
+    if (s != HVD_OK) {
+        printf("FAIL fault: hvd_init: %s: %s\n", status_name(s),
+               hvd_last_error());
+        return 1;
+    }
+    rank = hvd_rank();
+    size = hvd_size();
+    if (victim >= size || size < 2) {
+        printf("FAIL fault rank %d: needs --victim < size and size >= 2\n",
+               rank);
+        return 1;
+    }
+    if (rank != victim)
+        signal(SIGTERM, SIG_IGN);
+    for (k = 0; k < INFLIGHT; k++) {
+        send[k] = malloc(MAX_ELEMS * sizeof(float));
+        recv[k] = malloc(MAX_ELEMS * sizeof(float));
+        if (send[k] == NULL || recv[k] == NULL) {
+            printf("FAIL fault rank %d: out of memory\n", rank);
+            return 1;
+        }
+        for (size_t e = 0; e < MAX_ELEMS; e++)
+            send[k][e] = input(rank, e);
+    }
+    job = getenv("HVD_JOB_ID");
+    printf("READY rank %d pid %d size %d job %s\n", rank, (int)getpid(), size,
+           job != NULL ? job : "-");
+
+    start = now_s();
+    for (it = 0; s == HVD_OK; it++) {
+        if (now_s() - start > max_s) {
+            printf("FAIL fault rank %d: %d iterations in %d s and no "
+                   "failure\n",
+                   rank, it, max_s);
+            hvd_shutdown();
+            return 1;
+        }
+        int posted = 0;
+        for (k = 0; k < INFLIGHT && s == HVD_OK; k++) {
+            n[k] = sizes[(size_t)(it * INFLIGHT + k) * 3 % NUM_SIZES];
+            snprintf(name, sizeof(name), "fault.%d.%d", it, k);
+            s = hvd_allreduce_async(name, send[k], recv[k], n[k], HVD_FLOAT32,
+                                    HVD_SUM, &h[k]);
+            if (s == HVD_OK)
+                posted++;
+        }
+        for (k = 0; k < posted; k++) {
+            hvd_status w = hvd_wait(h[k]);
+            if (w != HVD_OK && s == HVD_OK)
+                s = w;
+            if (w != HVD_OK)
+                continue;
+            for (size_t e = 0; e < n[k]; e++) {
+                if (recv[k][e] != expected(size, e)) {
+                    printf("FAIL fault rank %d: 'fault.%d.%d' element %zu "
+                           "is %g, expected %g\n",
+                           rank, it, k, e, (double)recv[k][e],
+                           (double)expected(size, e));
+                    return 1;
+                }
+            }
+        }
+        if (s != HVD_OK) {
+            t_fail = wall_s();
+            snprintf(text, sizeof(text), "%s", hvd_last_error());
+        }
+    }
+    printf("DETECT rank %d status %s wall %.6f after %d iterations\n", rank,
+           status_name(s), t_fail, it);
+
+    /* A failed job fails every later operation too. */
+    again =
+        hvd_allreduce("fault.after", send[0], recv[0], 1, HVD_FLOAT32, HVD_SUM);
+    t0 = now_s();
+    hvd_shutdown();
+    shutdown_s = now_s() - t0;
+
+    if (!status_ok(s, expect)) {
+        printf("FAIL fault rank %d: got %s, expected %s: %s\n", rank,
+               status_name(s),
+               expect == EXPECT_PEER_LOST ? "HVD_ERR_PEER_LOST"
+               : expect == EXPECT_TIMEOUT ? "HVD_ERR_TIMEOUT"
+                                          : "HVD_ERR_PEER_LOST or TIMEOUT",
+               text);
+        return 1;
+    }
+    if (victim >= 0 && !names_rank(text, victim)) {
+        printf("FAIL fault rank %d: the error does not name rank %d: %s\n",
+               rank, victim, text);
+        return 1;
+    }
+    if (again == HVD_OK) {
+        printf("FAIL fault rank %d: an allreduce after the failure returned "
+               "HVD_OK\n",
+               rank);
+        return 1;
+    }
+    if (shutdown_s > SHUTDOWN_LIMIT_S) {
+        printf("FAIL fault rank %d: hvd_shutdown took %.3f s (limit %.0f s)\n",
+               rank, shutdown_s, SHUTDOWN_LIMIT_S);
+        return 1;
+    }
+    printf("PASS fault rank %d: %s: %s\n", rank, status_name(s), text);
+    fflush(stdout);
+    /* Let the other ranks reach their own verdict before this exit closes
+     * our connections (which they could see as a lost peer first). */
+    usleep((useconds_t)linger_ms * 1000);
+    for (k = 0; k < INFLIGHT; k++) {
+        free(send[k]);
+        free(recv[k]);
+    }
+    return EXIT_PASS;
+}

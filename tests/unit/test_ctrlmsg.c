@@ -1,0 +1,133 @@
+/* Checks of control messages off the wire (api/ctrlmsg.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/ctrlmsg.h"
+#include "transport/base/error.h"
+
+static uint64_t counts[2] = {10, 20};
+
+static Hvd__Engine__Request request(void) {
+    Hvd__Engine__Request r = HVD__ENGINE__REQUEST__INIT;
+
+    r.name = "grad";
+    r.kind = HVD_KIND_ALLREDUCE;
+    r.dtype = HVD_FLOAT32;
+    r.op = HVD_SUM;
+    r.n_counts = 1;
+    r.counts = counts;
+    return r;
+}
+
+static Hvd__Engine__Response response(void) {
+    Hvd__Engine__Response r = HVD__ENGINE__RESPONSE__INIT;
+
+    r.name = "grad";
+    r.kind = HVD_KIND_ALLREDUCE;
+    r.dtype = HVD_FLOAT32;
+    r.op = HVD_AVERAGE;
+    r.n_counts = 2;
+    r.counts = counts;
+    r.error = "";
+    r.contributors = 4;
+    r.last_joined = -1;
+    return r;
+}
+
+static void good_messages(void **state) {
+    (void)state;
+    Hvd__Engine__Request q = request();
+    Hvd__Engine__Response p = response();
+    hvd_opdesc d;
+
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    assert_int_equal(d.kind, HVD_KIND_ALLREDUCE);
+    assert_int_equal(d.ncounts, 1);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_OK);
+    assert_int_equal(d.op, HVD_AVERAGE);
+    assert_int_equal(d.ncounts, 2);
+    /* An error response runs nothing: no contributors needed. */
+    p.status = HVD_ERR_MISMATCH;
+    p.contributors = 0;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_OK);
+}
+
+static void bad_requests(void **state) {
+    (void)state;
+    Hvd__Engine__Request q;
+    uint64_t huge[2] = {UINT64_MAX / 2, UINT64_MAX / 2};
+    hvd_opdesc d;
+
+    q = request();
+    q.kind = HVD_KIND_COUNT;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q = request();
+    q.dtype = 99;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_non_null(strstr(hvd_error_get(), "dtype 99"));
+    q = request();
+    q.op = 5;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q = request();
+    q.n_counts = 0;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q = request();
+    q.kind = HVD_KIND_BROADCAST;
+    q.root = 4;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.root = -1;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q = request();
+    q.counts = huge;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.n_counts = 2;
+    huge[0] = huge[1] = (SIZE_MAX / 2) / 4 / 2 + 1; /* fine alone, not both */
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q = request();
+    q.name = NULL;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+}
+
+static void bad_responses(void **state) {
+    (void)state;
+    Hvd__Engine__Response p;
+    uint32_t joined[2] = {1, 4};
+    hvd_opdesc d;
+
+    /* 0 contributors would make an average divide by zero. */
+    p = response();
+    p.contributors = 0;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    p.contributors = 5;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    p = response();
+    p.status = 1000;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    p = response();
+    p.last_joined = 4;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    p = response();
+    p.n_joined = 2;
+    p.joined = joined;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    p = response();
+    p.error = NULL;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    p = response();
+    p.dtype = 8;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(good_messages),
+        cmocka_unit_test(bad_requests),
+        cmocka_unit_test(bad_responses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
