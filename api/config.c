@@ -53,19 +53,29 @@ static hvd_status integer(hvd_env_get_fn get, void *ctx, const char *name,
     return st;
 }
 
+/* Parses an algorithm variable; allowed lists the values it takes besides
+ * auto, ending with HVD_ALGO_AUTO. */
 static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
-                            hvd_algo a, hvd_algo b, hvd_algo *out) {
-    /* Every collective also takes auto and native. */
+                            const hvd_algo *allowed, hvd_algo *out) {
     const char *text = get(name, ctx);
+    char names[160] = "auto";
     hvd_algo v;
+    int ok = 0;
 
     if (text == NULL || *text == '\0')
         return HVD_OK;
-    if (hvd_algo_parse(text, &v) != 0 ||
-        (v != HVD_ALGO_AUTO && v != HVD_ALGO_NATIVE && v != a && v != b))
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "%s=%s is not one of auto, %s, %s, native", name,
-                             text, hvd_algo_name(a), hvd_algo_name(b));
+    for (const hvd_algo *a = allowed; *a != HVD_ALGO_AUTO; a++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, ", %s", hvd_algo_name(*a));
+    }
+    if (hvd_algo_parse(text, &v) == 0) {
+        ok = v == HVD_ALGO_AUTO;
+        for (const hvd_algo *a = allowed; *a != HVD_ALGO_AUTO; a++)
+            ok |= v == *a;
+    }
+    if (!ok)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "%s=%s is not one of %s",
+                             name, text, names);
     *out = v;
     return HVD_OK;
 }
@@ -85,6 +95,32 @@ static hvd_status text(hvd_env_get_fn get, void *ctx, const char *name,
     return HVD_OK;
 }
 
+static const hvd_algo allreduce_algos[] = {
+    HVD_ALGO_RING, HVD_ALGO_RD,     HVD_ALGO_RABENSEIFNER, HVD_ALGO_DIRECT,
+    HVD_ALGO_HIER, HVD_ALGO_NATIVE, HVD_ALGO_AUTO};
+static const hvd_algo bcast_algos[] = {HVD_ALGO_TREE, HVD_ALGO_PIPELINE,
+                                       HVD_ALGO_DIRECT, HVD_ALGO_NATIVE,
+                                       HVD_ALGO_AUTO};
+
+/* HVD_IB_MR_CACHE: off, on or auto. */
+static hvd_status mr_cache_mode(hvd_env_get_fn get, void *ctx, int *out) {
+    const char *v = get("HVD_IB_MR_CACHE", ctx);
+    int b;
+
+    if (v == NULL || *v == '\0')
+        return HVD_OK;
+    if (strcasecmp(v, "auto") == 0) {
+        *out = 2;
+        return HVD_OK;
+    }
+    if (hvd_env_parse_bool("HVD_IB_MR_CACHE", v, &b) != HVD_OK)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "HVD_IB_MR_CACHE=%s is not one of auto, on, off",
+                             v);
+    *out = b;
+    return HVD_OK;
+}
+
 hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     hvd_config c;
     hvd_status st;
@@ -96,16 +132,25 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     c.tcp_setup_timeout_ns = 30 * NS_PER_S;
     c.tcp_nsocks = 1;
     c.tcp_stripe_min = 256 * 1024;
+    c.ib_gid_index = -1;
+    c.ib_chunk_bytes = 128 * 1024;
+    c.ib_ring_chunks = 8;
+    c.ib_mr_cache = 2;
     hvd_comm_config_default(&c.comm);
     c.fusion_threshold = 64 * 1024 * 1024;
     c.fusion_tensor_max = 256 * 1024;
     c.cache_capacity = 1024;
     c.cycle_time_ms = 0;
+    c.gpu_device = -1;
+    c.gpu_stage_bytes = 1024 * 1024;
+    c.gpu_stage_depth = 4;
     int stall_check = 60, stall_shutdown = 0;
 
     st = text(get, ctx, "HVD_TRANSPORT", c.transport, sizeof(c.transport));
     if (st == HVD_OK)
         st = text(get, ctx, "HVD_IFACE", c.iface, sizeof(c.iface));
+    if (st == HVD_OK)
+        st = text(get, ctx, "HVD_HOSTNAME", c.hostname, sizeof(c.hostname));
     if (st == HVD_OK)
         st = seconds(get, ctx, "HVD_TIMEOUT_SECONDS", &c.timeout_ns);
     if (st == HVD_OK)
@@ -120,19 +165,37 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     if (st == HVD_OK)
         st = bytes(get, ctx, "HVD_TCP_STRIPE_MIN", 64, &c.tcp_stripe_min);
     if (st == HVD_OK)
+        st = text(get, ctx, "HVD_IB_DEVICE", c.ib_device, sizeof(c.ib_device));
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_IB_PORT", 1, 255, &c.ib_port);
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_IB_GID_INDEX", 0, 65534, &c.ib_gid_index);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_IB_CHUNK_BYTES", 4096, &c.ib_chunk_bytes);
+    if (st == HVD_OK && c.ib_chunk_bytes > ((size_t)1 << 30))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "HVD_IB_CHUNK_BYTES=%zu is out of range (4K to 1G)",
+                           c.ib_chunk_bytes);
+    if (st == HVD_OK)
+        st =
+            integer(get, ctx, "HVD_IB_RING_CHUNKS", 1, 1024, &c.ib_ring_chunks);
+    if (st == HVD_OK)
+        st = mr_cache_mode(get, ctx, &c.ib_mr_cache);
+    if (st == HVD_OK && get("HVD_CHUNK_BYTES", ctx) != NULL) {
         st = bytes(get, ctx, "HVD_CHUNK_BYTES", 64, &c.comm.chunk_bytes);
+        c.chunk_forced = 1;
+    }
     if (st == HVD_OK)
         st = integer(get, ctx, "HVD_PIPELINE_DEPTH", 1, 16, &c.comm.depth);
     if (st == HVD_OK)
-        st = bytes(get, ctx, "HVD_RD_MAX_BYTES", 0, &c.comm.allreduce_rd_max);
-    if (st == HVD_OK)
-        st = bytes(get, ctx, "HVD_TREE_MAX_BYTES", 0, &c.comm.bcast_tree_max);
-    if (st == HVD_OK)
-        st = algorithm(get, ctx, "HVD_ALGORITHM", HVD_ALGO_RING, HVD_ALGO_RD,
+        st = algorithm(get, ctx, "HVD_ALGORITHM", allreduce_algos,
                        &c.comm.allreduce_algo);
     if (st == HVD_OK)
-        st = algorithm(get, ctx, "HVD_BCAST_ALGORITHM", HVD_ALGO_TREE,
-                       HVD_ALGO_PIPELINE, &c.comm.bcast_algo);
+        st = algorithm(get, ctx, "HVD_BCAST_ALGORITHM", bcast_algos,
+                       &c.comm.bcast_algo);
+    if (st == HVD_OK)
+        st = text(get, ctx, "HVD_TUNING_FILE", c.tuning_file,
+                  sizeof(c.tuning_file));
     if (st == HVD_OK)
         st = bytes(get, ctx, "HVD_FUSION_THRESHOLD", 0, &c.fusion_threshold);
     if (st == HVD_OK)
@@ -150,6 +213,13 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
                      &stall_shutdown);
     if (st == HVD_OK)
         st = text(get, ctx, "HVD_TIMELINE", c.timeline, sizeof(c.timeline));
+    if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_GPU_DEVICE", 0, 1023, &c.gpu_device);
+    if (st == HVD_OK)
+        st = bytes(get, ctx, "HVD_GPU_STAGE_BYTES", 4096, &c.gpu_stage_bytes);
+    if (st == HVD_OK)
+        st =
+            integer(get, ctx, "HVD_GPU_STAGE_DEPTH", 2, 64, &c.gpu_stage_depth);
     c.stall_check_s = stall_check;
     c.stall_shutdown_s = stall_shutdown;
     if (st != HVD_OK)

@@ -16,14 +16,22 @@
 typedef struct hvd_config {
     char transport[16];           /* HVD_TRANSPORT: auto, tcp, ... */
     char iface[64];               /* HVD_IFACE, "" = auto */
+    char hostname[64];            /* HVD_HOSTNAME, "" = gethostname() */
     int64_t timeout_ns;           /* HVD_TIMEOUT_SECONDS */
     int64_t start_timeout_ns;     /* HVD_START_TIMEOUT_SECONDS */
     int64_t tcp_setup_timeout_ns; /* HVD_TCP_SETUP_SECONDS */
     int tcp_nsocks;               /* HVD_TCP_NSOCKS */
     size_t tcp_stripe_min;        /* HVD_TCP_STRIPE_MIN */
+    char ib_device[64];           /* HVD_IB_DEVICE, "" = first active */
+    int ib_port;                  /* HVD_IB_PORT, 0 = first active */
+    int ib_gid_index;             /* HVD_IB_GID_INDEX, -1 = chosen */
+    size_t ib_chunk_bytes;        /* HVD_IB_CHUNK_BYTES */
+    int ib_ring_chunks;           /* HVD_IB_RING_CHUNKS */
+    int ib_mr_cache;              /* HVD_IB_MR_CACHE: 0 off, 1 on, 2 auto */
     hvd_comm_config comm;         /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
-                                     HVD_ALGORITHM, HVD_BCAST_ALGORITHM,
-                                     HVD_RD_MAX_BYTES, HVD_TREE_MAX_BYTES */
+                                     HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
+    int chunk_forced;             /* HVD_CHUNK_BYTES was set */
+    char tuning_file[512];        /* HVD_TUNING_FILE */
     size_t fusion_threshold;      /* HVD_FUSION_THRESHOLD */
     size_t fusion_tensor_max;     /* HVD_FUSION_TENSOR_MAX */
     int cache_capacity;           /* HVD_CACHE_CAPACITY */
@@ -31,6 +39,9 @@ typedef struct hvd_config {
     double stall_check_s;         /* HVD_STALL_CHECK_SECONDS */
     double stall_shutdown_s;      /* HVD_STALL_SHUTDOWN_SECONDS */
     char timeline[512];           /* HVD_TIMELINE */
+    int gpu_device;               /* HVD_GPU_DEVICE, -1: the local rank */
+    size_t gpu_stage_bytes;       /* HVD_GPU_STAGE_BYTES (same everywhere) */
+    int gpu_stage_depth;          /* HVD_GPU_STAGE_DEPTH */
 } hvd_config;
 
 /* Defaults, then the variables get() returns; a malformed value is

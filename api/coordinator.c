@@ -169,6 +169,7 @@ new_response(const centry *e, int rank, hvd_status status, const char *error) {
     r->dtype = d->dtype;
     r->op = d->op;
     r->root = d->root;
+    r->mem = d->mem;
     r->n_counts = d->ncounts;
     r->counts = malloc((d->ncounts ? d->ncounts : 1) * sizeof(uint64_t));
     r->status = status;

@@ -15,8 +15,8 @@ enum {
 /* The fields a Request and a Response share. */
 static hvd_status check_op(const char *what, const char *name, uint32_t kind,
                            uint32_t dtype, uint32_t op, int32_t root,
-                           size_t ncounts, const uint64_t *counts, int size,
-                           hvd_opdesc *out) {
+                           uint32_t mem, size_t ncounts, const uint64_t *counts,
+                           int size, hvd_opdesc *out) {
     uint64_t total = 0;
     size_t esize;
 
@@ -31,6 +31,10 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     if (!hvd_op_valid((hvd_op)op))
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown op %u",
                              what, name, op);
+    if (mem >= HVD_MEM_COUNT)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "%s '%s' with unknown memory type %u", what, name,
+                             mem);
     if (ncounts < 1 || ncounts > HVD_CTRL_MAX_COUNTS)
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with %zu buffers",
                              what, name, ncounts);
@@ -50,6 +54,7 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     out->dtype = (hvd_dtype)dtype;
     out->op = (hvd_op)op;
     out->root = root;
+    out->mem = (hvd_memtype)mem;
     out->ncounts = ncounts;
     out->counts = counts;
     return HVD_OK;
@@ -58,7 +63,8 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
 hvd_status hvd_ctrl_check_request(const Hvd__Engine__Request *req, int size,
                                   hvd_opdesc *desc_out) {
     return check_op("request", req->name, req->kind, req->dtype, req->op,
-                    req->root, req->n_counts, req->counts, size, desc_out);
+                    req->root, req->mem, req->n_counts, req->counts, size,
+                    desc_out);
 }
 
 hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
@@ -66,7 +72,7 @@ hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
     hvd_opdesc d;
     hvd_status st =
         check_op("response", resp->name, resp->kind, resp->dtype, resp->op,
-                 resp->root, resp->n_counts, resp->counts, size, &d);
+                 resp->root, resp->mem, resp->n_counts, resp->counts, size, &d);
 
     if (st != HVD_OK)
         return st;

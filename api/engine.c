@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,17 @@ enum {
     REQ_CACHED,  /* bound to cache slot `slot`: voted for, not negotiated */
     REQ_SENT,    /* the coordinator has it */
 };
+
+/* While device operations are in flight the idle engine looks at the GPU
+ * (NCCL's asynchronous errors) at least this often; a host callback wakes
+ * it as soon as one finishes. */
+#define DEV_POLL_MS 100
+
+/* A request whose device work is queued: done when fence seq is. */
+typedef struct devwait {
+    hvd_request *req;
+    uint64_t seq;
+} devwait;
 
 /* One header receive per peer. */
 typedef struct ctrl_port {
@@ -137,6 +149,13 @@ struct hvd_engine {
     vote_table vt;
     /* Counters for the debug log. */
     int n_cached, n_negotiated, n_collectives;
+    /* Device tensors (api/devexec.h). */
+    hvd_devexec *dev;
+    devwait *devq; /* a ring, in fence order */
+    size_t devq_head, devq_n, devq_cap;
+    hvd_dev_tensor *dtens;
+    size_t dtens_cap;
+    int gpu_woken; /* under lock: a fence was reached (job of one) */
 };
 
 /* One lock and condition for every engine: handles outlive an engine
@@ -187,9 +206,8 @@ void hvd_request_free(hvd_request *req) {
     free(req);
 }
 
-/* Finishes req (engine thread). */
-static void complete(hvd_engine *eng, hvd_request *req, hvd_status status,
-                     const char *error) {
+/* Takes req off the engine thread's books: it has run (engine thread). */
+static void retire(hvd_engine *eng, hvd_request *req) {
     for (int i = 0; i < eng->npending; i++) {
         if (eng->pending[i] == req) {
             eng->pending[i] = eng->pending[--eng->npending];
@@ -197,14 +215,26 @@ static void complete(hvd_engine *eng, hvd_request *req, hvd_status status,
         }
     }
     hvd_namemap_remove(&eng->by_name, req->name);
+}
+
+/* Tells req's waiter the outcome (engine thread). */
+static void finish(hvd_engine *eng, hvd_request *req, hvd_status status,
+                   const char *error) {
     pthread_mutex_lock(&lock);
     req->status = status;
     if (status != HVD_OK)
         req->error = strdup(error != NULL ? error : hvd_strerror(status));
-    req->done = 1;
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
     hvd_namemap_remove(&eng->inflight, req->name);
     pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
+}
+
+/* Finishes req (engine thread). */
+static void complete(hvd_engine *eng, hvd_request *req, hvd_status status,
+                     const char *error) {
+    retire(eng, req);
+    finish(eng, req, status, error);
 }
 
 /* Fails everything pending or queued (engine thread, at the end). */
@@ -222,7 +252,7 @@ static void fail_all(hvd_engine *eng, hvd_status status, const char *text) {
         pthread_mutex_lock(&lock);
         queued->status = status;
         queued->error = strdup(text);
-        queued->done = 1;
+        __atomic_store_n(&queued->done, 1, __ATOMIC_RELEASE);
         hvd_namemap_remove(&eng->inflight, queued->name);
         pthread_cond_broadcast(&cond);
         pthread_mutex_unlock(&lock);
@@ -278,8 +308,18 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
     return st;
 }
 
+/* How long hvd_engine_wait looks at a request before it sleeps: a small
+ * operation is often done sooner than a sleeping thread would wake. */
+#define WAIT_SPIN_NS (50 * 1000LL)
+
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out) {
     hvd_status st;
+    int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
+
+    /* Yield while looking, so an engine thread that shares the core runs. */
+    while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) &&
+           hvd_now_ns() < spin_end)
+        sched_yield();
     pthread_mutex_lock(&lock);
     while (!req->done)
         pthread_cond_wait(&cond, &lock);
@@ -498,14 +538,222 @@ static int64_t stamp(const hvd_engine *eng) {
     return eng->timeline != NULL ? hvd_now_ns() : 0;
 }
 
-/* Timeline args of a collective: where it ran and how. */
+/* Timeline args of a collective: where it runs and how (the selector's
+ * plan for it, which is what hvd_coll_* then runs). */
 static void collective_args(hvd_engine *eng, char *out, size_t outlen,
-                            const char *algo, int ntensors, size_t bytes) {
+                            hvd_coll_kind kind, hvd_dtype dtype, int ntensors,
+                            size_t bytes) {
+    hvd_plan plan;
+
+    hvd_coll_plan(eng->data, kind, bytes, dtype, &plan);
     snprintf(out, outlen,
              "\"transport\": \"%s\", \"algorithm\": \"%s\", "
+             "\"chunk\": %zu, \"tensors\": %d, \"bytes\": %zu",
+             hvd_plan_transport(&plan),
+             plan.algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan.algo),
+             plan.chunk, ntensors, bytes);
+}
+
+/* ------------------------------------------------------------------ */
+/* Device tensors (api/devexec.h)                                      */
+
+/* A fence may have been reached: wakes the engine (any thread; a CUDA
+ * host callback). */
+static void dev_wake(void *arg) {
+    hvd_engine *eng = arg;
+
+    if (eng->tp != NULL) {
+        eng->tp->ops->wake(eng->tp);
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    eng->gpu_woken = 1;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+static hvd_status devq_push(hvd_engine *eng, hvd_request *req, uint64_t seq) {
+    if (eng->devq_n == eng->devq_cap) {
+        size_t cap = eng->devq_cap ? 2 * eng->devq_cap : 64;
+        devwait *q = malloc(cap * sizeof(*q));
+        if (q == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        for (size_t i = 0; i < eng->devq_n; i++)
+            q[i] = eng->devq[(eng->devq_head + i) % eng->devq_cap];
+        free(eng->devq);
+        eng->devq = q;
+        eng->devq_cap = cap;
+        eng->devq_head = 0;
+    }
+    eng->devq[(eng->devq_head + eng->devq_n) % eng->devq_cap] =
+        (devwait){.req = req, .seq = seq};
+    eng->devq_n++;
+    return HVD_OK;
+}
+
+/* Completes the device requests whose fence the GPU has reached. */
+static hvd_status dev_reap(hvd_engine *eng) {
+    uint64_t done;
+    hvd_status st;
+    int64_t t;
+
+    if (eng->devq_n == 0)
+        return HVD_OK;
+    st = hvd_devexec_poll(eng->dev, &done);
+    if (st != HVD_OK)
+        return st;
+    t = stamp(eng);
+    while (eng->devq_n > 0 && eng->devq[eng->devq_head].seq <= done) {
+        hvd_request *req = eng->devq[eng->devq_head].req;
+        eng->devq_head = (eng->devq_head + 1) % eng->devq_cap;
+        eng->devq_n--;
+        hvd_timeline_end(eng->timeline, req->name, t);
+        finish(eng, req, HVD_OK, NULL);
+    }
+    return HVD_OK;
+}
+
+/* 1 if dev_reap has something to do (or an error to report). */
+static int dev_ready(hvd_engine *eng) {
+    uint64_t done;
+
+    if (eng->devq_n == 0)
+        return 0;
+    return hvd_devexec_poll(eng->dev, &done) != HVD_OK ||
+           done >= eng->devq[eng->devq_head].seq;
+}
+
+/* At the end: waits (bounded) for the device work still in flight. */
+static hvd_status dev_drain(hvd_engine *eng) {
+    int64_t deadline = hvd_now_ns() + eng->cfg.timeout_ns;
+
+    for (;;) {
+        hvd_status st = dev_reap(eng);
+        if (st != HVD_OK || eng->devq_n == 0)
+            return st;
+        if (hvd_now_ns() > deadline)
+            return hvd_error_set(HVD_ERR_TIMEOUT,
+                                 "rank %d: the GPU did not finish '%s' "
+                                 "within %.0f s of shutdown",
+                                 eng->rank, eng->devq[eng->devq_head].req->name,
+                                 (double)eng->cfg.timeout_ns / 1e9);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The job failed: so do the device requests in flight. */
+static void dev_fail_all(hvd_engine *eng, hvd_status status, const char *text) {
+    while (eng->devq_n > 0) {
+        hvd_request *req = eng->devq[eng->devq_head].req;
+        eng->devq_head = (eng->devq_head + 1) % eng->devq_cap;
+        eng->devq_n--;
+        finish(eng, req, status, text);
+    }
+}
+
+/*
+ * After a device operation was handed to the GPU (st == HVD_OK, fence
+ * seq) or was refused: reqs (NULL entries: joined) then wait for the fence,
+ * or fail alike on every rank when the GPU cannot be used (not fatal).
+ */
+static hvd_status dev_handed(hvd_engine *eng, hvd_request **reqs, size_t n,
+                             hvd_status st, int fatal, uint64_t seq,
+                             const char *event, int64_t t, int ntensors,
+                             size_t bytes) {
+    char args[256], text[HVD_ERROR_MAX];
+
+    eng->n_collectives++;
+    if (st != HVD_OK && fatal)
+        return st;
+    if (st != HVD_OK) {
+        snprintf(text, sizeof(text), "%s", hvd_error_get());
+        for (size_t i = 0; i < n; i++)
+            if (reqs[i] != NULL)
+                complete(eng, reqs[i], st, text);
+        return HVD_OK;
+    }
+    snprintf(args, sizeof(args),
+             "\"transport\": \"%s\", \"memory\": \"device\", "
              "\"tensors\": %d, \"bytes\": %zu",
-             eng->tp != NULL ? eng->tp->ops->name : "local", algo, ntensors,
-             bytes);
+             hvd_devexec_path(eng->dev), ntensors, bytes);
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i] == NULL)
+            continue;
+        hvd_timeline_begin(eng->timeline, reqs[i]->name, event, t, args);
+        retire(eng, reqs[i]);
+        st = devq_push(eng, reqs[i], seq);
+        if (st != HVD_OK)
+            return st;
+    }
+    return HVD_OK;
+}
+
+/* Allreduces resps[first, last) of device tensors (one collective). */
+static hvd_status run_device_allreduce(hvd_engine *eng, resp *rs, size_t first,
+                                       size_t last) {
+    const resp *r0 = &rs[first];
+    size_t n = 0, k = 0, total = 0, nreq = last - first;
+    hvd_request **reqs;
+    uint64_t seq = 0;
+    int fatal = 1;
+    int64_t t = stamp(eng);
+    hvd_status st;
+
+    for (size_t i = first; i < last; i++) {
+        n += rs[i].desc.ncounts;
+        total += (size_t)hvd_opdesc_total(&rs[i].desc);
+    }
+    /* The tensors, then the requests after them in the same array. */
+    size_t need = n * sizeof(hvd_dev_tensor) + nreq * sizeof(hvd_request *);
+    if (need > eng->dtens_cap * sizeof(hvd_dev_tensor)) {
+        size_t cap = need / sizeof(hvd_dev_tensor) + 1;
+        hvd_dev_tensor *p = realloc(eng->dtens, cap * sizeof(*p));
+        if (p == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        eng->dtens = p;
+        eng->dtens_cap = cap;
+    }
+    reqs = (hvd_request **)(void *)(eng->dtens + n);
+    for (size_t i = first; i < last; i++) {
+        hvd_request *req = rs[i].self_joined
+                               ? NULL
+                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        if (!rs[i].self_joined && req == NULL)
+            return hvd_error_set(HVD_ERR_INTERNAL,
+                                 "rank %d has no request '%s' to run",
+                                 eng->rank, rs[i].name);
+        reqs[i - first] = req;
+        for (size_t c = 0; c < rs[i].desc.ncounts; c++)
+            eng->dtens[k++] =
+                (hvd_dev_tensor){.send = req != NULL ? req->send[c] : NULL,
+                                 .recv = req != NULL ? req->recv[c] : NULL,
+                                 .count = rs[i].desc.counts[c]};
+    }
+    st = hvd_devexec_allreduce(eng->dev, eng->dtens, n, r0->desc.dtype,
+                               r0->desc.op, r0->contributors, &seq, &fatal);
+    return dev_handed(eng, reqs, nreq, st, fatal, seq, "ALLREDUCE", t, (int)n,
+                      total * hvd_dtype_size(r0->desc.dtype));
+}
+
+/* A broadcast or allgather of device tensors. */
+static hvd_status run_device_other(hvd_engine *eng, const resp *r,
+                                   hvd_request *req) {
+    uint64_t seq = 0;
+    int fatal = 1;
+    int64_t t = stamp(eng);
+    hvd_status st;
+
+    if (r->desc.kind == HVD_KIND_BROADCAST)
+        st = hvd_devexec_broadcast(eng->dev, req->recv[0], req->counts[0],
+                                   r->desc.dtype, r->desc.root, &seq, &fatal);
+    else
+        st = hvd_devexec_allgather(eng->dev, req->send[0], req->recv[0],
+                                   req->counts[0], r->desc.dtype, &seq, &fatal);
+    return dev_handed(
+        eng, &req, 1, st, fatal, seq,
+        r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST" : "ALLGATHER", t, 1,
+        (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype));
 }
 
 /*
@@ -533,13 +781,12 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     for (size_t i = first; i < last; i++) {
         hvd_timeline_end(eng->timeline, rs[i].name, t); /* QUEUE */
     }
+    if (r0->desc.mem == HVD_MEM_DEVICE)
+        return run_device_allreduce(eng, rs, first, last);
 
     /* The path is the selector's choice for this size (what the timeline
      * shows before the collective runs). */
-    collective_args(eng, args, sizeof(args),
-                    eng->size == 1 ? "local"
-                                   : hvd_algo_name(hvd_select_allreduce(
-                                         eng->data, total * esize)),
+    collective_args(eng, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
                     (int)ntensors, total * esize);
     if (ntensors == 1 && !r0->self_joined) {
         hvd_request *req = hvd_namemap_get(&eng->by_name, r0->name);
@@ -632,6 +879,9 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
                              "rank %d has no request '%s' to run", eng->rank,
                              r->name);
     }
+    if (r->desc.mem == HVD_MEM_DEVICE && (r->desc.kind == HVD_KIND_BROADCAST ||
+                                          r->desc.kind == HVD_KIND_ALLGATHER))
+        return run_device_other(eng, r, req);
     switch (r->desc.kind) {
     case HVD_KIND_BROADCAST:
         st = hvd_coll_broadcast(eng->data, req->recv[0], req->counts[0],
@@ -656,8 +906,12 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         return st;
     if (r->desc.kind == HVD_KIND_BROADCAST ||
         r->desc.kind == HVD_KIND_ALLGATHER) {
-        collective_args(eng, args, sizeof(args), eng->data->last_path, 1,
-                        (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype));
+        size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype);
+        int bc = r->desc.kind == HVD_KIND_BROADCAST;
+        collective_args(eng, args, sizeof(args),
+                        bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER,
+                        r->desc.dtype, 1,
+                        bc ? bytes : bytes * (size_t)eng->size);
         hvd_timeline_begin(eng->timeline, r->name,
                            r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST"
                                                               : "ALLGATHER",
@@ -677,7 +931,7 @@ static int fuses(const hvd_engine *eng, const resp *rs, size_t first, size_t i,
 
     return b->status == HVD_OK && b->desc.kind == HVD_KIND_ALLREDUCE &&
            b->desc.dtype == a->desc.dtype && b->desc.op == a->desc.op &&
-           b->contributors == a->contributors &&
+           b->desc.mem == a->desc.mem && b->contributors == a->contributors &&
            b->self_joined == a->self_joined &&
            bytes <= eng->cfg.fusion_tensor_max &&
            group_bytes + bytes <= eng->cfg.fusion_threshold;
@@ -941,6 +1195,7 @@ static Hvd__Engine__Response *timeout_response(const hvd_cache_entry *e,
     r->dtype = e->desc.dtype;
     r->op = e->desc.op;
     r->root = e->desc.root;
+    r->mem = e->desc.mem;
     r->counts = malloc(e->desc.ncounts * sizeof(uint64_t));
     r->status = HVD_ERR_TIMEOUT;
     r->error = strdup(text);
@@ -1291,6 +1546,7 @@ static hvd_status send_update(hvd_engine *eng, int stop) {
             it->dtype = req->desc.dtype;
             it->op = req->desc.op;
             it->root = req->desc.root;
+            it->mem = req->desc.mem;
             it->n_counts = req->desc.ncounts;
             it->counts = req->counts;
             it->age_s = (double)(now - req->t_submit) / 1e9;
@@ -1360,6 +1616,7 @@ static int work_waiting(hvd_engine *eng) {
     waiting =
         eng->queue_head != NULL || (eng->stop_requested && !eng->stop_seen);
     pthread_mutex_unlock(&lock);
+    waiting = waiting || dev_ready(eng);
     for (int r = 0; r < eng->size && !waiting && eng->size > 1; r++)
         if ((eng->rank == 0) != (r == 0))
             waiting = eng->ports[eng->rank == 0 ? r : 0].req.done;
@@ -1370,6 +1627,8 @@ static int work_waiting(hvd_engine *eng) {
 static hvd_status idle_wait(hvd_engine *eng, int timeout_ms) {
     if (work_waiting(eng))
         return HVD_OK;
+    if (eng->devq_n > 0 && (timeout_ms < 0 || timeout_ms > DEV_POLL_MS))
+        timeout_ms = DEV_POLL_MS;
     if (eng->tp != NULL)
         return eng->tp->ops->progress(eng->tp, timeout_ms);
     struct timespec ts;
@@ -1381,8 +1640,9 @@ static hvd_status idle_wait(hvd_engine *eng, int timeout_ms) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&lock);
-    if (eng->queue_head == NULL && !eng->stop_requested)
+    if (eng->queue_head == NULL && !eng->stop_requested && !eng->gpu_woken)
         pthread_cond_timedwait(&cond, &lock, &ts);
+    eng->gpu_woken = 0;
     pthread_mutex_unlock(&lock);
     return HVD_OK;
 }
@@ -1427,6 +1687,9 @@ static hvd_status engine_loop(hvd_engine *eng) {
         }
     }
     for (;;) {
+        st = dev_reap(eng);
+        if (st != HVD_OK)
+            return st;
         intake(eng, &stop);
         if (stop && eng->stop_deadline == 0)
             eng->stop_deadline = hvd_now_ns() + eng->cfg.timeout_ns;
@@ -1515,10 +1778,14 @@ static void *engine_main(void *arg) {
 
     hvd_log_set_rank(eng->rank);
     st = engine_loop(eng);
+    if (st == HVD_OK)
+        st = dev_drain(eng);
     if (st != HVD_OK) {
         engine_fail(eng, st);
         char text[HVD_ERROR_MAX];
         snprintf(text, sizeof(text), "%s", hvd_error_get());
+        hvd_devexec_abort(eng->dev);
+        dev_fail_all(eng, st, text);
         fail_all(eng, st, text);
     } else {
         char text[160];
@@ -1527,6 +1794,9 @@ static void *engine_main(void *arg) {
                  eng->rank);
         fail_all(eng, HVD_ERR_SHUTDOWN, text);
     }
+    /* The GPU is released by the thread that used it. */
+    hvd_devexec_destroy(eng->dev, eng->cfg.timeout_ns);
+    eng->dev = NULL;
     pthread_mutex_lock(&lock);
     eng->finished = 1;
     eng->stop_status = st;
@@ -1539,6 +1809,9 @@ static void *engine_main(void *arg) {
 /* Start and stop                                                      */
 
 static void engine_free(hvd_engine *eng) {
+    hvd_devexec_destroy(eng->dev, 0);
+    free(eng->devq);
+    free(eng->dtens);
     hvd_comm_destroy(eng->data);
     hvd_comm_destroy(eng->ctrl);
     hvd_cache_destroy(&eng->cache);
@@ -1558,6 +1831,7 @@ static void engine_free(hvd_engine *eng) {
 
 hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
                             const hvd_comm_config *comm_cfg,
+                            struct hvd_paths *paths,
                             const hvd_engine_config *cfg, hvd_engine **out) {
     hvd_engine *eng = calloc(1, sizeof(*eng));
     hvd_status st;
@@ -1575,8 +1849,20 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     if (st == HVD_OK)
         st = hvd_comm_create(rank, size, tp, HVD_CHANNEL_CONTROL, comm_cfg,
                              &eng->ctrl);
+    if (st == HVD_OK) {
+        hvd_devexec_config dc = cfg->dev;
+        dc.rank = rank;
+        dc.size = size;
+        dc.tp = tp;
+        dc.host = eng->data;
+        dc.comm = *comm_cfg;
+        dc.gpu.wake = dev_wake;
+        dc.gpu.wake_arg = eng;
+        st = hvd_devexec_create(&dc, &eng->dev);
+    }
     if (st != HVD_OK)
         goto fail;
+    eng->data->paths = paths;
     if (hvd_cache_init(&eng->cache, cfg->cache_capacity) != 0) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto fail;
@@ -1613,6 +1899,8 @@ fail:
     engine_free(eng);
     return st;
 }
+
+hvd_comm *hvd_engine_data(hvd_engine *eng) { return eng->data; }
 
 hvd_status hvd_engine_stop(hvd_engine *eng) {
     hvd_status st;

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/devexec.h"
 #include "api/opdesc.h"
 #include "collectives/comm.h"
 #include "hvd/hvd.h"
@@ -39,6 +40,10 @@ typedef struct hvd_engine_config {
     double stall_shutdown_s;   /* 0: stalled operations only warned about */
     int64_t timeout_ns;        /* bound on waiting for the others to stop */
     const char *timeline_path; /* NULL: no timeline (rank 0 only) */
+    /* Device tensors: the GPU and NCCL settings, and the transport's
+     * mem_types; the engine fills in rank, size, tp, its communicators
+     * and the wake-up. */
+    hvd_devexec_config dev;
 } hvd_engine_config;
 
 typedef struct hvd_engine hvd_engine;
@@ -90,10 +95,12 @@ void hvd_request_free(hvd_request *req);
 
 /*
  * Starts the engine over tp (NULL in a job of one), on tp's data and
- * control channels.
+ * control channels. paths (borrowed, NULL: tp only) gives the collectives
+ * their other ways and the selector (collectives/select.h).
  */
 hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
                             const hvd_comm_config *comm_cfg,
+                            struct hvd_paths *paths,
                             const hvd_engine_config *cfg, hvd_engine **out);
 
 /*
@@ -103,6 +110,10 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
  * say goodbye), else why not.
  */
 hvd_status hvd_engine_stop(hvd_engine *eng);
+
+/* The engine's data communicator (its paths and table are read-only once
+ * the engine runs, so other threads may plan with it: hvd_coll_plan). */
+hvd_comm *hvd_engine_data(hvd_engine *eng);
 
 /* Hands req to the engine. On failure req is untouched (still the
  * caller's) and the sentence is set. */

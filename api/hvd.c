@@ -18,6 +18,9 @@
 #include "api/hvd_internal.h"
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
+#include "collectives/select.h"
+#include "gpu/gpu.h"
+#include "gpu/memtype.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/net.h"
@@ -33,8 +36,11 @@
 typedef struct host_blob {
     char host[HVD_HOST_MAX];
     int32_t pid;
-    int32_t pad;
+    int32_t flags; /* HOST_* */
 } host_blob;
+
+/* This rank has a usable RDMA device (the verbs transport's probe). */
+#define HOST_VERBS 1
 
 static struct {
     pthread_mutex_t lock;
@@ -44,9 +50,19 @@ static struct {
     hvd_config cfg;
     const hvd_transport_ops *ops;
     hvd_transport *tp;
+    const hvd_transport_ops *shm_ops; /* shm beside the primary (auto) */
+    hvd_transport *shm_tp;
+    hvd_paths paths;
+    int have_paths;
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
-} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    /* Device tensors (docs/gpu.md). */
+    int gpu_device;   /* this rank's CUDA device, -1: none */
+    int nccl;         /* HVD_NCCL_* (api/devexec.h) */
+    int nccl_have_id; /* nccl_id is rank 0's */
+    uint8_t nccl_id[HVD_NCCL_ID_BYTES];
+    unsigned tp_mem_types; /* the transport's caps.mem_types */
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .gpu_device = -1};
 
 const char *hvd_strerror(hvd_status status) {
     switch (status) {
@@ -96,27 +112,33 @@ static void place_ranks(hvd_procinfo *info, const host_blob *all) {
         info->cross_size = cross_size;
 }
 
-/* What HVD_TRANSPORT asks for: "tcp", "mpi", or "auto". */
+/* What HVD_TRANSPORT asks for: "tcp", "shm", "mpi", "verbs" or "auto"
+ * (also for "nccl", whose control messages and host tensors take auto's
+ * transports). */
 static hvd_status transport_choice(const char *name, const char **out) {
-    if (strcasecmp(name, "auto") == 0 || strcasecmp(name, "tcp") == 0 ||
-        strcasecmp(name, "mpi") == 0) {
-        *out = strcasecmp(name, "auto") == 0  ? "auto"
-               : strcasecmp(name, "tcp") == 0 ? "tcp"
-                                              : "mpi";
-        const hvd_transport_ops *ops;
-        if (strcmp(*out, "auto") != 0 &&
-            hvd_transport_lookup(*out, &ops) != HVD_OK)
-            return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                                 "HVD_TRANSPORT=%s: that transport is not "
-                                 "built into this hvd (built in: %s; MPI "
-                                 "support needs Open MPI's development "
-                                 "files when hvd is built); unset it or use "
-                                 "tcp",
-                                 name, hvd_transport_names());
+    static const char *const known[] = {"auto", "tcp", "shm", "mpi", "verbs"};
+
+    if (strcasecmp(name, "nccl") == 0 && g.nccl == HVD_NCCL_REQUIRED) {
+        *out = "auto";
         return HVD_OK;
     }
-    if (strcasecmp(name, "shm") == 0 || strcasecmp(name, "verbs") == 0 ||
-        strcasecmp(name, "nccl") == 0)
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+        const hvd_transport_ops *ops;
+        int verbs = strcmp(known[i], "verbs") == 0;
+        if (strcasecmp(name, known[i]) != 0)
+            continue;
+        *out = known[i];
+        if (i > 0 && hvd_transport_lookup(*out, &ops) != HVD_OK)
+            return hvd_error_set(
+                HVD_ERR_UNSUPPORTED,
+                "HVD_TRANSPORT=%s: that transport is not built into this hvd "
+                "(built in: %s; %s support needs %s development files when "
+                "hvd is built); unset it or use tcp",
+                name, hvd_transport_names(), verbs ? "RDMA" : "MPI",
+                verbs ? "libibverbs'" : "Open MPI's");
+        return HVD_OK;
+    }
+    if (strcasecmp(name, "nccl") == 0)
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: that transport is not built "
                              "into this hvd (built in: %s); unset it or use "
@@ -234,6 +256,36 @@ static void close_bootstrap(hvd_bootstrap *bs, int via_mpi) {
     hvd_rdv_client_close(bs);
 }
 
+/* The verbs transport's settings. */
+static void ib_params(hvd_transport_params *p) {
+    p->ib_device = g.cfg.ib_device;
+    p->ib_port = g.cfg.ib_port;
+    p->ib_gid_index = g.cfg.ib_gid_index;
+    p->ib_chunk_bytes = g.cfg.ib_chunk_bytes;
+    p->ib_ring_chunks = g.cfg.ib_ring_chunks;
+    p->ib_mr_cache = g.cfg.ib_mr_cache;
+}
+
+#ifdef HVD_WITH_VERBS
+/* 1 if this rank has a usable RDMA device; else why says what is missing. */
+static int verbs_usable(char *why, size_t whylen) {
+    const hvd_transport_ops *ops;
+    hvd_transport_params p;
+    hvd_caps caps;
+
+    memset(&p, 0, sizeof(p));
+    ib_params(&p);
+    if (hvd_transport_lookup("verbs", &ops) != HVD_OK ||
+        ops->probe(&p, &caps) != HVD_OK) {
+        snprintf(why, whylen, "%s", hvd_error_get());
+        return 0;
+    }
+    if (!caps.usable)
+        snprintf(why, whylen, "%s", caps.reason);
+    return caps.usable;
+}
+#endif
+
 /* Opens transport name, and learns whether it has native collectives. */
 static hvd_status open_transport(const char *name,
                                  const hvd_transport_params *params) {
@@ -244,8 +296,336 @@ static hvd_status open_transport(const char *name,
         st = g.ops->probe(params, &caps);
     if (st == HVD_OK)
         st = g.ops->open(params, &g.tp);
-    if (st == HVD_OK)
+    if (st == HVD_OK) {
         g.cfg.comm.native = caps.native_collectives;
+        g.tp_mem_types = caps.mem_types;
+        const char *direct = hvd_env_getenv("HVD_TEST_GPU_DIRECT", NULL);
+        if (hvd_gpu_simulated() && direct != NULL && strcmp(direct, "1") == 0)
+            g.tp_mem_types |= HVD_MEM_BIT(HVD_MEM_DEVICE);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* GPU and NCCL choice                                                 */
+
+/*
+ * Before anything else: what HVD_TRANSPORT says about NCCL, and whether
+ * this rank can honour it. Device tensors need no choice here: they take
+ * NCCL, or the staging pipeline over the transport chosen.
+ */
+static hvd_status gpu_choice(void) {
+    int required = strcasecmp(g.cfg.transport, "nccl") == 0;
+    int ndev = 0;
+    char why[320];
+
+    g.nccl = HVD_NCCL_OFF;
+    g.nccl_have_id = 0;
+    g.gpu_device = -1;
+    if (required && !hvd_gpu_nccl_built())
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=nccl: this hvd was built without "
+                             "%s (it needs the CUDA toolkit with NCCL when hvd "
+                             "is built; docs/gpu.md); unset it or use tcp",
+                             hvd_gpu_built() ? "NCCL" : "CUDA and NCCL");
+    /* The device probe (cuInit, no context) is paid only where CUDA is
+     * built in. */
+    if (hvd_gpu_built())
+        ndev = hvd_mem_device_count();
+    if (required && ndev == 0)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=nccl: no CUDA device on this rank "
+                             "(%s); unset it or use tcp",
+                             hvd_mem_no_device_reason());
+    if (required && !hvd_gpu_nccl_usable(why, sizeof(why)))
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=nccl: %s; set HVD_NCCL_LIBRARY to "
+                             "libnccl.so.2, or use tcp",
+                             why);
+    if (ndev > 0) {
+        int local = g.info.local_rank > 0 ? g.info.local_rank : 0;
+        if (g.cfg.gpu_device >= ndev)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "HVD_GPU_DEVICE=%d, but this rank sees %d "
+                                 "CUDA device(s) (0 to %d; "
+                                 "CUDA_VISIBLE_DEVICES may hide others)",
+                                 g.cfg.gpu_device, ndev, ndev - 1);
+        g.gpu_device = g.cfg.gpu_device >= 0 ? g.cfg.gpu_device : local % ndev;
+    }
+    if (required)
+        g.nccl = HVD_NCCL_REQUIRED;
+    else if (strcasecmp(g.cfg.transport, "auto") == 0 && hvd_gpu_nccl_built())
+        g.nccl = HVD_NCCL_AUTO;
+    return HVD_OK;
+}
+
+/* What each rank tells the others about NCCL at init. */
+typedef struct nccl_blob {
+    int32_t usable;
+    int32_t device;
+    char bus[32];
+    char why[216];
+    uint8_t id[HVD_NCCL_ID_BYTES];
+} nccl_blob;
+
+/*
+ * A job of several: picks each rank's device by its local rank (unless
+ * HVD_GPU_DEVICE), and agrees through the bootstrap whether NCCL is used:
+ * every rank can load it and has a GPU of its own (NCCL refuses two ranks
+ * on one GPU). Rank 0's NCCL unique id travels with the answer; the
+ * communicator itself is made when the first device tensor comes.
+ * Every rank of an NCCL build with HVD_TRANSPORT auto or nccl takes part,
+ * device or not, so the bootstrap calls match.
+ */
+static hvd_status nccl_agree(hvd_bootstrap *bs,
+                             const char (*hosts)[HVD_HOST_MAX]) {
+    nccl_blob mine, *all;
+    int ndev = g.gpu_device >= 0 ? hvd_mem_device_count() : 0;
+    int bad = -1, dup_a = -1, dup_b = -1;
+    hvd_status st;
+
+    if (ndev > 0 && g.cfg.gpu_device < 0)
+        g.gpu_device = (g.info.local_rank > 0 ? g.info.local_rank : 0) % ndev;
+    if (g.nccl == HVD_NCCL_OFF)
+        return HVD_OK;
+    memset(&mine, 0, sizeof(mine));
+    mine.device = g.gpu_device;
+    if (ndev == 0) {
+        snprintf(mine.why, sizeof(mine.why), "no CUDA device: %s",
+                 hvd_mem_no_device_reason());
+    } else if (!hvd_gpu_nccl_usable(mine.why, sizeof(mine.why))) {
+        /* why is set */
+    } else if (hvd_gpu_bus_id(g.gpu_device, mine.bus, sizeof(mine.bus)) !=
+               HVD_OK) {
+        snprintf(mine.why, sizeof(mine.why), "%s", hvd_error_get());
+    } else if (bs->rank == 0 && hvd_gpu_nccl_unique_id(mine.id) != HVD_OK) {
+        snprintf(mine.why, sizeof(mine.why), "%s", hvd_error_get());
+    } else {
+        mine.usable = 1;
+    }
+    all = calloc((size_t)bs->size, sizeof(*all));
+    if (all == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    st = bs->allgather(bs, &mine, sizeof(mine), all);
+    if (st != HVD_OK) {
+        free(all);
+        return st;
+    }
+    for (int r = 0; r < bs->size && bad < 0; r++) {
+        all[r].why[sizeof(all[r].why) - 1] = '\0';
+        all[r].bus[sizeof(all[r].bus) - 1] = '\0';
+        if (!all[r].usable)
+            bad = r;
+    }
+    for (int r = 0; r < bs->size && bad < 0 && dup_a < 0; r++)
+        for (int q = r + 1; q < bs->size && dup_a < 0; q++)
+            if (strcmp(hosts[r], hosts[q]) == 0 &&
+                strcmp(all[r].bus, all[q].bus) == 0) {
+                dup_a = r;
+                dup_b = q;
+            }
+    if (bad >= 0 || dup_a >= 0) {
+        char text[HVD_ERROR_MAX];
+        if (bad >= 0)
+            snprintf(text, sizeof(text), "rank %d cannot use NCCL (%s)", bad,
+                     all[bad].why);
+        else
+            snprintf(text, sizeof(text),
+                     "ranks %d and %d share CUDA device %d (%s) on host %s, "
+                     "and NCCL needs a GPU per rank",
+                     dup_a, dup_b, all[dup_a].device, all[dup_a].bus,
+                     hosts[dup_a]);
+        if (g.nccl == HVD_NCCL_REQUIRED)
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=nccl: %s; %suse "
+                               "HVD_TRANSPORT=tcp (device tensors are then "
+                               "staged through host memory)",
+                               text,
+                               bad >= 0 ? ""
+                                        : "give each rank its own GPU "
+                                          "(HVD_GPU_DEVICE, "
+                                          "CUDA_VISIBLE_DEVICES) or ");
+        else
+            HVD_INFO("api",
+                     "NCCL is not used: %s; device tensors are staged "
+                     "through host memory",
+                     text);
+        g.nccl = HVD_NCCL_OFF;
+    } else {
+        memcpy(g.nccl_id, all[0].id, HVD_NCCL_ID_BYTES);
+        g.nccl_have_id = 1;
+    }
+    free(all);
+    return st;
+}
+
+/*
+ * The ways data can travel besides the primary transport: in auto, shared
+ * memory among the ranks of each host; the communicators over them; and
+ * the selector's table (collectives/select.h). Collective.
+ */
+static hvd_status setup_paths(const hvd_transport_params *params,
+                              const char *want) {
+    hvd_paths *P = &g.paths;
+    int size = params->size, rank = params->rank;
+    int *host_of = calloc((size_t)size, sizeof(int));
+    int *count = calloc((size_t)size, sizeof(int));
+    int *map = calloc((size_t)size, sizeof(int));
+    int nhosts = 0, equal = 1, shared = 0, n = 0, me = -1;
+    hvd_transport *shm_tp = NULL;
+    hvd_comm *net = NULL;
+    hvd_status st = HVD_OK;
+
+    memset(P, 0, sizeof(*P));
+    if (host_of == NULL || count == NULL || map == NULL) {
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    /* Hosts numbered by their lowest rank. */
+    for (int i = 0; i < size; i++) {
+        host_of[i] = -1;
+        for (int j = 0; j < i && host_of[i] < 0; j++)
+            if (strcmp(params->hosts[i], params->hosts[j]) == 0)
+                host_of[i] = host_of[j];
+        if (host_of[i] < 0)
+            host_of[i] = nhosts++;
+        count[host_of[i]]++;
+    }
+    for (int h = 0; h < nhosts; h++) {
+        equal &= count[h] == count[0];
+        shared |= count[h] > 1;
+    }
+    P->single_host = nhosts == 1;
+    P->net_name = g.ops->name;
+    P->hier_name = strcmp(g.ops->name, "mpi") == 0     ? "shm+mpi"
+                   : strcmp(g.ops->name, "verbs") == 0 ? "shm+verbs"
+                                                       : "shm+tcp";
+
+    if (strcmp(want, "auto") == 0 && shared &&
+        strcmp(g.ops->name, "shm") != 0) {
+        hvd_caps caps;
+        st = hvd_transport_lookup("shm", &g.shm_ops);
+        if (st == HVD_OK)
+            st = g.shm_ops->probe(params, &caps);
+        if (st == HVD_OK)
+            st = g.shm_ops->open(params, &g.shm_tp);
+        if (st != HVD_OK) {
+            /* Every rank reached the same verdict (shm.c): carry on over the
+             * primary alone. */
+            HVD_WARN("api",
+                     "shared memory is not used: %s; same-host ranks talk "
+                     "over %s",
+                     hvd_error_get(), g.ops->name);
+            g.shm_tp = NULL;
+            st = HVD_OK;
+        }
+    }
+    shm_tp = strcmp(g.ops->name, "shm") == 0 ? g.tp : g.shm_tp;
+
+    /* This host's ranks, in rank order. */
+    for (int i = 0; i < size; i++) {
+        if (host_of[i] == host_of[rank]) {
+            if (i == rank)
+                me = n;
+            map[n++] = i;
+        }
+    }
+    if (shm_tp != NULL && P->single_host)
+        st = hvd_comm_create(rank, size, shm_tp, HVD_CHANNEL_DATA, &g.cfg.comm,
+                             &P->shm);
+    else if (shm_tp != NULL)
+        st = hvd_comm_create_sub(me, n, map, shm_tp, HVD_CHANNEL_DATA,
+                                 &g.cfg.comm, &P->local);
+    /* The ranks of this local rank on every host, in host order. */
+    if (st == HVD_OK && !P->single_host && equal) {
+        int xn = 0;
+        for (int h = 0; h < nhosts; h++) {
+            int k = 0;
+            for (int i = 0; i < size; i++) {
+                if (host_of[i] != h)
+                    continue;
+                if (k++ == me)
+                    map[xn++] = i;
+            }
+        }
+        st = hvd_comm_create_sub(host_of[rank], xn, map, g.tp, HVD_CHANNEL_DATA,
+                                 &g.cfg.comm, &P->cross);
+    }
+    if (st == HVD_OK)
+        st = hvd_comm_create(rank, size, g.tp, HVD_CHANNEL_DATA, &g.cfg.comm,
+                             &net);
+    if (st != HVD_OK)
+        goto out;
+
+    hvd_model *m = &P->model;
+    m->size = size;
+    m->local_size = equal ? count[0] : 0;
+    m->cross_size = nhosts;
+    m->native = g.cfg.comm.native;
+    m->hier = P->local != NULL && P->cross != NULL;
+    for (int t = 0; t < HVD_NTPS; t++)
+        for (int c = 0; c < HVD_NCLASSES; c++)
+            m->link[t][c].alpha = -1;
+    m->chunk[HVD_TP_NET] = (uint32_t)g.cfg.comm.chunk_bytes;
+    m->chunk[HVD_TP_SHM] =
+        g.cfg.chunk_forced ? (uint32_t)g.cfg.comm.chunk_bytes : 256 * 1024;
+    /* One-sided reads only if every rank can make them. */
+    {
+        int32_t direct = P->shm != NULL     ? hvd_comm_can_get(P->shm)
+                         : P->local != NULL ? hvd_comm_can_get(P->local)
+                                            : 0;
+        st = hvd_rd_allreduce(net, &direct, &direct, 1, HVD_INT32, HVD_MIN);
+        m->direct = direct;
+    }
+    if (st == HVD_OK)
+        st = hvd_paths_tune(P, net, g.cfg.comm.allreduce_algo,
+                            g.cfg.comm.bcast_algo, g.cfg.tuning_file);
+    if (st == HVD_OK)
+        g.have_paths = 1;
+out:
+    hvd_comm_destroy(net);
+    if (st != HVD_OK)
+        hvd_paths_clear(P);
+    free(host_of);
+    free(count);
+    free(map);
+    return st;
+}
+
+/*
+ * HVD_TRANSPORT=auto in a job across hosts where every rank has a usable
+ * RDMA device: the verbs transport. Opening it is collective and
+ * all-or-nothing, so on failure every rank logs why and goes on to TCP.
+ */
+static hvd_status auto_verbs(const hvd_transport_params *params) {
+    hvd_status st = open_transport("verbs", params);
+
+    if (st != HVD_OK) {
+        g.tp = NULL;
+        HVD_WARN("api",
+                 "HVD_TRANSPORT=auto: RDMA could not be set up (%s); using "
+                 "TCP instead",
+                 hvd_error_get());
+    }
+    return st;
+}
+
+/*
+ * HVD_TRANSPORT=auto with every rank on one host: shared memory carries
+ * everything, control messages too, and no port is opened. Opening it is
+ * collective and every rank reaches the same verdict, so on failure every
+ * rank logs why and goes on to the network.
+ */
+static hvd_status auto_shm(const hvd_transport_params *params) {
+    hvd_status st = open_transport("shm", params);
+
+    if (st != HVD_OK) {
+        g.tp = NULL;
+        HVD_WARN("api",
+                 "HVD_TRANSPORT=auto: shared memory could not be set up (%s); "
+                 "using the network instead",
+                 hvd_error_get());
+    }
     return st;
 }
 
@@ -256,8 +636,9 @@ static hvd_status init_multi(void) {
     char local_addr[64], bind_addr[64];
     const char(*hosts)[HVD_HOST_MAX] = NULL;
     int *pids = NULL;
-    int via_mpi = 0;
+    int via_mpi = 0, verbs_all = 0, verbs_bad = -1;
     const char *want = "auto";
+    char verbs_why[256] = "";
     hvd_transport_params params;
     hvd_status st;
 
@@ -268,9 +649,22 @@ static hvd_status init_multi(void) {
         return st;
 
     memset(&mine, 0, sizeof(mine));
-    if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
+    /* HVD_HOSTNAME (as Horovod's HOROVOD_HOSTNAME) names the host this
+     * rank counts as: ranks of one name share memory and form the local
+     * groups of hier. */
+    if (g.cfg.hostname[0] != '\0')
+        snprintf(mine.host, sizeof(mine.host), "%s", g.cfg.hostname);
+    else if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
         snprintf(mine.host, sizeof(mine.host), "unknown");
     mine.pid = (int32_t)getpid();
+#ifdef HVD_WITH_VERBS
+    /* Every rank says whether it could use RDMA, so that all decide the
+     * same (probe opens the device; only when verbs may be chosen). */
+    if ((strcmp(want, "verbs") == 0 ||
+         (strcmp(want, "auto") == 0 && info->cross_size != 1)) &&
+        verbs_usable(verbs_why, sizeof(verbs_why)))
+        mine.flags |= HOST_VERBS;
+#endif
     all = calloc((size_t)info->size, sizeof(*all));
     hosts = calloc((size_t)info->size, HVD_HOST_MAX);
     pids = calloc((size_t)info->size, sizeof(*pids));
@@ -289,8 +683,25 @@ static hvd_status init_multi(void) {
         all[i].host[HVD_HOST_MAX - 1] = '\0';
         memcpy((char *)hosts[i], all[i].host, HVD_HOST_MAX);
         pids[i] = all[i].pid;
+        if (!(all[i].flags & HOST_VERBS) && verbs_bad < 0)
+            verbs_bad = i;
     }
+    verbs_all = verbs_bad < 0;
+    /* HVD_HOSTNAME renames the hosts: local and cross ranks follow the
+     * names, whatever the launcher said. */
+    if (g.cfg.hostname[0] != '\0')
+        info->local_rank = info->local_size = info->cross_rank =
+            info->cross_size = -1;
     place_ranks(info, all);
+    if (strcmp(want, "auto") == 0 && info->cross_size > 1 && !verbs_all)
+        HVD_DEBUG("api", "HVD_TRANSPORT=auto: not RDMA (rank %d: %s)",
+                  verbs_bad,
+                  verbs_bad == info->rank && verbs_why[0]
+                      ? verbs_why
+                      : "has no usable RDMA device or no verbs support");
+    st = nccl_agree(bs, hosts);
+    if (st != HVD_OK)
+        goto out;
 
     /* Listen where the rendezvous host reached us, unless told; under MPI
      * on loopback when every rank is on this host, else on this host's
@@ -320,8 +731,41 @@ static hvd_status init_multi(void) {
     params.connect_timeout_ns = g.cfg.start_timeout_ns;
     params.tcp_nsocks = g.cfg.tcp_nsocks;
     params.tcp_stripe_min = g.cfg.tcp_stripe_min;
+    ib_params(&params);
+    params.gpu_device = g.gpu_device;
 
-    if (strcmp(want, "mpi") == 0) {
+    if (strcmp(want, "shm") == 0) {
+        if (info->cross_size > 1) {
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=shm needs every rank on one "
+                               "host, and this job has ranks on %d hosts: "
+                               "unset it (auto uses shared memory within "
+                               "each host) or use tcp",
+                               info->cross_size);
+            goto out;
+        }
+        st = open_transport("shm", &params);
+    } else if (strcmp(want, "verbs") == 0) {
+        if (!verbs_all && (mine.flags & HOST_VERBS))
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=verbs: rank %d (on %s) has no "
+                               "usable RDMA device (its log says why); unset "
+                               "HVD_TRANSPORT or use tcp",
+                               verbs_bad, hosts[verbs_bad]);
+        else if (!verbs_all)
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_TRANSPORT=verbs: %s; unset HVD_TRANSPORT "
+                               "or use tcp",
+                               verbs_why);
+        else
+            st = open_transport("verbs", &params);
+    } else if (strcmp(want, "auto") == 0 && verbs_all && info->cross_size > 1 &&
+               auto_verbs(&params) == HVD_OK) {
+        st = HVD_OK;
+    } else if (strcmp(want, "auto") == 0 && info->cross_size == 1 &&
+               auto_shm(&params) == HVD_OK) {
+        st = HVD_OK;
+    } else if (strcmp(want, "mpi") == 0) {
         st = open_transport("mpi", &params);
     } else if (strcmp(want, "tcp") == 0 || !via_mpi) {
         st = st == HVD_OK ? open_transport("tcp", &params) : st;
@@ -363,12 +807,26 @@ static hvd_status init_multi(void) {
              info->rank, info->size, info->local_rank, info->local_size,
              info->cross_rank, info->cross_size, via_mpi ? "MPI" : info->source,
              g.ops->name, bind_addr);
+    st = setup_paths(&params, want);
 out:
     free(all);
     free((void *)hosts);
     free(pids);
     close_bootstrap(bs, via_mpi);
     return st;
+}
+
+/* Frees the paths and closes every transport (after the engine stopped). */
+static void close_transports(void) {
+    if (g.have_paths)
+        hvd_paths_clear(&g.paths);
+    g.have_paths = 0;
+    if (g.shm_tp != NULL)
+        g.shm_ops->close(g.shm_tp);
+    g.shm_tp = NULL;
+    if (g.tp != NULL)
+        g.ops->close(g.tp);
+    g.tp = NULL;
 }
 
 static void engine_config(hvd_engine_config *ec) {
@@ -381,6 +839,17 @@ static void engine_config(hvd_engine_config *ec) {
     ec->stall_shutdown_s = g.cfg.stall_shutdown_s;
     ec->timeout_ns = g.cfg.timeout_ns;
     ec->timeline_path = g.cfg.timeline[0] != '\0' ? g.cfg.timeline : NULL;
+    ec->dev.tp_mem_types = g.tp_mem_types;
+    ec->dev.gpu.device = g.gpu_device;
+    ec->dev.gpu.stage_bytes = g.cfg.gpu_stage_bytes;
+    ec->dev.gpu.stage_depth = g.cfg.gpu_stage_depth;
+    ec->dev.gpu.nccl_timeout_ns = g.cfg.start_timeout_ns;
+    /* A job of one takes NCCL only when told to (it then runs every
+     * device collective through a communicator of one). */
+    ec->dev.nccl =
+        g.info.size > 1 || g.nccl == HVD_NCCL_REQUIRED ? g.nccl : HVD_NCCL_OFF;
+    ec->dev.nccl_have_id = g.nccl_have_id;
+    memcpy(ec->dev.nccl_id, g.nccl_id, HVD_NCCL_ID_BYTES);
 }
 
 hvd_status hvd_init(void) {
@@ -404,23 +873,25 @@ hvd_status hvd_init(void) {
                            g.info.size);
         goto fail;
     }
+    g.tp_mem_types = 0;
+    st = gpu_choice();
+    if (st != HVD_OK)
+        goto fail;
     if (g.info.size > 1) {
         st = init_multi();
         if (st != HVD_OK)
             goto fail;
     }
     engine_config(&ec);
-    st = hvd_engine_start(g.info.rank, g.info.size, g.tp, &g.cfg.comm, &ec,
-                          &g.engine);
+    st = hvd_engine_start(g.info.rank, g.info.size, g.tp, &g.cfg.comm,
+                          g.have_paths ? &g.paths : NULL, &ec, &g.engine);
     if (st != HVD_OK)
         goto fail;
     memset(g.unnamed, 0, sizeof(g.unnamed));
     g.initialized = 1;
     goto out;
 fail:
-    if (g.tp != NULL)
-        g.ops->close(g.tp);
-    g.tp = NULL;
+    close_transports();
     hvd_error_prefix("hvd_init (rank %d): ", g.info.rank);
     HVD_ERROR("api", "%s", hvd_error_get());
     hvd_log_set_rank(-1);
@@ -440,12 +911,13 @@ hvd_status hvd_shutdown(void) {
     st = hvd_engine_stop(g.engine);
     g.engine = NULL;
     if (g.tp != NULL) {
+        if (st == HVD_OK && g.shm_tp != NULL)
+            st = g.shm_ops->shutdown(g.shm_tp);
         if (st == HVD_OK)
             st = g.ops->shutdown(g.tp);
-        g.ops->close(g.tp);
-        g.tp = NULL;
         g.was_initialized = 1;
     }
+    close_transports();
 #ifdef HVD_WITH_MPI
     /* Only if hvd initialized MPI, and only after an orderly end:
      * MPI_Finalize waits for every rank, so after a lost or stopped rank
@@ -498,6 +970,67 @@ static hvd_status check_buffers(const char *fn, const char *name,
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "%s('%s'): count %zu is too large", fn, NAME(name),
                              count);
+    return HVD_OK;
+}
+
+/*
+ * Where the buffers of an operation are (*mem_out): all in host memory, or
+ * all on this rank's GPU. Empty buffers are not looked at. With no CUDA
+ * device this costs a load and a branch per buffer.
+ */
+static hvd_status locate(const char *fn, const char *name, int n,
+                         const void *const *send, void *const *recv,
+                         const size_t *counts, hvd_memtype *mem_out) {
+    hvd_meminfo first = {HVD_MEM_HOST, -1}, mi;
+    char first_what[32] = "", what[32], a[64], b[64];
+
+    for (int i = 0; i < n; i++) {
+        if (counts[i] == 0)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const void *p = k == 0 ? send[i] : recv[i];
+            if (n > 1)
+                snprintf(what, sizeof(what), "%s[%d]",
+                         k == 0 ? "sendbufs" : "recvbufs", i);
+            else if (send[0] == recv[0])
+                snprintf(what, sizeof(what), "buf");
+            else
+                snprintf(what, sizeof(what), "%s",
+                         k == 0 ? "sendbuf" : "recvbuf");
+            hvd_mem_classify(p, &mi);
+            if (first_what[0] == '\0') {
+                first = mi;
+                snprintf(first_what, sizeof(first_what), "%s", what);
+            } else if (mi.type != first.type || mi.device != first.device) {
+                hvd_mem_describe(&first, a, sizeof(a));
+                hvd_mem_describe(&mi, b, sizeof(b));
+                return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                     "%s('%s'): %s is %s but %s is %s: the "
+                                     "buffers of one operation must all be "
+                                     "host memory or all on this rank's GPU",
+                                     fn, NAME(name), first_what, a, what, b);
+            }
+        }
+    }
+    if (first.type == HVD_MEM_DEVICE) {
+        hvd_mem_describe(&first, a, sizeof(a));
+        if (!hvd_gpu_built())
+            return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                                 "%s('%s'): %s is %s, but this hvd was built "
+                                 "without CUDA: rebuild it where the CUDA "
+                                 "toolkit is installed (docs/gpu.md), or pass "
+                                 "host memory",
+                                 fn, NAME(name), first_what, a);
+        if (first.device != g.gpu_device)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): %s is %s, but hvd runs this rank's "
+                                 "GPU work on CUDA device %d (HVD_GPU_DEVICE, "
+                                 "else the local rank): allocate it there or "
+                                 "set HVD_GPU_DEVICE=%d",
+                                 fn, NAME(name), first_what, a, g.gpu_device,
+                                 first.device);
+    }
+    *mem_out = first.type;
     return HVD_OK;
 }
 
@@ -567,6 +1100,7 @@ hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
                                hvd_op op, hvd_handle *out) {
     static const char fn[] = "hvd_allreduce";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
     if (st == HVD_OK && !hvd_op_valid(op))
@@ -577,11 +1111,14 @@ hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_ALLREDUCE, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.op = op;
+    req->desc.mem = mem;
     req->send[0] = sendbuf;
     req->recv[0] = recvbuf;
     req->counts[0] = count;
@@ -595,6 +1132,7 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
                                        hvd_op op, hvd_handle *out) {
     static const char fn[] = "hvd_grouped_allreduce";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = HVD_OK;
 
     if (n < 1 || sendbufs == NULL || recvbufs == NULL || counts == NULL ||
@@ -611,11 +1149,14 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
                            "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
                            (int)op);
     if (st == HVD_OK)
+        st = locate(fn, name, n, sendbufs, recvbufs, counts, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_ALLREDUCE, n, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.op = op;
+    req->desc.mem = mem;
     for (int i = 0; i < n; i++) {
         req->send[i] = sendbufs[i];
         req->recv[i] = recvbufs[i];
@@ -628,6 +1169,8 @@ hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
                                hvd_dtype dtype, int root, hvd_handle *out) {
     static const char fn[] = "hvd_broadcast";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
+    const void *cbuf = buf;
     hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
 
     if (st == HVD_OK && (root < 0 || (g.initialized && root >= g.info.size)))
@@ -639,11 +1182,14 @@ hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
+        st = locate(fn, name, 1, &cbuf, &buf, &count, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_BROADCAST, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.root = root;
+    req->desc.mem = mem;
     req->send[0] = buf;
     req->recv[0] = buf;
     req->counts[0] = count;
@@ -655,6 +1201,7 @@ hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
                                hvd_handle *out) {
     static const char fn[] = "hvd_allgather";
     hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
     if (st == HVD_OK && g.initialized &&
@@ -666,10 +1213,13 @@ hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
+    if (st == HVD_OK)
         st = submit(fn, name, HVD_KIND_ALLGATHER, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
+    req->desc.mem = mem;
     req->send[0] = sendbuf;
     req->recv[0] = recvbuf;
     req->counts[0] = count;
@@ -724,6 +1274,42 @@ hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
         hvd_allgather_async(name, sendbuf, recvbuf, count, dtype, &h);
 
     return st != HVD_OK ? st : wait_named("hvd_allgather", h, NULL);
+}
+
+hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
+                    char *out, size_t outlen) {
+    static const char *const kinds[HVD_COLL_NKINDS] = {
+        [HVD_COLL_ALLREDUCE] = "allreduce",
+        [HVD_COLL_ALLGATHER] = "allgather",
+        [HVD_COLL_BROADCAST] = "broadcast"};
+    hvd_status st = HVD_OK;
+    int kind = -1;
+    hvd_plan plan;
+
+    hvd_error_clear();
+    for (int k = 0; collective != NULL && k < HVD_COLL_NKINDS; k++)
+        if (strcmp(collective, kinds[k]) == 0)
+            kind = k;
+    if (kind < 0 || out == NULL || outlen == 0 || !hvd_dtype_valid(dtype))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_path: collective must be allreduce, "
+                             "allgather or broadcast, dtype valid, and out a "
+                             "buffer (got %s)",
+                             collective != NULL ? collective : "NULL");
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized) {
+        st = hvd_error_set(HVD_ERR_NOT_INITIALIZED, "hvd_path before hvd_init");
+    } else {
+        hvd_coll_plan(hvd_engine_data(g.engine), (hvd_coll_kind)kind, bytes,
+                      dtype, &plan);
+        if (plan.algo == HVD_ALGO_AUTO)
+            snprintf(out, outlen, "local");
+        else
+            snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
+                     hvd_algo_name(plan.algo), plan.chunk);
+    }
+    pthread_mutex_unlock(&g.lock);
+    return st;
 }
 
 hvd_status hvd_barrier(void) {

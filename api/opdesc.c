@@ -23,6 +23,8 @@ int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b) {
         return 0;
     if (a->kind <= HVD_KIND_ALLGATHER && a->dtype != b->dtype)
         return 0;
+    if (a->mem != b->mem)
+        return 0;
     for (size_t i = 0; i < a->ncounts; i++)
         if (a->counts[i] != b->counts[i])
             return 0;
@@ -58,6 +60,12 @@ void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
     }
     if (n < 0 || (size_t)n >= outlen)
         return;
+    if (d->mem == HVD_MEM_DEVICE) {
+        int m = snprintf(out + n, outlen - (size_t)n, " on the GPU");
+        if (m < 0 || (size_t)(n + m) >= outlen)
+            return;
+        n += m;
+    }
     if (d->ncounts == 1) {
         snprintf(out + n, outlen - (size_t)n, " count %llu",
                  (unsigned long long)d->counts[0]);

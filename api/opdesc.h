@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "hvd/hvd.h"
+#include "transport/transport.h"
 
 typedef enum {
     HVD_KIND_ALLREDUCE = 0,
@@ -27,6 +28,10 @@ typedef struct hvd_opdesc {
     int root;
     size_t ncounts;         /* buffers: 1, or n for a grouped allreduce */
     const uint64_t *counts; /* elements per buffer; owned by the holder */
+    /* Where the buffers are (all of them; host for barrier, join, call):
+     * ranks must agree, since host and device tensors take different
+     * paths and never share a fusion buffer. */
+    hvd_memtype mem;
 } hvd_opdesc;
 
 const char *hvd_kind_name(hvd_kind kind);

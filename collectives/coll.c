@@ -1,17 +1,22 @@
 /*
- * Entry points of the collectives: trivial cases, the choice of algorithm,
- * and the barrier.
+ * Entry points of the collectives: trivial cases, the choice of path
+ * (select.h's table where the communicator has one, else its config), and
+ * the barrier.
  */
 #include "collectives/coll.h"
 
 #include <string.h>
 
 #include "collectives/reduce.h"
+#include "collectives/select.h"
+#include "transport/base/log.h"
 
 hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes) {
     hvd_algo forced = comm->cfg.allreduce_algo;
 
-    if (forced == HVD_ALGO_RING || forced == HVD_ALGO_RD)
+    if (forced == HVD_ALGO_RING || forced == HVD_ALGO_RD ||
+        forced == HVD_ALGO_RABENSEIFNER ||
+        (forced == HVD_ALGO_DIRECT && hvd_comm_can_get(comm)))
         return forced;
     /* A transport's own collectives (MPI's) know their fabric: auto takes
      * them where they exist. */
@@ -23,7 +28,8 @@ hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes) {
 hvd_algo hvd_select_broadcast(const hvd_comm *comm, size_t bytes) {
     hvd_algo forced = comm->cfg.bcast_algo;
 
-    if (forced == HVD_ALGO_TREE || forced == HVD_ALGO_PIPELINE)
+    if (forced == HVD_ALGO_TREE || forced == HVD_ALGO_PIPELINE ||
+        (forced == HVD_ALGO_DIRECT && hvd_comm_can_get(comm)))
         return forced;
     if (comm->cfg.native)
         return HVD_ALGO_NATIVE;
@@ -31,73 +37,227 @@ hvd_algo hvd_select_broadcast(const hvd_comm *comm, size_t bytes) {
                                              : HVD_ALGO_PIPELINE;
 }
 
-/* The fallback when a native collective does not take this dtype (MPI
- * has no float16/bfloat16). */
-static hvd_algo without_native(const hvd_comm *comm, size_t bytes) {
-    return bytes <= comm->cfg.allreduce_rd_max ? HVD_ALGO_RD : HVD_ALGO_RING;
+static hvd_algo select_allgather(const hvd_comm *comm) {
+    hvd_algo forced = comm->cfg.allreduce_algo;
+
+    if (forced == HVD_ALGO_DIRECT && hvd_comm_can_get(comm))
+        return HVD_ALGO_DIRECT;
+    if (comm->cfg.native && forced != HVD_ALGO_RING)
+        return HVD_ALGO_NATIVE;
+    return HVD_ALGO_RING;
+}
+
+void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
+                   hvd_dtype dtype, hvd_plan *out) {
+    memset(out, 0, sizeof(*out));
+    out->comm = comm;
+    out->chunk = comm->cfg.chunk_bytes;
+    if (comm->size == 1) {
+        out->algo = HVD_ALGO_AUTO;
+        return;
+    }
+    if (comm->paths != NULL) {
+        hvd_paths *paths = comm->paths;
+        hvd_peer_class cls =
+            paths->single_host ? HVD_CLASS_SAME_HOST : HVD_CLASS_OTHER_HOST;
+        const hvd_choice *e = &paths->sel.t[kind][cls][hvd_sel_bucket(bytes)];
+        out->algo = (hvd_algo)e->algo;
+        out->chunk = e->chunk;
+        if (e->tp == HVD_TP_SHM && paths->shm != NULL)
+            out->comm = paths->shm;
+    } else {
+        out->algo =
+            kind == HVD_COLL_ALLREDUCE   ? hvd_select_allreduce(comm, bytes)
+            : kind == HVD_COLL_BROADCAST ? hvd_select_broadcast(comm, bytes)
+                                         : select_allgather(comm);
+    }
+    /* MPI has no float16/bfloat16. */
+    if (out->algo == HVD_ALGO_NATIVE &&
+        (dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16))
+        out->algo = kind == HVD_COLL_ALLREDUCE
+                        ? (bytes <= comm->cfg.allreduce_rd_max ? HVD_ALGO_RD
+                                                               : HVD_ALGO_RING)
+                    : kind == HVD_COLL_BROADCAST ? HVD_ALGO_TREE
+                                                 : HVD_ALGO_RING;
+}
+
+const char *hvd_plan_transport(const hvd_plan *plan) {
+    if (plan->algo == HVD_ALGO_AUTO)
+        return "local";
+    if (plan->algo == HVD_ALGO_HIER)
+        return plan->comm->paths->hier_name;
+    return plan->comm->tp != NULL ? plan->comm->tp->ops->name : "local";
+}
+
+/* Runs a flat allreduce algorithm on comm (no paths involved). */
+static hvd_status run_allreduce(hvd_comm *comm, hvd_algo algo,
+                                const void *sendbuf, void *recvbuf,
+                                size_t count, hvd_dtype dtype, hvd_op op) {
+    switch (algo) {
+    case HVD_ALGO_NATIVE: {
+        hvd_op native_op = op == HVD_AVERAGE ? HVD_SUM : op;
+        hvd_status st = comm->tp->ops->allreduce(comm->tp, sendbuf, recvbuf,
+                                                 count, dtype, native_op);
+        if (st == HVD_OK && op == HVD_AVERAGE)
+            hvd_reduce_scale_div(recvbuf, count, dtype, comm->size);
+        return st;
+    }
+    case HVD_ALGO_RD:
+        return hvd_rd_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+    case HVD_ALGO_RABENSEIFNER:
+        return hvd_rabenseifner_allreduce(comm, sendbuf, recvbuf, count, dtype,
+                                          op);
+    case HVD_ALGO_DIRECT:
+        return hvd_direct_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+    default:
+        return hvd_ring_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+    }
+}
+
+/*
+ * Hierarchical allreduce: a reduce-scatter among this host's ranks (shared
+ * memory), an allreduce of this rank's shard among the ranks of the same
+ * local rank on every host, an allgather among this host's ranks. Only
+ * 1/local_size of the data crosses the network from each rank, and every
+ * local rank drives its own share of it.
+ */
+static hvd_status hier_allreduce(hvd_comm *world, const void *sendbuf,
+                                 void *recvbuf, size_t count, hvd_dtype dtype,
+                                 hvd_op op) {
+    hvd_paths *paths = world->paths;
+    hvd_comm *L = paths->local, *X = paths->cross;
+    hvd_op sub = op == HVD_AVERAGE ? HVD_SUM : op;
+    size_t es = hvd_dtype_size(dtype), off, cnt;
+    int direct = paths->model.direct, owned;
+    hvd_status st;
+
+    if (direct) {
+        st = hvd_direct_begin(L, sendbuf, recvbuf);
+        if (st == HVD_OK)
+            st = hvd_direct_reduce_scatter(L, sendbuf, recvbuf, count, dtype,
+                                           sub);
+        owned = L->rank;
+    } else {
+        st = hvd_ring_reduce_scatter(L, sendbuf, recvbuf, count, dtype, sub);
+        owned = hvd_ring_owned_segment(L);
+    }
+    if (st != HVD_OK)
+        return st;
+    hvd_part_range(count, (size_t)L->size, (size_t)owned, &off, &cnt);
+    if (X != NULL && X->size > 1) {
+        const hvd_choice *e = &paths->sel.t[HVD_COLL_ALLREDUCE][HVD_CLASS_CROSS]
+                                           [hvd_sel_bucket(cnt * es)];
+        hvd_algo algo = (hvd_algo)e->algo;
+        size_t saved = X->cfg.chunk_bytes;
+        if (algo != HVD_ALGO_RD && algo != HVD_ALGO_RABENSEIFNER)
+            algo = HVD_ALGO_RING;
+        X->cfg.chunk_bytes = e->chunk;
+        void *shard = (uint8_t *)recvbuf + off * es;
+        st = run_allreduce(X, algo, shard, shard, cnt, dtype, sub);
+        X->cfg.chunk_bytes = saved;
+        if (st != HVD_OK)
+            return st;
+    }
+    if (op == HVD_AVERAGE)
+        hvd_reduce_scale_div((uint8_t *)recvbuf + off * es, cnt, dtype,
+                             world->size);
+    if (direct) {
+        st = hvd_direct_allgather_segments(L, recvbuf, count, dtype);
+        if (st == HVD_OK)
+            st = hvd_direct_end(L);
+        return st;
+    }
+    return hvd_ring_allgather_segments(L, recvbuf, count, dtype);
+}
+
+static void note(hvd_comm *comm, const hvd_plan *plan, const char *what,
+                 size_t bytes) {
+    comm->last_path =
+        plan->algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan->algo);
+    comm->last_transport = hvd_plan_transport(plan);
+    HVD_DEBUG("coll", "%s of %zu bytes: %s/%s, chunk %zu", what, bytes,
+              comm->last_transport, comm->last_path, plan->chunk);
 }
 
 hvd_status hvd_coll_allreduce(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype,
                               hvd_op op) {
     size_t bytes = count * hvd_dtype_size(dtype);
+    hvd_plan plan;
+    hvd_status st;
 
-    if (comm->size == 1) {
-        /* The average of one rank is itself. */
-        if (sendbuf != recvbuf && bytes > 0)
-            memcpy(recvbuf, sendbuf, bytes);
-        comm->last_path = "local";
+    hvd_coll_plan(comm, HVD_COLL_ALLREDUCE, bytes, dtype, &plan);
+    note(comm, &plan, "allreduce", bytes);
+    if (plan.algo == HVD_ALGO_AUTO) {
+        /* One rank: the average of one is itself. */
+        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
         return HVD_OK;
     }
-    hvd_algo algo = hvd_select_allreduce(comm, bytes);
-    if (algo == HVD_ALGO_NATIVE) {
-        hvd_op native_op = op == HVD_AVERAGE ? HVD_SUM : op;
-        hvd_status st = comm->tp->ops->allreduce(comm->tp, sendbuf, recvbuf,
-                                                 count, dtype, native_op);
-        if (st == HVD_OK) {
-            comm->last_path = "native";
-            if (op == HVD_AVERAGE)
-                hvd_reduce_scale_div(recvbuf, count, dtype, comm->size);
-            return HVD_OK;
-        }
-        if (st != HVD_ERR_UNSUPPORTED)
-            return st;
-        algo = without_native(comm, bytes);
-    }
-    comm->last_path = hvd_algo_name(algo);
-    if (algo == HVD_ALGO_RD)
-        return hvd_rd_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
-    return hvd_ring_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+    if (plan.algo == HVD_ALGO_HIER)
+        return hier_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+    size_t saved = plan.comm->cfg.chunk_bytes;
+    plan.comm->cfg.chunk_bytes = plan.chunk;
+    st =
+        run_allreduce(plan.comm, plan.algo, sendbuf, recvbuf, count, dtype, op);
+    plan.comm->cfg.chunk_bytes = saved;
+    return st;
 }
 
 hvd_status hvd_coll_broadcast(hvd_comm *comm, void *buf, size_t count,
                               hvd_dtype dtype, int root) {
     size_t bytes = count * hvd_dtype_size(dtype);
+    hvd_plan plan;
+    hvd_status st;
 
-    if (comm->size == 1) {
-        comm->last_path = "local";
+    hvd_coll_plan(comm, HVD_COLL_BROADCAST, bytes, dtype, &plan);
+    note(comm, &plan, "broadcast", bytes);
+    if (plan.algo == HVD_ALGO_AUTO)
         return HVD_OK;
+    hvd_comm *c = plan.comm;
+    size_t saved = c->cfg.chunk_bytes;
+    c->cfg.chunk_bytes = plan.chunk;
+    switch (plan.algo) {
+    case HVD_ALGO_NATIVE:
+        st = c->tp->ops->broadcast(c->tp, buf, count, dtype, root);
+        break;
+    case HVD_ALGO_DIRECT:
+        st = hvd_direct_broadcast(c, buf, bytes, root);
+        break;
+    case HVD_ALGO_PIPELINE:
+        st = hvd_chain_broadcast(c, buf, bytes, root);
+        break;
+    default:
+        st = hvd_tree_broadcast(c, buf, bytes, root);
+        break;
     }
-    hvd_algo algo = hvd_select_broadcast(comm, bytes);
-    comm->last_path = hvd_algo_name(algo);
-    if (algo == HVD_ALGO_NATIVE)
-        return comm->tp->ops->broadcast(comm->tp, buf, count, dtype, root);
-    if (algo == HVD_ALGO_TREE)
-        return hvd_tree_broadcast(comm, buf, bytes, root);
-    return hvd_chain_broadcast(comm, buf, bytes, root);
+    c->cfg.chunk_bytes = saved;
+    return st;
 }
 
 hvd_status hvd_coll_allgather(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype) {
-    if (comm->size > 1 && comm->cfg.native &&
-        comm->cfg.allreduce_algo != HVD_ALGO_RING) {
-        comm->last_path = "native";
-        return comm->tp->ops->allgather(comm->tp, sendbuf, recvbuf, count,
-                                        dtype);
+    size_t bytes = count * hvd_dtype_size(dtype);
+    hvd_plan plan;
+    hvd_status st;
+
+    hvd_coll_plan(comm, HVD_COLL_ALLGATHER, bytes * (size_t)comm->size, dtype,
+                  &plan);
+    note(comm, &plan, "allgather", bytes * (size_t)comm->size);
+    if (plan.algo == HVD_ALGO_AUTO) {
+        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
+        return HVD_OK;
     }
-    comm->last_path = comm->size == 1 ? "local" : "ring";
-    return hvd_ring_allgather(comm, sendbuf, recvbuf,
-                              count * hvd_dtype_size(dtype));
+    hvd_comm *c = plan.comm;
+    size_t saved = c->cfg.chunk_bytes;
+    c->cfg.chunk_bytes = plan.chunk;
+    if (plan.algo == HVD_ALGO_NATIVE)
+        st = c->tp->ops->allgather(c->tp, sendbuf, recvbuf, count, dtype);
+    else if (plan.algo == HVD_ALGO_DIRECT)
+        st = hvd_direct_allgather(c, sendbuf, recvbuf, bytes);
+    else
+        st = hvd_ring_allgather(c, sendbuf, recvbuf, bytes);
+    c->cfg.chunk_bytes = saved;
+    return st;
 }
 
 /*
@@ -109,6 +269,10 @@ hvd_status hvd_coll_barrier(hvd_comm *comm) {
     int p = comm->size, r = comm->rank;
     static char none;
 
+    /* Shared memory carries the zero-byte messages faster, where every
+     * rank has it. */
+    if (comm->paths != NULL && comm->paths->shm != NULL)
+        comm = comm->paths->shm;
     comm->last_path = p == 1 ? "local" : "dissemination";
     for (int k = 1; k < p; k <<= 1) {
         hvd_status st =

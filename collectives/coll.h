@@ -7,6 +7,7 @@
 #define HVD_COLLECTIVES_COLL_H
 
 #include "collectives/comm.h"
+#include "collectives/select.h"
 
 hvd_status hvd_coll_allreduce(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype,
@@ -18,6 +19,20 @@ hvd_status hvd_coll_broadcast(hvd_comm *comm, void *buf, size_t count,
 hvd_status hvd_coll_allgather(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype);
 hvd_status hvd_coll_barrier(hvd_comm *comm);
+
+/* How a collective of bytes will run on comm: which communicator (comm
+ * itself, or one of its paths), algorithm (AUTO: one rank, nothing to do)
+ * and chunk. */
+typedef struct hvd_plan {
+    hvd_comm *comm;
+    hvd_algo algo;
+    size_t chunk;
+} hvd_plan;
+
+void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
+                   hvd_dtype dtype, hvd_plan *out);
+/* "tcp", "shm", "mpi", "shm+tcp" (hier) or "local". */
+const char *hvd_plan_transport(const hvd_plan *plan);
 
 /* The algorithms, callable directly (tests, hvd-tune). */
 hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
@@ -31,6 +46,46 @@ hvd_status hvd_chain_broadcast(hvd_comm *comm, void *buf, size_t bytes,
                                int root);
 hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t bytes);
+hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op);
+
+/*
+ * The ring's two phases alone. After hvd_ring_reduce_scatter, segment
+ * hvd_ring_owned_segment (of size parts, hvd_part_range) of recvbuf holds
+ * the reduced result (AVERAGE divided by size); the rest of recvbuf is
+ * scratch. hvd_ring_allgather_segments then gives every rank every
+ * segment from its owner.
+ */
+hvd_status hvd_ring_reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                   void *recvbuf, size_t count, hvd_dtype dtype,
+                                   hvd_op op);
+int hvd_ring_owned_segment(const hvd_comm *comm);
+hvd_status hvd_ring_allgather_segments(hvd_comm *comm, void *buf, size_t count,
+                                       hvd_dtype dtype);
+
+/*
+ * Direct algorithms (direct.c): every peer readable with hvd_comm_get
+ * (hvd_comm_can_get). The phases of the allreduce, for hier: begin
+ * publishes the buffers; reduce_scatter leaves segment rank (hvd_part_range
+ * of size parts) reduced in recvbuf; allgather_segments reads the others'
+ * segments once each owner's is done; end waits until every peer is done
+ * reading this rank's buffers.
+ */
+hvd_status hvd_direct_allreduce(hvd_comm *comm, const void *sendbuf,
+                                void *recvbuf, size_t count, hvd_dtype dtype,
+                                hvd_op op);
+hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf, void *recvbuf);
+hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                     void *recvbuf, size_t count,
+                                     hvd_dtype dtype, hvd_op op);
+hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
+                                         size_t count, hvd_dtype dtype);
+hvd_status hvd_direct_end(hvd_comm *comm);
+hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
+                                void *recvbuf, size_t bytes);
+hvd_status hvd_direct_broadcast(hvd_comm *comm, void *buf, size_t bytes,
+                                int root);
 
 /* Which algorithm the selector takes for this call (never AUTO). */
 hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes);

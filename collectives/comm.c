@@ -4,9 +4,53 @@
 #include <string.h>
 #include <strings.h>
 
+#include "collectives/reduce.h"
 #include "transport/base/error.h"
 
 #define POLL_MS 1000
+
+static void host_reduce(void *ctx, void *dst, const void *a, const void *b,
+                        size_t count, hvd_dtype dtype, hvd_op op) {
+    (void)ctx;
+    hvd_reduce(dst, a, b, count, dtype, op);
+}
+
+static void host_scale_div(void *ctx, void *buf, size_t count, hvd_dtype dtype,
+                           int divisor) {
+    (void)ctx;
+    hvd_reduce_scale_div(buf, count, dtype, divisor);
+}
+
+static void host_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    if (dst != src && bytes > 0)
+        memmove(dst, src, bytes);
+}
+
+static hvd_status host_alloc(void *ctx, size_t bytes, void **out) {
+    void *p = malloc(bytes);
+
+    (void)ctx;
+    if (p == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY,
+                             "out of memory for %zu bytes of scratch", bytes);
+    *out = p;
+    return HVD_OK;
+}
+
+static void host_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+const hvd_memops hvd_host_memops = {
+    .name = "host",
+    .reduce = host_reduce,
+    .scale_div = host_scale_div,
+    .copy = host_copy,
+    .alloc = host_alloc,
+    .free = host_free,
+};
 
 void hvd_comm_config_default(hvd_comm_config *cfg) {
     memset(cfg, 0, sizeof(*cfg));
@@ -34,34 +78,76 @@ hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
     if (comm->cfg.chunk_bytes < 64)
         comm->cfg.chunk_bytes = 64;
     /* Ring and chain keep depth receives and depth sends in flight; the
-     * binomial tree up to log2(size) sends. */
-    comm->nreqs = 2 * comm->cfg.depth + 64;
+     * binomial tree up to log2(size) sends; the direct algorithms one
+     * receive and one send per peer. */
+    comm->nreqs = 2 * comm->cfg.depth + 2 * size + 64;
     comm->reqs = calloc((size_t)comm->nreqs, sizeof(*comm->reqs));
     if (comm->reqs == NULL) {
         free(comm);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
     comm->last_path = "none";
+    comm->last_transport = tp != NULL ? tp->ops->name : "local";
+    comm->mem = &hvd_host_memops;
     *out = comm;
     return HVD_OK;
+}
+
+hvd_status hvd_comm_create_sub(int rank, int size, const int *map,
+                               hvd_transport *tp, int channel,
+                               const hvd_comm_config *cfg, hvd_comm **out) {
+    int *copy = malloc((size_t)size * sizeof(*copy));
+    hvd_comm *comm;
+    hvd_status st;
+
+    if (copy == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    memcpy(copy, map, (size_t)size * sizeof(*copy));
+    st = hvd_comm_create(rank, size, tp, channel, cfg, &comm);
+    if (st != HVD_OK) {
+        free(copy);
+        return st;
+    }
+    comm->map = copy;
+    *out = comm;
+    return HVD_OK;
+}
+
+int hvd_comm_can_get(const hvd_comm *comm) {
+    if (comm->tp == NULL)
+        return comm->size == 1;
+    for (int i = 0; i < comm->size; i++)
+        if (i != comm->rank &&
+            !comm->tp->ops->can_get(comm->tp, hvd_comm_peer(comm, i)))
+            return 0;
+    return 1;
 }
 
 void hvd_comm_destroy(hvd_comm *comm) {
     if (comm == NULL)
         return;
-    free(comm->scratch);
+    free((void *)comm->map);
+    free(comm->peer_addrs);
+    comm->mem->free(comm->mem_ctx, comm->scratch);
     free(comm->reqs);
     free(comm);
 }
 
+void hvd_comm_set_memops(hvd_comm *comm, const hvd_memops *mem, void *ctx) {
+    comm->mem->free(comm->mem_ctx, comm->scratch);
+    comm->scratch = NULL;
+    comm->scratch_cap = 0;
+    comm->mem = mem;
+    comm->mem_ctx = ctx;
+}
+
 hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out) {
     if (bytes > comm->scratch_cap) {
-        void *p = malloc(bytes);
-        if (p == NULL)
-            return hvd_error_set(HVD_ERR_NO_MEMORY,
-                                 "out of memory for %zu bytes of scratch",
-                                 bytes);
-        free(comm->scratch);
+        void *p;
+        hvd_status st = comm->mem->alloc(comm->mem_ctx, bytes, &p);
+        if (st != HVD_OK)
+            return st;
+        comm->mem->free(comm->mem_ctx, comm->scratch);
         comm->scratch = p;
         comm->scratch_cap = bytes;
     }
@@ -118,6 +204,9 @@ static const char *const algo_names[HVD_ALGO_COUNT] = {
     [HVD_ALGO_TREE] = "tree",
     [HVD_ALGO_PIPELINE] = "pipeline",
     [HVD_ALGO_NATIVE] = "native",
+    [HVD_ALGO_RABENSEIFNER] = "rabenseifner",
+    [HVD_ALGO_DIRECT] = "direct",
+    [HVD_ALGO_HIER] = "hier",
 };
 
 const char *hvd_algo_name(hvd_algo algo) {

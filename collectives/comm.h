@@ -20,11 +20,14 @@
 
 typedef enum {
     HVD_ALGO_AUTO = 0,
-    HVD_ALGO_RING,     /* allreduce, allgather */
-    HVD_ALGO_RD,       /* recursive doubling allreduce */
-    HVD_ALGO_TREE,     /* binomial-tree broadcast */
-    HVD_ALGO_PIPELINE, /* pipelined chain broadcast */
-    HVD_ALGO_NATIVE,   /* the transport's own collective (MPI) */
+    HVD_ALGO_RING,         /* allreduce, allgather */
+    HVD_ALGO_RD,           /* recursive doubling allreduce */
+    HVD_ALGO_TREE,         /* binomial-tree broadcast */
+    HVD_ALGO_PIPELINE,     /* pipelined chain broadcast */
+    HVD_ALGO_NATIVE,       /* the transport's own collective (MPI) */
+    HVD_ALGO_RABENSEIFNER, /* recursive halving + doubling allreduce */
+    HVD_ALGO_DIRECT,       /* one-sided reads of the peers' buffers (shm) */
+    HVD_ALGO_HIER,         /* same-host, then cross-host, then same-host */
     HVD_ALGO_COUNT
 } hvd_algo;
 
@@ -41,37 +44,120 @@ typedef struct hvd_comm_config {
 /* Defaults: the crossovers measured on loopback TCP (docs/benchmarks.md). */
 void hvd_comm_config_default(hvd_comm_config *cfg);
 
+struct hvd_paths;
+/*
+ * What the collectives do to the buffers themselves, besides sending and
+ * receiving them: combine, divide, copy, and get scratch memory. The
+ * default works on host memory with the CPU, at once. gpu/ gives a set
+ * for device memory whose operations are queued on a CUDA stream, in
+ * order with the copies that stage the messages (gpu/stage.h), so a
+ * result is there for every later operation on that stream but not yet
+ * for the CPU; the owner of that stream reports the errors of what it
+ * queued. So a collective touches its buffers only through these and
+ * through the transport, never with the CPU directly.
+ */
+typedef struct hvd_memops {
+    const char *name;
+    /* hvd_reduce() (collectives/reduce.h): dst = a op b. */
+    void (*reduce)(void *ctx, void *dst, const void *a, const void *b,
+                   size_t count, hvd_dtype dtype, hvd_op op);
+    /* hvd_reduce_scale_div(). */
+    void (*scale_div)(void *ctx, void *buf, size_t count, hvd_dtype dtype,
+                      int divisor);
+    /* memmove(dst, src, bytes); dst == src or bytes == 0 does nothing. */
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* Scratch memory of bytes (> 0), kept by the communicator. */
+    hvd_status (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *p); /* p may be NULL */
+} hvd_memops;
+
+/* Host memory, with the CPU (the default of every communicator). */
+extern const hvd_memops hvd_host_memops;
+
 typedef struct hvd_comm {
     int rank;
     int size;
-    hvd_transport *tp; /* NULL in a job of one */
-    int channel;       /* the transport channel its messages use */
+    hvd_transport *tp;       /* NULL in a job of one */
+    int channel;             /* the transport channel its messages use */
+    const int *map;          /* comm rank -> transport rank; NULL: the same */
+    struct hvd_paths *paths; /* other ways to reach the same ranks, and the
+                                selector's table (collectives/select.h);
+                                NULL: this comm only, cfg decides */
     hvd_comm_config cfg;
     void *scratch;
     size_t scratch_cap;
-    hvd_req *reqs; /* pool of nreqs requests */
+    hvd_req *reqs;    /* pool of nreqs requests */
+    void *peer_addrs; /* the direct algorithms' buffer addresses */
     int nreqs;
-    const char *last_path; /* algorithm of the last collective */
+    const char *last_path;      /* algorithm of the last collective */
+    const char *last_transport; /* and its transport */
+    const hvd_memops *mem;      /* hvd_host_memops unless set */
+    void *mem_ctx;
 } hvd_comm;
 
 /* A communicator over channel of tp (NULL in a job of one). */
 hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
                            const hvd_comm_config *cfg, hvd_comm **out);
+
+/*
+ * A communicator over a subset of tp's ranks: comm rank i is transport rank
+ * map[i] (size entries, copied); this rank is comm rank rank.
+ */
+hvd_status hvd_comm_create_sub(int rank, int size, const int *map,
+                               hvd_transport *tp, int channel,
+                               const hvd_comm_config *cfg, hvd_comm **out);
 void hvd_comm_destroy(hvd_comm *comm);
+
+/* Makes the collectives of comm work on the memory mem is for (its
+ * scratch memory is released first). ctx is passed to every call. */
+void hvd_comm_set_memops(hvd_comm *comm, const hvd_memops *mem, void *ctx);
+
+static inline void hvd_comm_reduce(hvd_comm *comm, void *dst, const void *a,
+                                   const void *b, size_t count, hvd_dtype dtype,
+                                   hvd_op op) {
+    comm->mem->reduce(comm->mem_ctx, dst, a, b, count, dtype, op);
+}
+
+static inline void hvd_comm_scale_div(hvd_comm *comm, void *buf, size_t count,
+                                      hvd_dtype dtype, int divisor) {
+    comm->mem->scale_div(comm->mem_ctx, buf, count, dtype, divisor);
+}
+
+static inline void hvd_comm_copy(hvd_comm *comm, void *dst, const void *src,
+                                 size_t bytes) {
+    comm->mem->copy(comm->mem_ctx, dst, src, bytes);
+}
 
 /* Scratch memory of at least bytes, kept for later calls. */
 hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out);
 
+/* The transport rank of comm rank peer. */
+static inline int hvd_comm_peer(const hvd_comm *comm, int peer) {
+    return comm->map != NULL ? comm->map[peer] : peer;
+}
+
 static inline hvd_status hvd_comm_isend(hvd_comm *comm, int peer,
                                         const void *buf, size_t len,
                                         hvd_req *req) {
-    return comm->tp->ops->isend(comm->tp, peer, comm->channel, buf, len, req);
+    return comm->tp->ops->isend(comm->tp, hvd_comm_peer(comm, peer),
+                                comm->channel, buf, len, req);
 }
 
 static inline hvd_status hvd_comm_irecv(hvd_comm *comm, int peer, void *buf,
                                         size_t len, hvd_req *req) {
-    return comm->tp->ops->irecv(comm->tp, peer, comm->channel, buf, len, req);
+    return comm->tp->ops->irecv(comm->tp, hvd_comm_peer(comm, peer),
+                                comm->channel, buf, len, req);
 }
+
+/* One-sided read from comm rank peer (transport.h, get). */
+static inline hvd_status hvd_comm_get(hvd_comm *comm, int peer, void *buf,
+                                      uint64_t remote, size_t len) {
+    return comm->tp->ops->get(comm->tp, hvd_comm_peer(comm, peer), buf, remote,
+                              len);
+}
+
+/* 1 if every peer of comm can be read with hvd_comm_get. */
+int hvd_comm_can_get(const hvd_comm *comm);
 
 /* Waits (bounded) for the network and moves data. */
 hvd_status hvd_comm_progress(hvd_comm *comm);

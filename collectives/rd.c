@@ -25,8 +25,7 @@ hvd_status hvd_rd_allreduce(hvd_comm *comm, const void *sendbuf, void *recvbuf,
     void *tmp;
     hvd_status st;
 
-    if (sendbuf != recvbuf && bytes > 0)
-        memcpy(recvbuf, sendbuf, bytes);
+    hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
     while (p2 * 2 <= p)
         p2 *= 2;
     rem = p - p2;
@@ -45,7 +44,7 @@ hvd_status hvd_rd_allreduce(hvd_comm *comm, const void *sendbuf, void *recvbuf,
             if (st == HVD_OK)
                 st = hvd_comm_wait(comm, &req[0]);
             if (st == HVD_OK)
-                hvd_reduce(recvbuf, tmp, recvbuf, count, dtype, op);
+                hvd_comm_reduce(comm, recvbuf, tmp, recvbuf, count, dtype, op);
             newrank = r / 2;
         }
     } else {
@@ -69,14 +68,14 @@ hvd_status hvd_rd_allreduce(hvd_comm *comm, const void *sendbuf, void *recvbuf,
             /* Lower rank's data first: both partners compute a op b with
              * the same a and b. */
             if (partner < r)
-                hvd_reduce(recvbuf, tmp, recvbuf, count, dtype, op);
+                hvd_comm_reduce(comm, recvbuf, tmp, recvbuf, count, dtype, op);
             else
-                hvd_reduce(recvbuf, recvbuf, tmp, count, dtype, op);
+                hvd_comm_reduce(comm, recvbuf, recvbuf, tmp, count, dtype, op);
         }
     }
 
     if (op == HVD_AVERAGE && newrank >= 0)
-        hvd_reduce_scale_div(recvbuf, count, dtype, p);
+        hvd_comm_scale_div(comm, recvbuf, count, dtype, p);
     if (r < 2 * rem) {
         if (r % 2 == 1)
             st = hvd_comm_isend(comm, r - 1, recvbuf, bytes, &req[0]);

@@ -28,9 +28,13 @@
 
 typedef struct ring_plan ring_plan;
 
+/* The phases of a ring allreduce a plan runs. */
+enum { RING_BOTH, RING_SCATTER, RING_ALLGATHER };
+
 struct ring_plan {
     hvd_comm *comm;
     size_t nchunks;
+    size_t first; /* op index of the plan's first op (a phase alone) */
     size_t nops;
     size_t slot_bytes; /* receive slot size, 0: receive in place */
     uint8_t *slots;    /* depth slots of slot_bytes */
@@ -146,7 +150,7 @@ static void ar_op(const ring_plan *plan, size_t i, uint8_t *slot,
                   const uint8_t **sbuf, size_t *slen, uint8_t **rbuf,
                   size_t *rlen) {
     int p = plan->comm->size, r = plan->comm->rank;
-    long step = (long)(i / plan->nchunks);
+    long step = (long)((i + plan->first) / plan->nchunks);
     size_t c = i % plan->nchunks, off, cnt, sseg, rseg;
     const uint8_t *src;
 
@@ -173,26 +177,28 @@ static void ar_op(const ring_plan *plan, size_t i, uint8_t *slot,
 
 static void ar_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
     int p = plan->comm->size, r = plan->comm->rank;
-    long step = (long)(i / plan->nchunks);
+    long step = (long)((i + plan->first) / plan->nchunks);
     size_t off, cnt;
 
     if (step >= p - 1)
         return; /* allgather: received in place */
     chunk_of(plan, mod(r - step - 1, p), i % plan->nchunks, &off, &cnt);
-    hvd_reduce(plan->recvbuf + off * plan->esize, slot,
-               plan->sendbuf + off * plan->esize, cnt, plan->dtype,
-               plan->op_kind);
+    hvd_comm_reduce(plan->comm, plan->recvbuf + off * plan->esize, slot,
+                    plan->sendbuf + off * plan->esize, cnt, plan->dtype,
+                    plan->op_kind);
     if (step == p - 2 && plan->op_kind == HVD_AVERAGE)
-        hvd_reduce_scale_div(plan->recvbuf + off * plan->esize, cnt,
-                             plan->dtype, p);
+        hvd_comm_scale_div(plan->comm, plan->recvbuf + off * plan->esize, cnt,
+                           plan->dtype, p);
 }
 
-hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
-                              void *recvbuf, size_t count, hvd_dtype dtype,
-                              hvd_op op) {
+/* Plans ops [first, first + nops) of the ring allreduce; nops 0: all. */
+static hvd_status ar_plan(hvd_comm *comm, const void *sendbuf, void *recvbuf,
+                          size_t count, hvd_dtype dtype, hvd_op op,
+                          int phases) {
     size_t esize = hvd_dtype_size(dtype);
     size_t chunk = comm->cfg.chunk_bytes / esize;
     size_t maxseg = (count + (size_t)comm->size - 1) / (size_t)comm->size;
+    size_t steps = (size_t)(comm->size - 1);
     ring_plan plan;
     void *slots;
     hvd_status st;
@@ -202,7 +208,8 @@ hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
     memset(&plan, 0, sizeof(plan));
     plan.comm = comm;
     plan.nchunks = hvd_nchunks(maxseg, chunk);
-    plan.nops = 2 * (size_t)(comm->size - 1) * plan.nchunks;
+    plan.first = phases == RING_ALLGATHER ? steps * plan.nchunks : 0;
+    plan.nops = (phases == RING_BOTH ? 2 : 1) * steps * plan.nchunks;
     /* A chunk never exceeds ceil(maxseg / nchunks) <= chunk elements. */
     plan.slot_bytes = ((maxseg + plan.nchunks - 1) / plan.nchunks) * esize;
     if (plan.slot_bytes == 0)
@@ -221,6 +228,35 @@ hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
     plan.dtype = dtype;
     plan.op_kind = op;
     return ring_run(&plan);
+}
+
+hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
+                              void *recvbuf, size_t count, hvd_dtype dtype,
+                              hvd_op op) {
+    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_BOTH);
+}
+
+int hvd_ring_owned_segment(const hvd_comm *comm) {
+    return (comm->rank + 1) % comm->size;
+}
+
+hvd_status hvd_ring_reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                   void *recvbuf, size_t count, hvd_dtype dtype,
+                                   hvd_op op) {
+    if (comm->size == 1) {
+        if (sendbuf != recvbuf && count > 0)
+            hvd_comm_copy(comm, recvbuf, sendbuf,
+                          count * hvd_dtype_size(dtype));
+        return HVD_OK;
+    }
+    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_SCATTER);
+}
+
+hvd_status hvd_ring_allgather_segments(hvd_comm *comm, void *buf, size_t count,
+                                       hvd_dtype dtype) {
+    if (comm->size == 1)
+        return HVD_OK;
+    return ar_plan(comm, buf, buf, count, dtype, HVD_SUM, RING_ALLGATHER);
 }
 
 /* ---- allgather ---- */
@@ -253,8 +289,7 @@ hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
     uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     ring_plan plan;
 
-    if (sendbuf != mine && bytes > 0)
-        memmove(mine, sendbuf, bytes);
+    hvd_comm_copy(comm, mine, sendbuf, bytes);
     if (comm->size == 1)
         return HVD_OK;
     memset(&plan, 0, sizeof(plan));

@@ -14,6 +14,11 @@
  * counts the wrong ones over all ranks. Exit status: 0, or 1 on an error or
  * a wrong value.
  *
+ * --compare mpi (hvd backend, under mpirun) runs MPI's collective on the
+ * same buffers right after hvd's for each size and prints MPI's busbw and
+ * the ratio hvd/MPI; --csv writes the rows to a file, --plot draws busbw
+ * against size with gnuplot.
+ *
  * --model NAME replaces the sweep (hvd backend only) with what a trainer
  * sees: a step of one async allreduce per gradient tensor of a real model,
  * in backward order, against one pre-fused allreduce of the same size;
@@ -90,6 +95,9 @@ struct options {
     int root;
     int check;
     const char *backend;
+    const char *compare;    /* "mpi": MPI's collective after hvd's, or NULL */
+    const char *csv;        /* --csv FILE, or NULL */
+    const char *plot;       /* --plot FILE.png, or NULL */
     const char *model;      /* NULL: the sweep */
     const char *model_file; /* NULL: the model's file in shared/data */
 };
@@ -440,6 +448,9 @@ struct row {
     long long wrong;
 };
 
+/* Where the rows go besides stdout (rank 0). */
+static FILE *g_csv;
+
 static double now_s(void) {
     struct timespec ts;
 
@@ -600,12 +611,15 @@ struct totals {
     long long wrong;
 };
 
+static const struct backend *compare_backend(const struct options *o);
+
 static void bench_coll(const struct backend *be, const struct options *o,
                        enum coll coll, unsigned char *sendbuf,
                        unsigned char *recvbuf, struct totals *t) {
     size_t es = hvd_dtype_size(o->dtype->dtype);
     hvd_op op = o->redop->op;
     const char *opname = o->redop->name;
+    const struct backend *other = compare_backend(o);
     size_t bytes;
 
     /* Repeated in place, only min and max keep the inputs' result. */
@@ -621,17 +635,23 @@ static void bench_coll(const struct backend *be, const struct options *o,
                coll == COLL_BROADCAST ? "one buffer"
                : o->inplace           ? "in place"
                                       : "out of place");
-        printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
+        printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s", "size",
                "count", "type", "redop", "root", "time", "algbw", "busbw",
                "#wrong");
-        printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s\n", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)");
+        if (other != NULL)
+            printf("  %6s  %6s", "mpibw", "ratio");
+        printf("  %s\n", be == &hvd_backend ? "path" : "");
+        printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s", "(B)",
+               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+        if (other != NULL)
+            printf("  %6s  %6s", "(GB/s)", "hvd/mpi");
+        printf("\n");
     }
     for (bytes = o->minbytes; bytes <= o->maxbytes;) {
         struct run run = {.coll = coll, .op = op};
-        struct row row = {0};
-        double algbw, busbw;
-        char wrong[24];
+        struct row row = {0}, orow = {0};
+        double algbw, busbw, obusbw = 0;
+        char wrong[24], path[64] = "";
 
         /* nccl-tests: for allgather the size is what each rank receives. */
         run.count =
@@ -642,6 +662,19 @@ static void bench_coll(const struct backend *be, const struct options *o,
             measure(be, o, &run, sendbuf, recvbuf, &row);
             algbw = row.seconds > 0 ? (double)row.bytes / row.seconds / 1e9 : 0;
             busbw = algbw * bus_factor(coll);
+            if (other != NULL) {
+                struct run orun = run;
+                orow.bytes = row.bytes;
+                measure(other, o, &orun, sendbuf, recvbuf, &orow);
+                obusbw = orow.seconds > 0 ? (double)orow.bytes / orow.seconds /
+                                                1e9 * bus_factor(coll)
+                                          : 0;
+                row.wrong += orow.wrong;
+            }
+            if (be == &hvd_backend)
+                hvd_check("hvd_path",
+                          hvd_path(coll_names[coll], row.bytes, o->dtype->dtype,
+                                   path, sizeof(path)));
             t->busbw_sum += busbw;
             t->rows++;
             t->wrong += row.wrong;
@@ -649,17 +682,87 @@ static void bench_coll(const struct backend *be, const struct options *o,
                 snprintf(wrong, sizeof(wrong), "%lld", row.wrong);
             else
                 snprintf(wrong, sizeof(wrong), "N/A");
-            if (g_rank == 0)
-                printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  "
-                       "%6s\n",
+            if (g_rank == 0) {
+                printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %6s",
                        row.bytes, run.count, o->dtype->name, opname,
                        coll == COLL_BROADCAST ? o->root : -1, row.seconds * 1e6,
                        algbw, busbw, wrong);
+                if (other != NULL)
+                    printf("  %6.2f  %6.2f", obusbw,
+                           obusbw > 0 ? busbw / obusbw : 0.0);
+                printf("  %s\n", path);
+            }
+            if (g_rank == 0 && g_csv != NULL) {
+                fprintf(g_csv, "%s,%zu,%zu,%s,%.3f,%.4f,%.4f,%lld,%s",
+                        coll_names[coll], row.bytes, run.count, o->dtype->name,
+                        row.seconds * 1e6, algbw, busbw, row.wrong, path);
+                if (other != NULL)
+                    fprintf(g_csv, ",%.4f,%.4f", obusbw,
+                            obusbw > 0 ? busbw / obusbw : 0.0);
+                fprintf(g_csv, "\n");
+            }
         }
         if (bytes > o->maxbytes / o->stepfactor)
             break;
         bytes *= o->stepfactor;
     }
+}
+
+/* Draws busbw against size from the CSV at csv_path into png (rank 0).
+ * Returns 0, or 1 after printing why. */
+static int plot(const struct options *o, const char *csv_path) {
+    char script[] = "/tmp/hvd-bench-plot.XXXXXX";
+    int fd = mkstemp(script), rc;
+    FILE *f;
+    char cmd[PATH_MAX + 64];
+
+    if (fd < 0 || (f = fdopen(fd, "w")) == NULL) {
+        fprintf(stderr, "hvd-bench: cannot write a gnuplot script: %s\n",
+                strerror(errno));
+        return 1;
+    }
+    fprintf(f,
+            "set terminal pngcairo size 900,560 noenhanced\n"
+            "set output '%s'\n"
+            "set datafile separator ','\n"
+            "set logscale x 2\n"
+            "set format x '%%.0b%%B'\n"
+            "set xlabel 'size per rank (bytes)'\n"
+            "set ylabel 'bus bandwidth (GB/s)'\n"
+            "set key top left\n"
+            "set grid\n"
+            "set title 'hvd-bench, %d ranks, %s'\n"
+            "plot ",
+            o->plot, g_size, o->dtype->name);
+    int first = 1;
+    for (int c = 0; c < NUM_COLLS; c++) {
+        if (!o->run[c])
+            continue;
+        fprintf(f,
+                "%s'%s' using ($2):(strcol(1) eq '%s' ? $7 : 1/0) with "
+                "linespoints title 'hvd %s'",
+                first ? "" : ", ", csv_path, coll_names[c], coll_names[c]);
+        first = 0;
+        if (o->compare != NULL)
+            fprintf(f,
+                    ", '%s' using ($2):(strcol(1) eq '%s' ? $10 : 1/0) with "
+                    "linespoints dashtype 2 title 'Open MPI %s'",
+                    csv_path, coll_names[c], coll_names[c]);
+    }
+    fprintf(f, "\n");
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "gnuplot '%s'", script);
+    rc = system(cmd);
+    unlink(script);
+    if (rc != 0) {
+        fprintf(stderr,
+                "hvd-bench: gnuplot failed (status %d); --plot needs gnuplot "
+                "(Debian: apt-get install gnuplot-nox)\n",
+                rc);
+        return 1;
+    }
+    printf("# plot: %s\n", o->plot);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1143,6 +1246,13 @@ static void usage(FILE *f) {
             "  --root R         broadcast root                  (0)\n"
             "  --check 0|1      check every result element      (1)\n"
             "  --backend hvd|mpi                                (hvd)\n"
+            "  --compare mpi    also run MPI's collective on the same\n"
+            "                   buffers after hvd's, print its busbw and\n"
+            "                   the ratio hvd/MPI (under mpirun)\n"
+            "  --csv FILE       one row per size: op,bytes,count,dtype,\n"
+            "                   time_us,algbw,busbw,wrong,path[,mpi_busbw,\n"
+            "                   ratio]\n"
+            "  --plot FILE.png  busbw against size (gnuplot)\n"
             "  --model resnet50 instead of the sweep: per-tensor gradient\n"
             "                   allreduces of one training step against one\n"
             "                   pre-fused allreduce, then cached 4-byte\n"
@@ -1275,6 +1385,18 @@ static int parse_args(int argc, char **argv, struct options *o) {
             step = 1;
             o->backend = val;
             ok = strcmp(val, "hvd") == 0 || strcmp(val, "mpi") == 0;
+        } else if (strcmp(opt, "--compare") == 0) {
+            step = 1;
+            o->compare = val;
+            ok = strcmp(val, "mpi") == 0;
+        } else if (strcmp(opt, "--csv") == 0) {
+            step = 1;
+            o->csv = val;
+            ok = *val != '\0';
+        } else if (strcmp(opt, "--plot") == 0) {
+            step = 1;
+            o->plot = val;
+            ok = *val != '\0';
         } else if (strcmp(opt, "--model") == 0) {
             step = 1;
             o->model = val;
@@ -1322,8 +1444,35 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return 0;
 }
 
+/* MPI's backend when --compare mpi, else NULL. */
+static const struct backend *compare_backend(const struct options *o) {
+#ifdef HVD_BENCH_WITH_MPI
+    if (o->compare != NULL)
+        return &mpi_backend;
+#else
+    (void)o;
+#endif
+    return NULL;
+}
+
+static int mpi_can_run(const struct options *o);
+
 /* Picks the backend and rejects what it cannot run, before init. */
 static const struct backend *choose_backend(const struct options *o) {
+    if (o->compare != NULL) {
+#ifdef HVD_BENCH_WITH_MPI
+        if (strcmp(o->backend, "hvd") != 0 || o->model != NULL) {
+            fprintf(stderr, "hvd-bench: --compare mpi compares the hvd "
+                            "backend's sweep with MPI's\n");
+            return NULL;
+        }
+        return mpi_can_run(o) ? &hvd_backend : NULL;
+#else
+        fprintf(stderr, "hvd-bench: this hvd-bench was built without MPI, "
+                        "so --compare mpi is not available\n");
+        return NULL;
+#endif
+    }
     if (strcmp(o->backend, "hvd") == 0)
         return &hvd_backend;
     if (o->model != NULL) {
@@ -1333,26 +1482,36 @@ static const struct backend *choose_backend(const struct options *o) {
         return NULL;
     }
 #ifdef HVD_BENCH_WITH_MPI
-    if (mpi_dtype(o->dtype->dtype) == MPI_DATATYPE_NULL) {
-        fprintf(stderr,
-                "hvd-bench: --dtype %s is not supported by --backend mpi "
-                "(MPI has no such type); use --backend hvd\n",
-                o->dtype->name);
-        return NULL;
-    }
-    if (o->run[COLL_ALLREDUCE] && !o->inplace &&
-        mpi_op(o->redop->op) == MPI_OP_NULL) {
-        fprintf(stderr,
-                "hvd-bench: --redop %s is not supported by --backend mpi "
-                "(MPI has no average); use sum\n",
-                o->redop->name);
-        return NULL;
-    }
-    return &mpi_backend;
+    return mpi_can_run(o) ? &mpi_backend : NULL;
 #else
     fprintf(stderr, "hvd-bench: this hvd-bench was built without MPI "
                     "(rebuild with -DHVD_BENCH_WITH_MPI for --backend mpi)\n");
     return NULL;
+#endif
+}
+
+/* 1 if MPI has the dtype and op; else 0 after saying so. */
+static int mpi_can_run(const struct options *o) {
+#ifdef HVD_BENCH_WITH_MPI
+    if (mpi_dtype(o->dtype->dtype) == MPI_DATATYPE_NULL) {
+        fprintf(stderr,
+                "hvd-bench: --dtype %s is not supported by MPI (it has no "
+                "such type); use --backend hvd without --compare\n",
+                o->dtype->name);
+        return 0;
+    }
+    if (o->run[COLL_ALLREDUCE] && !o->inplace &&
+        mpi_op(o->redop->op) == MPI_OP_NULL) {
+        fprintf(stderr,
+                "hvd-bench: --redop %s is not supported by MPI (it has no "
+                "average); use sum\n",
+                o->redop->name);
+        return 0;
+    }
+    return 1;
+#else
+    (void)o;
+    return 0;
 #endif
 }
 
@@ -1411,7 +1570,29 @@ int main(int argc, char **argv) {
         return 1;
     if (o.model != NULL && model_load(&o, &model) != 0)
         return 1;
-    be->init(&argc, &argv);
+#ifdef HVD_BENCH_WITH_MPI
+    if (o.compare != NULL) {
+        /* MPI first: hvd then uses the application's MPI to bootstrap and
+         * leaves it to the application to finalize. */
+        int provided, mpi_size;
+        mpi_check(
+            "MPI_Init_thread",
+            MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        mpi_check("MPI_Comm_size", MPI_Comm_size(MPI_COMM_WORLD, &mpi_size));
+        be->init(&argc, &argv);
+        if (mpi_size != g_size) {
+            fprintf(stderr,
+                    "hvd-bench: --compare mpi: MPI sees %d ranks and hvd %d; "
+                    "start the job with mpirun\n",
+                    mpi_size, g_size);
+            be->finalize();
+            MPI_Finalize();
+            return 1;
+        }
+    } else
+#endif
+        be->init(&argc, &argv);
 
     /* hvdrun's ranks each see an MPI job of one: say so instead of
      * benchmarking N unrelated singletons. */
@@ -1474,9 +1655,37 @@ int main(int argc, char **argv) {
                o.redop->name, o.iters, o.warmup, o.inplace, o.root, o.check);
     }
     print_ranks(be);
+    char csv_tmp[] = "/tmp/hvd-bench-csv.XXXXXX";
+    const char *csv_path = o.csv;
+    int plot_failed = 0;
+    if (g_rank == 0 && (o.csv != NULL || o.plot != NULL)) {
+        if (o.csv != NULL) {
+            g_csv = fopen(o.csv, "w");
+        } else {
+            int fd = mkstemp(csv_tmp);
+            g_csv = fd >= 0 ? fdopen(fd, "w") : NULL;
+            csv_path = csv_tmp;
+        }
+        if (g_csv == NULL) {
+            fprintf(stderr, "hvd-bench: cannot write %s: %s\n", csv_path,
+                    strerror(errno));
+            exit(1);
+        }
+        fprintf(g_csv,
+                "op,bytes,count,dtype,time_us,algbw,busbw,wrong,path%s\n",
+                o.compare != NULL ? ",mpi_busbw,ratio" : "");
+    }
     for (c = 0; c < NUM_COLLS; c++)
         if (o.run[c])
             bench_coll(be, &o, (enum coll)c, sendbuf, recvbuf, &t);
+    if (g_csv != NULL) {
+        fclose(g_csv);
+        g_csv = NULL;
+        if (o.plot != NULL)
+            plot_failed = plot(&o, csv_path);
+        if (o.csv == NULL)
+            unlink(csv_tmp);
+    }
     if (g_rank == 0) {
         printf("# Out of bounds values : %lld %s\n", t.wrong,
                t.wrong == 0 ? "OK" : "FAILED");
@@ -1487,5 +1696,9 @@ int main(int argc, char **argv) {
     free(sendbuf);
     free(recvbuf);
     be->finalize();
-    return t.wrong == 0 ? 0 : 1;
+#ifdef HVD_BENCH_WITH_MPI
+    if (o.compare != NULL)
+        MPI_Finalize();
+#endif
+    return t.wrong == 0 && !plot_failed ? 0 : 1;
 }

@@ -57,6 +57,7 @@
 #include "transport/base/log.h"
 #include "transport/net.h"
 #include "transport/rendezvous.h"
+#include "transport/shm/shm.h"
 
 #define MAX_RANKS HVD_HOST_MAX_SLOTS
 #define DEFAULT_GRACE_S 3
@@ -174,6 +175,7 @@ struct job {
     hvd_rdv_server *srv;
     char bind_addr[HVD_ADDR_MAX];
     char secret[2 * SECRET_BYTES + 1];
+    uint8_t job_id[HVD_JOB_ID_LEN];
     char cwd[PATH_MAX]; /* where remote ranks run */
     int joined;
     int null_fd; /* /dev/null, the stdin of ranks that get none */
@@ -1081,6 +1083,7 @@ static int job_setup(struct job *job, struct host *hosts, int nhosts) {
     for (size_t k = 0; k < sizeof(secret_bytes); k++)
         snprintf(job->secret + 2 * k, 3, "%02x", secret_bytes[k]);
     hvd_job_id_format(job_id, job_hex);
+    memcpy(job->job_id, job_id, sizeof(job_id));
     snprintf(start_marker, sizeof(start_marker), "hvdrun-started %s", job_hex);
 
     hvd_status st = hvd_rdv_server_create(job->bind_addr, 0, np, job_id,
@@ -2250,6 +2253,16 @@ int main(int argc, char **argv) {
     if (job_setup(&job, opt.hosts, opt.nhosts) != 0 || install_signals() != 0)
         goto destroy_job;
     code = job_run(&job);
+    /* A rank killed while hvd_init set up shared memory leaves its segment
+     * behind (ranks unlink them as soon as all have mapped them). */
+    {
+        int removed = hvd_shm_cleanup_job(job.job_id);
+        if (removed > 0)
+            HVD_INFO("hvdrun",
+                     "removed %d shared-memory segments a failed "
+                     "rank left in /dev/shm",
+                     removed);
+    }
 
 destroy_job:
     job_destroy(&job);

@@ -6,17 +6,25 @@
 #include <string.h>
 
 #include "transport/base/error.h"
+#include "transport/shm/shm.h"
 #include "transport/tcp/tcp.h"
 #ifdef HVD_WITH_MPI
 #include "transport/mpi/mpi.h"
+#endif
+#ifdef HVD_WITH_VERBS
+#include "transport/verbs/verbs.h"
 #endif
 
 /* The transports built in. Adding one is one line here (under its
  * HVD_WITH_<X>) and one folder. */
 static const hvd_transport_ops *const providers[] = {
     &hvd_tcp_ops,
+    &hvd_shm_ops,
 #ifdef HVD_WITH_MPI
     &hvd_mpi_ops,
+#endif
+#ifdef HVD_WITH_VERBS
+    &hvd_verbs_ops,
 #endif
 };
 
@@ -93,6 +101,18 @@ static hvd_status unsup_broadcast(hvd_transport *tp, void *buf, size_t count,
                          "transport %s has no native broadcast", tp->ops->name);
 }
 
+static hvd_status unsup_get(hvd_transport *tp, int peer, void *buf,
+                            uint64_t remote, size_t len) {
+    (void)peer, (void)buf, (void)remote, (void)len;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "transport %s has no one-sided get", tp->ops->name);
+}
+
+static int unsup_can_get(hvd_transport *tp, int peer) {
+    (void)tp, (void)peer;
+    return 0;
+}
+
 /* A member is set only if the provider's table is large enough to hold it
  * and it is not NULL. */
 #define PROVIDED(src, member)                                                  \
@@ -129,6 +149,8 @@ static void fill_tables(void) {
         FILL(dst, src, allreduce, unsup_allreduce);
         FILL(dst, src, allgather, unsup_allgather);
         FILL(dst, src, broadcast, unsup_broadcast);
+        FILL(dst, src, get, unsup_get);
+        FILL(dst, src, can_get, unsup_can_get);
     }
 }
 

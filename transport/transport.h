@@ -27,6 +27,21 @@
 #define HVD_HOST_MAX 64
 
 /*
+ * Where a buffer lives. Transports see only byte ranges; a transport that
+ * can move device memory itself (RDMA with GPUDirect) says so in its caps
+ * (mem_types), and then gets device pointers in isend/irecv. Every other
+ * transport only ever gets host memory: device buffers reach it through
+ * the staging pipeline of gpu/stage.h.
+ */
+typedef enum {
+    HVD_MEM_HOST = 0,   /* host memory (pageable, pinned or managed) */
+    HVD_MEM_DEVICE = 1, /* CUDA device memory */
+    HVD_MEM_COUNT
+} hvd_memtype;
+
+#define HVD_MEM_BIT(type) (1u << (unsigned)(type))
+
+/*
  * Channels: independent ordered streams between each pair of ranks.
  * Messages of one channel never wait behind those of another, so a
  * control protocol can run beside the data of collectives.
@@ -76,17 +91,34 @@ typedef struct hvd_transport_params {
     const char *secret;                /* job secret; "" for a job of one */
     const char (*hosts)[HVD_HOST_MAX]; /* size entries, for messages */
     const int *pids;                   /* size entries, for messages */
-    int64_t timeout_ns;         /* a peer may stall this long mid-operation */
+    int gpu_device;     /* CUDA device this rank's GPU work runs on, -1: none
+                           (lets a transport pick the NIC next to it) */
+    int64_t timeout_ns; /* a peer may stall this long mid-operation */
     int64_t connect_timeout_ns; /* bound on connection setup */
     int tcp_nsocks;             /* sockets per peer pair */
     size_t tcp_stripe_min;      /* messages from this size are striped */
+    /* The verbs transport (HVD_IB_*, docs/environment.md). */
+    const char *ib_device; /* NULL or "": the first with an active port */
+    int ib_port;           /* 0: the first active port */
+    int ib_gid_index;      /* -1: chosen (RoCE v2 with IPv4 first) */
+    size_t ib_chunk_bytes; /* receive ring slot: largest chunk written */
+    int ib_ring_chunks;    /* slots of the data ring per peer */
+    int ib_mr_cache;       /* user buffers registered: 0 never, 1 always,
+                              2 where the device pages on demand */
 } hvd_transport_params;
 
 /* What a transport can do here, filled by probe. */
 typedef struct hvd_caps {
     int usable;             /* 1 if open can succeed on this machine */
     int native_collectives; /* 1 if allreduce/allgather/broadcast exist */
-    char reason[256];       /* why not usable, for the user */
+    int one_sided;          /* 1 if get may work (open says for sure) */
+    /* Memory types isend/irecv accept (HVD_MEM_BIT of each); 0 means host
+     * memory only. A transport that sets HVD_MEM_BIT(HVD_MEM_DEVICE) (RDMA
+     * with GPUDirect: nvidia-peermem loaded) receives device pointers of
+     * the device named in params->gpu_device and registers them itself;
+     * device collectives then skip staging. */
+    unsigned mem_types;
+    char reason[256]; /* why not usable, for the user */
 } hvd_caps;
 
 typedef struct hvd_transport hvd_transport;
@@ -146,6 +178,20 @@ typedef struct hvd_transport_ops {
                             void *recvbuf, size_t count, hvd_dtype dtype);
     hvd_status (*broadcast)(hvd_transport *tp, void *buf, size_t count,
                             hvd_dtype dtype, int root);
+
+    /*
+     * Optional one-sided read: copies len bytes at address remote of peer's
+     * memory into buf, and returns once they are in buf (blocking). The
+     * peer published remote (in a message) and keeps those bytes valid and
+     * unchanged until it hears, by another message, that this rank is done.
+     * Unsupported by default; hvd_transport_can_get says whether an open
+     * instance has it.
+     */
+    hvd_status (*get)(hvd_transport *tp, int peer, void *buf, uint64_t remote,
+                      size_t len);
+
+    /* 1 if get works towards peer on this open instance. Default 0. */
+    int (*can_get)(hvd_transport *tp, int peer);
 } hvd_transport_ops;
 
 /* Every transport instance starts with this. */

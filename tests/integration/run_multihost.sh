@@ -139,6 +139,36 @@ if [ $code -ne 0 ] || [ $fails -ne 0 ]; then
     die "the 4-rank job failed"
 fi
 
+# ---- the hierarchical path over a shaped link ----
+# The veth pair becomes a 1 Gbit/s link with 1 ms of delay (netem); where
+# the kernel has no netem, tbf still limits the rate and the delay is left
+# out (said below). With 2 ranks a host, auto must take hier (shared memory
+# within each host, TCP between them) for the 4 MiB allreduce.
+shaped=""
+for pair in "$ns_a hvd-a-$$" "$ns_b hvd-b-$$"; do
+    set -- $pair
+    if ip netns exec "$1" tc qdisc add dev "$2" root netem delay 1ms \
+        rate 1gbit 2>/dev/null; then
+        shaped="netem delay 1ms rate 1gbit"
+    elif ip netns exec "$1" tc qdisc add dev "$2" root tbf rate 1gbit \
+        burst 256kb latency 50ms 2>/dev/null; then
+        shaped="tbf rate 1gbit (no netem in this kernel: no added delay)"
+    fi
+done
+echo "link: ${shaped:-unshaped (neither netem nor tbf)}"
+in_a timeout 120 "$hvdrun" -H $addr_a:2,$addr_b:2 $ssh_opts \
+    "$test_prog" >"$dir/out" 2>&1
+code=$?
+cat "$dir/out"
+check "shaped 4-rank job exits 0" 0 $code
+check "shaped: PASS lines" 4 "$(grep -c '^\[[0-3]\] PASS multihost rank' "$dir/out")"
+check "auto takes hier for 4 MiB over two hosts" 1 \
+    "$(grep -c '^\[0\] PATH allreduce 4194304: shm+tcp/hier/' "$dir/out")"
+for pair in "$ns_a hvd-a-$$" "$ns_b hvd-b-$$"; do
+    set -- $pair
+    ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null
+done
+
 # ---- a remote rank's status and message ----
 out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b $ssh_opts \
     sh -c 'exit $((HVD_RANK * 7))' 2>&1)

@@ -4,8 +4,9 @@
 #   run_peer_lost.sh HVDRUN PROG NP VICTIM AFTER
 #
 # Pass iff hvdrun exits 137 (the victim's SIGKILL) within 10 s of the
-# victim's death and 30 s in all, and each of the NP-1 survivors printed
-# "PASS peer_lost". Exit status: 0 pass, 1 fail, 77 skip.
+# victim's death and 30 s in all, each of the NP-1 survivors printed
+# "PASS peer_lost", and no shared-memory segment of the job is left.
+# HVD_TRANSPORT from the environment chooses the transport. Exit status: 0 pass, 1 fail, 77 skip.
 
 if [ $# -ne 5 ]; then
     echo "usage: $0 HVDRUN PROG NP VICTIM AFTER" >&2
@@ -28,8 +29,9 @@ trap 'rm -f "$out"' EXIT
 # The grace period lets survivors finish reporting after hvdrun has sent
 # them SIGTERM (which they ignore); it stays below the 10 s budget.
 start=$(date +%s.%N)
-timeout 60 "$hvdrun" --grace-seconds 8 -np "$np" -- "$prog" \
-    --victim "$victim" --after "$after" >"$out" 2>&1
+timeout 60 "$hvdrun" --grace-seconds 8 -np "$np" -- \
+    sh -c '[ "$HVD_RANK" = 0 ] && echo "JOB $HVD_JOB_ID"; exec "$0" "$@"' \
+    "$prog" --victim "$victim" --after "$after" >"$out" 2>&1
 rc=$?
 end=$(date +%s.%N)
 cat "$out"
@@ -59,6 +61,16 @@ else
         echo "run_peer_lost: FAIL: hvdrun took over 10 s after the victim's death"
         ok=0
     fi
+fi
+# Shared memory: nothing of the job is left in /dev/shm.
+job=$(sed -n 's/^\[0\] JOB \([0-9a-f]*\)$/\1/p' "$out" | head -n 1)
+if [ -z "$job" ]; then
+    echo "run_peer_lost: FAIL: rank 0 did not print the job id"
+    ok=0
+elif ls /dev/shm 2>/dev/null | grep -q "^hvd-$job-"; then
+    echo "run_peer_lost: FAIL: the job left segments in /dev/shm:" \
+        $(ls /dev/shm | grep "^hvd-$job-")
+    ok=0
 fi
 if awk -v t="$total" 'BEGIN { exit !(t > 30) }'; then
     echo "run_peer_lost: FAIL: the job took $total s (limit 30 s)"

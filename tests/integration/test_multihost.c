@@ -8,7 +8,9 @@
  * that the two hosts have different host names, then exact results of
  * allreduce (sum and average; float32 and int64; 1, 7 and 1M elements),
  * broadcast from rank 3 and allgather. Every input is a small integer, so
- * every result is exact. Prints "PASS multihost rank R: ..." and exits 0,
+ * every result is exact. Rank 0 prints the path of the 4 MiB allreduce
+ * ("PATH allreduce 4194304: ..."). Prints "PASS multihost rank R: ..." and
+ * exits 0,
  * or "FAIL multihost rank R: ..." and exits 1.
  */
 #include <hvd/hvd.h>
@@ -193,6 +195,15 @@ int main(void) {
 
     check_placement(rank, size);
     check_hosts(rank, host);
+    if (rank == 0) {
+        /* The selector's path for the largest allreduce (run_multihost.sh
+         * checks that auto takes hier over two hosts). */
+        char path[96];
+        size_t bytes = ((size_t)1 << 20) * sizeof(float);
+        check(hvd_path("allreduce", bytes, HVD_FLOAT32, path, sizeof(path)),
+              "hvd_path");
+        printf("PATH allreduce %zu: %s\n", bytes, path);
+    }
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
         check_allreduce_f32(rank, size, counts[k], HVD_SUM);
         check_allreduce_f32(rank, size, counts[k], HVD_AVERAGE);

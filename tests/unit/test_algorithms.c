@@ -3,7 +3,9 @@
  * rank, messages copied through mutex-protected queues. This checks the
  * algorithms' index arithmetic for every count and rank count (1 to 7),
  * chunk sizes down to the minimum, pipeline depths 1 to 4, forced
- * algorithms, every root, in place and out of place, independently of TCP.
+ * algorithms (ring, recursive doubling, Rabenseifner, direct one-sided
+ * reads, tree, chain), every root, in place and out of place,
+ * independently of any real transport.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -204,12 +206,27 @@ static hvd_status fake_progress(hvd_transport *t, int timeout_ms) {
     return HVD_OK;
 }
 
+/* One-sided reads: the ranks are threads of one process. */
+static hvd_status fake_get(hvd_transport *t, int peer, void *buf,
+                           uint64_t remote, size_t len) {
+    (void)t, (void)peer;
+    memcpy(buf, (const void *)(uintptr_t)remote, len);
+    return HVD_OK;
+}
+
+static int fake_can_get(hvd_transport *t, int peer) {
+    (void)t, (void)peer;
+    return 1;
+}
+
 static const hvd_transport_ops fake_ops = {
     .size = sizeof(hvd_transport_ops),
     .name = "fake",
     .isend = fake_isend,
     .irecv = fake_irecv,
     .progress = fake_progress,
+    .get = fake_get,
+    .can_get = fake_can_get,
 };
 
 /* ---- expected values ---- */
@@ -467,14 +484,13 @@ static int run_job(int p, const hvd_comm_config *cfg) {
     return j.errors;
 }
 
-static void sweep(hvd_algo ar, hvd_algo bc) {
-    static const size_t chunks[] = {64, 200, 4096};
-    static const int depths[] = {1, 2, 4};
+static void sweep_some(hvd_algo ar, hvd_algo bc, const size_t *chunks,
+                       size_t nchunks, const int *depths, size_t ndepths) {
     int errors = 0;
 
     for (int p = 1; p <= MAXP; p++) {
-        for (size_t c = 0; c < N(chunks); c++) {
-            for (size_t d = 0; d < N(depths); d++) {
+        for (size_t c = 0; c < nchunks; c++) {
+            for (size_t d = 0; d < ndepths; d++) {
                 hvd_comm_config cfg;
                 hvd_comm_config_default(&cfg);
                 cfg.chunk_bytes = chunks[c];
@@ -486,6 +502,29 @@ static void sweep(hvd_algo ar, hvd_algo bc) {
         }
     }
     assert_int_equal(errors, 0);
+}
+
+static void sweep(hvd_algo ar, hvd_algo bc) {
+    static const size_t chunks[] = {64, 200, 4096};
+    static const int depths[] = {1, 2, 4};
+    sweep_some(ar, bc, chunks, N(chunks), depths, N(depths));
+}
+
+/* Algorithms without a pipeline depth: fewer combinations. */
+static void sweep_short(hvd_algo ar, hvd_algo bc) {
+    static const size_t chunks[] = {64, 4096};
+    static const int depths[] = {2};
+    sweep_some(ar, bc, chunks, N(chunks), depths, N(depths));
+}
+
+static void rabenseifner_and_tree(void **state) {
+    (void)state;
+    sweep_short(HVD_ALGO_RABENSEIFNER, HVD_ALGO_TREE);
+}
+
+static void direct(void **state) {
+    (void)state;
+    sweep_short(HVD_ALGO_DIRECT, HVD_ALGO_DIRECT);
 }
 
 static void ring_and_chain(void **state) {
@@ -527,6 +566,8 @@ int main(void) {
         cmocka_unit_test(ring_and_chain),
         cmocka_unit_test(rd_and_tree),
         cmocka_unit_test(automatic),
+        cmocka_unit_test(rabenseifner_and_tree),
+        cmocka_unit_test(direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,19 +194,25 @@ static void malformed(void **state) {
 static void config_defaults_and_values(void **state) {
     (void)state;
     var none[] = {{NULL, NULL}};
-    var v[] = {
-        {"HVD_TIMEOUT_SECONDS", "5"}, {"HVD_START_TIMEOUT_SECONDS", "9"},
-        {"HVD_TCP_NSOCKS", "4"},      {"HVD_TCP_STRIPE_MIN", "1M"},
-        {"HVD_CHUNK_BYTES", "64k"},   {"HVD_PIPELINE_DEPTH", "8"},
-        {"HVD_ALGORITHM", "rd"},      {"HVD_BCAST_ALGORITHM", "pipeline"},
-        {"HVD_RD_MAX_BYTES", "0"},    {"HVD_TRANSPORT", "tcp"},
-        {"HVD_IFACE", "lo"},          {NULL, NULL}};
+    var v[] = {{"HVD_TIMEOUT_SECONDS", "5"},
+               {"HVD_START_TIMEOUT_SECONDS", "9"},
+               {"HVD_TCP_NSOCKS", "4"},
+               {"HVD_TCP_STRIPE_MIN", "1M"},
+               {"HVD_CHUNK_BYTES", "64k"},
+               {"HVD_PIPELINE_DEPTH", "8"},
+               {"HVD_ALGORITHM", "rabenseifner"},
+               {"HVD_BCAST_ALGORITHM", "pipeline"},
+               {"HVD_TUNING_FILE", "/tmp/t"},
+               {"HVD_TRANSPORT", "tcp"},
+               {"HVD_IFACE", "lo"},
+               {NULL, NULL}};
     hvd_config c;
 
     assert_int_equal(hvd_config_load(table_get, none, &c), HVD_OK);
     assert_string_equal(c.transport, "auto");
     assert_true(c.timeout_ns == 300LL * 1000000000LL);
     assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_AUTO);
+    assert_int_equal(c.chunk_forced, 0);
 
     assert_int_equal(hvd_config_load(table_get, v, &c), HVD_OK);
     assert_true(c.timeout_ns == 5LL * 1000000000LL);
@@ -215,9 +221,10 @@ static void config_defaults_and_values(void **state) {
     assert_int_equal(c.tcp_stripe_min, 1 << 20);
     assert_int_equal(c.comm.chunk_bytes, 64 << 10);
     assert_int_equal(c.comm.depth, 8);
-    assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_RD);
+    assert_int_equal(c.chunk_forced, 1);
+    assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_RABENSEIFNER);
     assert_int_equal(c.comm.bcast_algo, HVD_ALGO_PIPELINE);
-    assert_int_equal(c.comm.allreduce_rd_max, 0);
+    assert_string_equal(c.tuning_file, "/tmp/t");
     assert_string_equal(c.transport, "tcp");
     assert_string_equal(c.iface, "lo");
 }
@@ -235,6 +242,7 @@ static void config_malformed(void **state) {
         {{"HVD_ALGORITHM", "tree"}, {NULL, NULL}},
         {{"HVD_ALGORITHM", "fastest"}, {NULL, NULL}},
         {{"HVD_BCAST_ALGORITHM", "ring"}, {NULL, NULL}},
+        {{"HVD_BCAST_ALGORITHM", "hier"}, {NULL, NULL}},
         {{"HVD_PIPELINE_DEPTH", "17"}, {NULL, NULL}},
     };
     hvd_config c;

@@ -115,6 +115,12 @@ HVD_EXPORT const char *hvd_last_error(void);
  *
  * The blocking forms are submit + wait. sendbuf == recvbuf means in place.
  * count may be 0.
+ *
+ * Buffers are host memory or CUDA device memory on this rank's GPU
+ * (HVD_GPU_DEVICE, else the local rank), all of one operation the same
+ * kind, and the same kind on every rank for a name; device memory must
+ * hold its data when the call is made (docs/gpu.md). A build without CUDA
+ * refuses device memory with HVD_ERR_UNSUPPORTED.
  */
 
 /**
@@ -206,6 +212,18 @@ HVD_EXPORT hvd_status hvd_test(hvd_handle handle, int *done);
 
 /** Size in bytes of one element of dtype, 0 for an invalid dtype. */
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
+
+/**
+ * Describes the path a collective of bytes bytes (per rank; allgather: the
+ * gathered total) takes in this job: "<transport>/<algorithm>/<chunk
+ * bytes>", e.g. "shm/direct/262144", "tcp/ring/524288", "shm+tcp/hier/..."
+ * (hierarchical), or "local" in a job of one. Every rank gets the same
+ * answer; the debug log and the timeline show the same for each operation.
+ * @param [in]  collective "allreduce", "allgather" or "broadcast".
+ * @param [out] out        outlen bytes, NUL-terminated.
+ */
+HVD_EXPORT hvd_status hvd_path(const char *collective, size_t bytes,
+                               hvd_dtype dtype, char *out, size_t outlen);
 
 #ifdef __cplusplus
 }

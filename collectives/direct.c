@@ -1,0 +1,203 @@
+/*
+ * Direct algorithms, for ranks that can read each other's memory (the shm
+ * transport's one-sided get, process_vm_readv): no data message at all.
+ *
+ * Allreduce: every rank tells the others where its buffers are; rank r
+ * reduces segment r by reading it straight out of every peer's send
+ * buffer, a cache-sized chunk at a time, into its receive buffer; once
+ * every rank says its segment is done, each reads the other segments
+ * straight out of their owners' receive buffers into its own; a last
+ * round of messages says everyone is done reading, so no buffer is
+ * released while a peer may still read it. Each rank reads 2(p-1)/p of
+ * the data once and reduces (p-1)/p of it: a single copy, no staging.
+ *
+ * The rounds of small messages are the only synchronization; they also
+ * order the phases (messages between two ranks arrive in order).
+ */
+#include "collectives/coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/reduce.h"
+#include "transport/base/error.h"
+
+/* Where each peer's buffers are: send, recv. */
+typedef struct addrs {
+    uint64_t send;
+    uint64_t recv;
+} addrs;
+
+static hvd_status peer_addrs(hvd_comm *comm, addrs **out) {
+    if (comm->peer_addrs == NULL) {
+        comm->peer_addrs = calloc((size_t)comm->size, sizeof(addrs));
+        if (comm->peer_addrs == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    }
+    *out = comm->peer_addrs;
+    return HVD_OK;
+}
+
+/*
+ * One round: sends mine (len bytes, may be 0) to every peer and receives
+ * each peer's into all[peer] (stride len). A round is also a barrier.
+ */
+static hvd_status round_all(hvd_comm *comm, const void *mine, void *all,
+                            size_t len) {
+    int p = comm->size, r = comm->rank, n = 0;
+    hvd_req *req = comm->reqs;
+    hvd_status st = HVD_OK;
+
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int from = (r - k + p) % p;
+        st = hvd_comm_irecv(comm, from, (uint8_t *)all + (size_t)from * len,
+                            len, &req[n++]);
+    }
+    for (int k = 1; k < p && st == HVD_OK; k++)
+        st = hvd_comm_isend(comm, (r + k) % p, mine, len, &req[n++]);
+    if (st == HVD_OK)
+        st = hvd_comm_waitall(comm, req, n);
+    return st;
+}
+
+static hvd_status barrier_round(hvd_comm *comm) {
+    static char none;
+    /* Zero-length messages: all[peer] is never written. */
+    return round_all(comm, &none, &none, 0);
+}
+
+hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf,
+                            void *recvbuf) {
+    addrs mine = {(uint64_t)(uintptr_t)sendbuf, (uint64_t)(uintptr_t)recvbuf};
+    addrs *all = NULL;
+    hvd_status st = peer_addrs(comm, &all);
+    return st == HVD_OK ? round_all(comm, &mine, all, sizeof(mine)) : st;
+}
+
+hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                     void *recvbuf, size_t count,
+                                     hvd_dtype dtype, hvd_op op) {
+    size_t es = hvd_dtype_size(dtype);
+    size_t chunk = comm->cfg.chunk_bytes / es, off, cnt;
+    int p = comm->size, r = comm->rank;
+    const addrs *all = comm->peer_addrs;
+    uint8_t *tmp;
+    hvd_status st;
+
+    if (chunk == 0)
+        chunk = 1;
+    hvd_part_range(count, (size_t)p, (size_t)r, &off, &cnt);
+    st = hvd_comm_scratch(comm, (cnt < chunk ? cnt : chunk) * es + 1,
+                          (void **)&tmp);
+    for (size_t c = 0; st == HVD_OK && c < cnt; c += chunk) {
+        size_t n = cnt - c < chunk ? cnt - c : chunk;
+        size_t at = (off + c) * es;
+        uint8_t *acc = (uint8_t *)recvbuf + at;
+        for (int k = 1; k < p && st == HVD_OK; k++) {
+            int q = (r + k) % p; /* peers in turn: not all on one at once */
+            st = hvd_comm_get(comm, q, tmp, all[q].send + at, n * es);
+            if (st != HVD_OK)
+                break;
+            hvd_reduce(acc, k == 1 ? (const uint8_t *)sendbuf + at : acc, tmp,
+                       n, dtype, op);
+        }
+        if (st == HVD_OK && p == 1 && sendbuf != recvbuf)
+            memcpy(acc, (const uint8_t *)sendbuf + at, n * es);
+        if (st == HVD_OK && op == HVD_AVERAGE)
+            hvd_reduce_scale_div(acc, n, dtype, p);
+    }
+    return st;
+}
+
+hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
+                                         size_t count, hvd_dtype dtype) {
+    size_t es = hvd_dtype_size(dtype);
+    int p = comm->size, r = comm->rank;
+    const addrs *all = comm->peer_addrs;
+    hvd_status st = barrier_round(comm); /* every segment is done */
+
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int q = (r + k) % p;
+        size_t off, cnt;
+        hvd_part_range(count, (size_t)p, (size_t)q, &off, &cnt);
+        if (cnt > 0)
+            st = hvd_comm_get(comm, q, (uint8_t *)recvbuf + off * es,
+                              all[q].recv + off * es, cnt * es);
+    }
+    return st;
+}
+
+hvd_status hvd_direct_end(hvd_comm *comm) { return barrier_round(comm); }
+
+hvd_status hvd_direct_allreduce(hvd_comm *comm, const void *sendbuf,
+                                void *recvbuf, size_t count, hvd_dtype dtype,
+                                hvd_op op) {
+    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+    if (st == HVD_OK)
+        st =
+            hvd_direct_reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op);
+    if (st == HVD_OK)
+        st = hvd_direct_allgather_segments(comm, recvbuf, count, dtype);
+    if (st == HVD_OK)
+        st = hvd_direct_end(comm);
+    return st;
+}
+
+hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
+                                void *recvbuf, size_t bytes) {
+    uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
+    int p = comm->size, r = comm->rank;
+    addrs where = {(uint64_t)(uintptr_t)mine, 0};
+    addrs *all = NULL;
+    hvd_status st;
+
+    if (sendbuf != mine && bytes > 0)
+        memmove(mine, sendbuf, bytes);
+    if (p == 1)
+        return HVD_OK;
+    st = peer_addrs(comm, &all);
+    /* Each rank's block, where it now is in that rank's recvbuf. */
+    if (st == HVD_OK)
+        st = round_all(comm, &where, all, sizeof(where));
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int q = (r + k) % p;
+        if (bytes > 0)
+            st = hvd_comm_get(comm, q, (uint8_t *)recvbuf + (size_t)q * bytes,
+                              all[q].send, bytes);
+    }
+    if (st == HVD_OK)
+        st = barrier_round(comm);
+    return st;
+}
+
+hvd_status hvd_direct_broadcast(hvd_comm *comm, void *buf, size_t bytes,
+                                int root) {
+    int p = comm->size, r = comm->rank, n = 0;
+    hvd_req *req = comm->reqs;
+    uint64_t where = (uint64_t)(uintptr_t)buf;
+    hvd_status st = HVD_OK;
+    static char none;
+
+    if (p == 1)
+        return HVD_OK;
+    if (r == root) {
+        /* Tell everyone where the data is; wait until all have read it. */
+        for (int q = 0; q < p && st == HVD_OK; q++)
+            if (q != root)
+                st = hvd_comm_irecv(comm, q, &none, 0, &req[n++]);
+        for (int q = 0; q < p && st == HVD_OK; q++)
+            if (q != root)
+                st = hvd_comm_isend(comm, q, &where, sizeof(where), &req[n++]);
+        return st == HVD_OK ? hvd_comm_waitall(comm, req, n) : st;
+    }
+    st = hvd_comm_irecv(comm, root, &where, sizeof(where), &req[0]);
+    if (st == HVD_OK)
+        st = hvd_comm_wait(comm, &req[0]);
+    if (st == HVD_OK && bytes > 0)
+        st = hvd_comm_get(comm, root, buf, where, bytes);
+    if (st == HVD_OK)
+        st = hvd_comm_isend(comm, root, &none, 0, &req[0]);
+    if (st == HVD_OK)
+        st = hvd_comm_wait(comm, &req[0]);
+    return st;
+}

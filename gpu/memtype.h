@@ -1,0 +1,47 @@
+/*
+ * Memory-type detection: is a pointer host memory or CUDA device memory,
+ * and on which device?
+ *
+ * It asks the CUDA driver (libcuda.so.1, opened with dlopen the first time
+ * it is needed; hvd never links it) with cuPointerGetAttributes, which
+ * needs no CUDA context: detection never creates one, and a host-only job
+ * on a GPU machine stays off its GPUs. Where there is no driver, or the
+ * driver sees no device, every pointer is host memory and detection costs
+ * one load and a branch; that answer is probed once per process and kept.
+ *
+ * This part is built with or without the CUDA toolkit, so that a build
+ * without CUDA still recognizes a device pointer and refuses it with a
+ * sentence instead of touching it.
+ */
+#ifndef HVD_GPU_MEMTYPE_H
+#define HVD_GPU_MEMTYPE_H
+
+#include <stddef.h>
+
+#include "hvd/hvd.h"
+#include "transport/transport.h"
+
+typedef struct hvd_meminfo {
+    hvd_memtype type;
+    int device; /* CUDA device ordinal for HVD_MEM_DEVICE, else -1 */
+} hvd_meminfo;
+
+/* CUDA devices this process sees (0 without a driver or a device). The
+ * first call probes, later ones read the cached answer. Thread-safe. */
+int hvd_mem_device_count(void);
+
+/* Why hvd_mem_device_count() is 0, as a phrase for a sentence ("libcuda.so.1
+ * not found: no NVIDIA driver"); "" when it is not. */
+const char *hvd_mem_no_device_reason(void);
+
+/*
+ * Where ptr points. Managed memory (cudaMallocManaged) and registered or
+ * pinned host memory count as host memory: the CPU can read them. A
+ * pointer the driver does not know is host memory. Thread-safe.
+ */
+void hvd_mem_classify(const void *ptr, hvd_meminfo *out);
+
+/* "host memory" or "CUDA device 1 memory", for sentences. */
+void hvd_mem_describe(const hvd_meminfo *info, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,135 @@
+"""hvd: data-parallel collectives for deep-learning training, from Python.
+
+A pure-Python binding of libhvd (through ctypes). This module has the job's
+shape and the collectives on numpy arrays; ``hvd.torch`` is a drop-in for
+``horovod.torch``::
+
+    import numpy as np
+    import hvd
+
+    hvd.init()
+    total = hvd.allreduce(np.arange(4.0), op=hvd.Sum)
+    hvd.shutdown()
+
+Start the processes with ``hvdrun -np N python3 train.py``. docs/python.md
+describes every function.
+"""
+
+from hvd import _core
+from hvd._core import (Adasum, Average, Max, Min, Product, Sum,
+                       allgather_object, barrier, broadcast_object,
+                       cross_rank, cross_size, init, is_initialized, join,
+                       local_rank, local_size, mpi_threads_supported, poll,
+                       rank, resolve_op,
+                       shutdown, size, synchronize)
+from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
+                      InvalidArgumentError, MismatchError, UnsupportedError,
+                      library_path)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
+    "local_size", "cross_rank", "cross_size", "Sum", "Average", "Min", "Max",
+    "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
+    "allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "synchronize", "poll", "join", "barrier",
+    "broadcast_object", "allgather_object", "HvdError",
+    "HorovodInternalError", "MismatchError", "InvalidArgumentError",
+    "UnsupportedError", "HvdMemoryError", "library_path", "mpi_threads_supported",
+]
+
+
+def _np():
+    from hvd._numpy import NumpyBackend
+    return NumpyBackend
+
+
+# Collectives on numpy arrays. Names and arguments are those of
+# horovod.torch; an out-of-place op accepts anything np.asarray takes and
+# returns a new array, an in-place op (trailing _) writes into its array.
+
+
+def allreduce_async(array, average=None, name=None, op=None,
+                    prescale_factor=1.0, postscale_factor=1.0):
+    return _core.allreduce_async(_np(), array, name,
+                                 resolve_op(op, average), prescale_factor,
+                                 postscale_factor, False)
+
+
+def allreduce_async_(array, average=None, name=None, op=None,
+                     prescale_factor=1.0, postscale_factor=1.0):
+    return _core.allreduce_async(_np(), array, name,
+                                 resolve_op(op, average), prescale_factor,
+                                 postscale_factor, True)
+
+
+def allreduce(array, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0):
+    """Reduces array across ranks (default op: Average, as Horovod's)."""
+    return synchronize(allreduce_async(array, average, name, op,
+                                       prescale_factor, postscale_factor))
+
+
+def allreduce_(array, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0):
+    return synchronize(allreduce_async_(array, average, name, op,
+                                        prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_async(arrays, average=None, name=None, op=None,
+                            prescale_factor=1.0, postscale_factor=1.0):
+    return _core.grouped_allreduce_async(_np(), list(arrays), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         False)
+
+
+def grouped_allreduce_async_(arrays, average=None, name=None, op=None,
+                             prescale_factor=1.0, postscale_factor=1.0):
+    return _core.grouped_allreduce_async(_np(), list(arrays), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         True)
+
+
+def grouped_allreduce(arrays, average=None, name=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(grouped_allreduce_async(arrays, average, name, op,
+                                               prescale_factor,
+                                               postscale_factor))
+
+
+def grouped_allreduce_(arrays, average=None, name=None, op=None,
+                       prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(grouped_allreduce_async_(arrays, average, name, op,
+                                                prescale_factor,
+                                                postscale_factor))
+
+
+def allgather_async(array, name=None):
+    return _core.allgather_async(_np(), array, name)
+
+
+def allgather(array, name=None):
+    """Concatenates every rank's array along the first dimension (which
+    may differ between ranks)."""
+    return synchronize(_core.allgather_async(_np(), array, name, False))
+
+
+def broadcast_async(array, root_rank, name=None):
+    return _core.broadcast_async(_np(), array, root_rank, name, False)
+
+
+def broadcast_async_(array, root_rank, name=None):
+    return _core.broadcast_async(_np(), array, root_rank, name, True)
+
+
+def broadcast(array, root_rank, name=None):
+    return synchronize(broadcast_async(array, root_rank, name))
+
+
+def broadcast_(array, root_rank, name=None):
+    return synchronize(broadcast_async_(array, root_rank, name))

@@ -1,0 +1,683 @@
+"""The collectives, written once over an array "backend" (numpy's or
+torch's, see hvd/_numpy.py and hvd/torch/mpi_ops.py).
+
+Every operation is submitted with the C API's _async form and registered
+under an int handle, as Horovod's are; synchronize(handle) waits for it
+and returns its output, poll(handle) says whether it has finished. Until
+then the request holds a reference to every buffer libhvd reads or writes,
+so none of them can be freed under it.
+
+An array hvd can hand to libhvd as it is (on the CPU, C-contiguous, of a
+dtype the C API has) is used in place; any other one is copied into a
+"carrier" buffer first (int16 and uint16 travel as int32, uint32 as int64,
+bool as uint8; a GPU tensor through host memory) and the result copied back
+when the operation is synchronized.
+
+Names follow Horovod's: the C operation of allreduce(x, name="w") is
+"allreduce.w" (so an allreduce and a broadcast may share a name). Unnamed
+operations are passed to libhvd without a name, and the k-th unnamed
+operation of a kind matches the k-th of every rank, as in Horovod.
+"""
+
+import atexit
+import ctypes
+import itertools
+import pickle
+import threading
+import warnings
+
+from hvd import _lib as L
+from hvd._lib import (FLOATING, HvdError, InvalidArgumentError,
+                      MismatchError)
+
+# Reduction ops, as hvd.Sum etc. (the values of hvd_op).
+Sum, Average, Min, Max, Product = L.SUM, L.AVERAGE, L.MIN, L.MAX, L.PRODUCT
+
+
+class _Unsupported:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "hvd.%s" % self.name
+
+
+# Horovod's Adasum: named so that trainers which mention it import, refused
+# when used.
+Adasum = _Unsupported("Adasum")
+
+
+def resolve_op(op, average):
+    """Horovod's rules for op= and the deprecated average=: at most one of
+    them; neither means Average."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please "
+                         "provide only one of them.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and "
+                      "will be removed", DeprecationWarning, stacklevel=3)
+        op = Average if average else Sum
+    if op is None:
+        return Average
+    if op is Adasum:
+        raise NotImplementedError("hvd has no Adasum; use op=hvd.Average")
+    if op not in (Sum, Average, Min, Max, Product):
+        raise ValueError("hvd: op %r is not one of hvd.Sum, hvd.Average, "
+                         "hvd.Min, hvd.Max, hvd.Product" % (op,))
+    return op
+
+
+class Spec:
+    """How an array's dtype travels: code is the hvd_dtype of the buffer
+    libhvd sees; native means the array already has that dtype."""
+
+    __slots__ = ("code", "native", "is_bool", "name")
+
+    def __init__(self, code, native, is_bool, name):
+        self.code, self.native = code, native
+        self.is_bool, self.name = is_bool, name
+
+    @property
+    def floating(self):
+        return self.code in FLOATING and not self.is_bool
+
+
+# ---------------------------------------------------------------------
+# Basics
+
+_atexit_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job (hvd_init). comm and process_sets are Horovod's
+    arguments; hvd supports only their defaults."""
+    global _atexit_registered
+    if comm is not None:
+        raise NotImplementedError("hvd.init: comm= is not supported; hvd "
+                                  "takes its ranks from its launcher")
+    if process_sets is not None:
+        raise NotImplementedError("hvd.init: process sets are not supported")
+    L.check(L.lib().hvd_init())
+    if not _atexit_registered:
+        atexit.register(_shutdown_at_exit)
+        _atexit_registered = True
+
+
+def shutdown():
+    """Leaves the job (hvd_shutdown). Operations still in flight finish
+    with an error; their handles are released."""
+    lib = L.lib()
+    st = lib.hvd_shutdown()
+    err = L.error_for(st) if st != 0 else None
+    for handle in list(_requests):
+        req = _requests.pop(handle, None)
+        if req is not None:
+            if req.ready is not None:
+                req.ready.wait()  # its first step fails at shutdown
+            _release(req)
+    if err is not None:
+        raise err
+
+
+def _shutdown_at_exit():
+    if L.lib().hvd_initialized():
+        try:
+            shutdown()
+        except HvdError:
+            pass
+
+
+def mpi_threads_supported():
+    """True: any thread may submit and wait (hvd's engine is
+    thread-safe)."""
+    return True
+
+
+def is_initialized():
+    return bool(L.lib().hvd_initialized())
+
+
+def _shape_query(fn):
+    value = getattr(L.lib(), fn)()
+    if value < 0:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    return value
+
+
+def rank():
+    return _shape_query("hvd_rank")
+
+
+def size():
+    return _shape_query("hvd_size")
+
+
+def local_rank():
+    return _shape_query("hvd_local_rank")
+
+
+def local_size():
+    return _shape_query("hvd_local_size")
+
+
+def cross_rank():
+    return _shape_query("hvd_cross_rank")
+
+
+def cross_size():
+    return _shape_query("hvd_cross_size")
+
+
+def _require_init(what):
+    if not L.lib().hvd_initialized():
+        raise InvalidArgumentError(
+            L.HVD_ERR_NOT_INITIALIZED,
+            "%s: hvd is not initialized: call hvd.init() first" % what)
+
+
+def barrier():
+    """Returns once every rank has called it."""
+    L.check(L.lib().hvd_barrier())
+
+
+def join(device=-1):
+    """For a rank out of data (hvd_join): the others' allreduces go on
+    without it until every rank has joined. Returns the last rank to join.
+    device is Horovod's argument and is ignored."""
+    last = ctypes.c_int(-1)
+    L.check(L.lib().hvd_join(ctypes.byref(last)))
+    return last.value
+
+
+# ---------------------------------------------------------------------
+# Requests and handles
+
+
+class _Request:
+    """An operation in flight: its C handles, the objects that own the
+    buffers they use, what to do once they are done (finish), and for a
+    two-step operation the step to submit after the first (then).
+
+    ready, when set, is an Event of the helper thread that runs the second
+    step as soon as the first is done (see _advance_in_background); until
+    it is set, that thread owns the request."""
+
+    __slots__ = ("handles", "keep", "finish", "then", "error", "info",
+                 "ready")
+
+    def __init__(self, handles, keep, finish, then=None):
+        self.handles = handles
+        self.keep = keep
+        self.finish = finish
+        self.then = then
+        self.error = None
+        self.info = None
+        self.ready = None
+
+
+_requests = {}
+_handle_ids = itertools.count(1)
+_noname_allgathers = itertools.count()
+_noname_lock = threading.Lock()
+
+
+def _register(req):
+    handle = next(_handle_ids)
+    _requests[handle] = req
+    return handle
+
+
+def _release(req):
+    """Waits for (and so frees) every C handle the request still holds."""
+    lib = L.lib()
+    handles, req.handles = req.handles, []
+    for h in handles:
+        lib.hvd_wait(h)
+
+
+def _wait_handles(req):
+    """Waits for every C handle; raises the first failure once all are
+    released."""
+    lib = L.lib()
+    err = None
+    handles, req.handles = req.handles, []
+    for h in handles:
+        st = lib.hvd_wait(h)
+        if st != 0 and err is None:
+            err = L.error_for(st)
+    if err is not None:
+        raise err
+
+
+def _advance(req):
+    """Waits for the first step and submits the second; a failure is kept
+    in req.error for synchronize() to raise."""
+    try:
+        _wait_handles(req)
+        then, req.then = req.then, None
+        then(req)
+    except Exception as e:  # raised again by synchronize()
+        req.error = e
+
+
+def _advance_in_background(req):
+    """Runs the second step of req from a helper thread as soon as the
+    first is done, so that it is in flight on this rank without waiting
+    for synchronize(): another rank may wait for it before doing what this
+    rank waits for before synchronizing (as with Horovod, where an
+    allgather_async proceeds by itself)."""
+    req.ready = threading.Event()
+
+    def run():
+        try:
+            _advance(req)
+        finally:
+            req.ready.set()
+
+    threading.Thread(target=run, name="hvd-allgather", daemon=True).start()
+
+
+def _lookup(handle):
+    req = _requests.get(handle)
+    if req is None:
+        raise ValueError("hvd: handle %r is not an operation in flight (it "
+                         "was synchronized already, or never returned by "
+                         "an _async call)" % (handle,))
+    return req
+
+
+def _complete(req):
+    if req.ready is not None:
+        req.ready.wait()
+    try:
+        while True:
+            if req.error is not None:
+                raise req.error
+            _wait_handles(req)
+            if req.then is None:
+                break
+            then, req.then = req.then, None
+            then(req)
+        return req.finish()
+    finally:
+        _release(req)
+        req.keep = None
+
+
+def synchronize(handle):
+    """Waits for the operation of handle and returns its output."""
+    req = _lookup(handle)
+    del _requests[handle]
+    return _complete(req)
+
+
+def synchronize_request(handle):
+    """synchronize(), and the request (its info) too."""
+    req = _lookup(handle)
+    del _requests[handle]
+    return _complete(req), req
+
+
+def poll(handle):
+    """True once the operation of handle has finished (synchronize() then
+    returns at once; it raises the operation's error if it failed)."""
+    req = _lookup(handle)
+    if req.ready is not None and not req.ready.is_set():
+        return False
+    lib = L.lib()
+    done = ctypes.c_int(0)
+    while req.error is None:
+        for h in req.handles:
+            lib.hvd_test(h, ctypes.byref(done))
+            if not done.value:
+                return False
+        if req.then is None:
+            return True
+        _advance(req)
+    return True
+
+
+# ---------------------------------------------------------------------
+# Submitting
+
+
+def _cname(kind, name):
+    if name is None:
+        return None
+    return ("%s.%s" % (kind, name)).encode("utf-8")
+
+
+def _check_handle(st, h):
+    if st != 0:
+        raise L.error_for(st)
+    return h.value
+
+
+def _allreduce_c(cname, send, recv, count, code, op):
+    h = ctypes.c_void_p()
+    st = L.lib().hvd_allreduce_async(cname, send, recv, count, code, op,
+                                     ctypes.byref(h))
+    return _check_handle(st, h)
+
+
+def _grouped_c(cname, sends, recvs, counts, code, op):
+    n = len(sends)
+    h = ctypes.c_void_p()
+    st = L.lib().hvd_grouped_allreduce_async(
+        cname, n, (ctypes.c_void_p * n)(*sends), (ctypes.c_void_p * n)(*recvs),
+        (ctypes.c_size_t * n)(*counts), code, op, ctypes.byref(h))
+    return _check_handle(st, h)
+
+
+def _broadcast_c(cname, buf, count, code, root):
+    h = ctypes.c_void_p()
+    st = L.lib().hvd_broadcast_async(cname, buf, count, code, root,
+                                     ctypes.byref(h))
+    return _check_handle(st, h)
+
+
+def _allgather_c(cname, send, recv, count, code):
+    h = ctypes.c_void_p()
+    st = L.lib().hvd_allgather_async(cname, send, recv, count, code,
+                                     ctypes.byref(h))
+    return _check_handle(st, h)
+
+
+def _wait_c(h):
+    L.check(L.lib().hvd_wait(h))
+
+
+def _c_op(op, spec, what):
+    """The hvd_op for op on spec's dtype: a bool travels as uint8, where
+    max is logical or and min logical and."""
+    if not spec.is_bool:
+        return op
+    if op in (Sum, Max):
+        return Max
+    if op in (Min, Product):
+        return Min
+    raise TypeError("%s: op=Average is not defined on bool tensors" % what)
+
+
+def _check_scale(spec, pre, post, what):
+    if (pre != 1 or post != 1) and spec.is_bool:
+        raise TypeError("%s: prescale_factor/postscale_factor do not apply "
+                        "to bool tensors" % what)
+
+
+class _Reduce:
+    """One array of an allreduce: the buffer libhvd reduces (buf, in place,
+    or send -> buf), and the output it ends in (out)."""
+
+    __slots__ = ("x", "spec", "buf", "send", "out", "count")
+
+    def __init__(self, B, x, pre, inplace, what):
+        spec = B.spec(x, what)
+        _check_scale(spec, pre, 1, what)
+        if inplace:
+            B.check_writable(x, what)
+        self.x, self.spec, self.count = x, spec, B.numel(x)
+        # With a prescale factor the input is scaled in a copy, so that a
+        # failed submission leaves it as it was.
+        if B.direct(x, spec) and inplace and pre == 1:
+            self.buf = self.out = x
+            self.send = B.ptr(x)
+        elif B.direct(x, spec) and pre == 1:
+            self.buf = self.out = B.empty_like(x)
+            self.send = B.ptr(x)
+        else:
+            self.buf = B.carrier(x, spec)
+            if pre != 1:
+                B.scale(self.buf, pre, spec)
+            self.send = B.ptr(self.buf)
+            if inplace:
+                self.out = x
+            elif spec.native and B.on_cpu(x):
+                self.out = self.buf
+            else:
+                self.out = B.empty_like(x)
+
+    def finish(self, B, post):
+        if post != 1:
+            B.scale(self.buf, post, self.spec)
+        if self.out is not self.buf:
+            B.assign(self.out, self.buf)
+        return self.out
+
+
+def allreduce_async(B, x, name, op, pre, post, inplace):
+    what = "hvd.allreduce" + ("_" if inplace else "")
+    x = B.input(x, inplace, what)
+    spec = B.spec(x, what)
+    cop = _c_op(op, spec, what)
+    _check_scale(spec, pre, post, what)
+    r = _Reduce(B, x, pre, inplace, what)
+    h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
+                     r.spec.code, cop)
+    return _register(_Request([h], r, lambda: r.finish(B, post)))
+
+
+def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
+    """One grouped allreduce per dtype among xs (the C call takes one
+    dtype); with several, the name of each gets ".<dtype>"."""
+    what = "hvd.grouped_allreduce" + ("_" if inplace else "")
+    xs = [B.input(x, inplace, what) for x in xs]
+    if not xs:
+        raise ValueError("%s: needs at least one tensor" % what)
+    keys = []
+    for x in xs:
+        spec = B.spec(x, what)
+        _check_scale(spec, pre, post, what)
+        keys.append((spec.code, _c_op(op, spec, what)))
+    parts = [_Reduce(B, x, pre, inplace, what) for x in xs]
+    groups = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    handles = []
+    req = _Request(handles, parts, None)
+    try:
+        for (code, cop), idx in groups.items():
+            cname = _cname("grouped_allreduce", name)
+            if name is not None and len(groups) > 1:
+                cname = _cname("grouped_allreduce",
+                               "%s.%s" % (name, L.DTYPE_NAMES[code]))
+            handles.append(_grouped_c(cname, [parts[i].send for i in idx],
+                                      [B.ptr(parts[i].buf) for i in idx],
+                                      [parts[i].count for i in idx], code,
+                                      cop))
+    except BaseException:
+        _release(req)
+        raise
+    req.finish = lambda: [r.finish(B, post) for r in parts]
+    return _register(req)
+
+
+def broadcast_async(B, x, root_rank, name, inplace):
+    what = "hvd.broadcast" + ("_" if inplace else "")
+    x = B.input(x, inplace, what)
+    spec = B.spec(x, what)
+    if inplace:
+        B.check_writable(x, what)
+    if inplace and B.direct(x, spec):
+        buf = out = x
+    else:
+        buf = B.carrier(x, spec)
+        if inplace:
+            out = x
+        elif spec.native and B.on_cpu(x):
+            out = buf
+        else:
+            out = B.empty_like(x)
+    h = _broadcast_c(_cname("broadcast", name), B.ptr(buf), B.numel(buf),
+                     spec.code, int(root_rank))
+
+    def finish():
+        if out is not buf:
+            B.assign(out, buf)
+        return out
+
+    return _register(_Request([h], (x, buf, out), finish))
+
+
+# The shape record each rank contributes to an allgather's first step:
+# ndim, dtype code, bool flag, first dimension, and up to _DIMS more
+# dimensions (the last one the product of any beyond).
+_DIMS = 8
+_META = 4 + _DIMS
+
+
+def _meta_of(shape, spec):
+    rest = list(shape[1:])
+    if len(rest) > _DIMS:
+        tail = 1
+        for d in rest[_DIMS - 1:]:
+            tail *= d
+        rest = rest[:_DIMS - 1] + [tail]
+    rest += [-1] * (_DIMS - len(rest))
+    return [len(shape), spec.code, int(spec.is_bool), shape[0]] + rest
+
+
+def _describe(meta):
+    ndim, code, is_bool, d0 = meta[:4]
+    dims = [d0] + [d for d in meta[4:4 + max(ndim - 1, 0)]]
+    return "%s %s" % ("bool" if is_bool else L.DTYPE_NAMES[code],
+                      list(dims))
+
+
+def allgather_async(B, x, name, eager=True):
+    """Gathers x from every rank along its first dimension, which may
+    differ between ranks (as in Horovod): a first step gathers every
+    rank's shape, the second the data (padded to the largest first
+    dimension when they differ). With eager, a helper thread submits the
+    second step as soon as the first is done; without, synchronize() does
+    (for a caller that synchronizes at once)."""
+    what = "hvd.allgather"
+    x = B.input(x, False, what)
+    spec = B.spec(x, what)
+    _require_init(what)
+    nranks = size()
+    shape = tuple(B.shape(x)) or (1,)
+    if name is None:
+        with _noname_lock:
+            name = "noname.%d" % next(_noname_allgathers)
+    if B.direct(x, spec):
+        src = x
+    else:
+        src = B.carrier(x, spec)
+    meta_send = (ctypes.c_int64 * _META)(*_meta_of(shape, spec))
+    meta_recv = (ctypes.c_int64 * (_META * nranks))()
+    h = _allgather_c(_cname("allgather_shape", name), meta_send, meta_recv,
+                     _META, L.INT64)
+
+    def second(req):
+        metas = [list(meta_recv[r * _META:(r + 1) * _META])
+                 for r in range(nranks)]
+        firsts = [m[3] for m in metas]
+        if any(m[:3] + m[4:] != metas[0][:3] + metas[0][4:] for m in metas):
+            raise MismatchError(
+                L.HVD_ERR_MISMATCH,
+                "hvd.allgather('%s'): ranks disagree on the dtype or on the "
+                "dimensions after the first: %s" %
+                (name, "; ".join("rank %d: %s" % (r, _describe(m))
+                                 for r, m in enumerate(metas))))
+        rest = shape[1:]
+        row = 1
+        for d in rest:
+            row *= d
+        total = sum(firsts)
+        gathered = B.empty((total,) + tuple(rest), spec)
+        cname = _cname("allgather", name)
+        flat_src = B.flatten(src)
+        if all(f == firsts[0] for f in firsts):
+            req.handles.append(_allgather_c(cname, B.ptr(flat_src),
+                                            B.ptr(gathered), firsts[0] * row,
+                                            spec.code))
+            padded = None
+        else:
+            most = max(firsts)
+            send = B.empty((most * row,), spec)
+            send[:shape[0] * row] = flat_src
+            padded = B.empty((nranks * most * row,), spec)
+            req.handles.append(_allgather_c(cname, B.ptr(send),
+                                            B.ptr(padded), most * row,
+                                            spec.code))
+            req.keep = (req.keep, send)
+        req.keep = (req.keep, gathered, padded, flat_src)
+        req.info = firsts
+
+        def finish():
+            if padded is not None:
+                flat = B.flatten(gathered)
+                at = 0
+                for r, f in enumerate(firsts):
+                    flat[at:at + f * row] = padded[r * most * row:
+                                                   r * most * row + f * row]
+                    at += f * row
+            if spec.native and B.on_cpu(x):
+                return gathered
+            out = B.empty_like(x, (total,) + tuple(rest))
+            B.assign(out, gathered)
+            return out
+
+        req.finish = finish
+
+    req = _Request([h], (x, src, meta_send, meta_recv), None, second)
+    if eager:
+        _advance_in_background(req)
+    return _register(req)
+
+
+# ---------------------------------------------------------------------
+# Python objects
+
+
+def _run(h):
+    _wait_c(h)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Pickles obj on root_rank and returns it, unpickled, on every rank.
+    (The default name does not depend on obj, which the other ranks often
+    pass as None.)"""
+    _require_init("hvd.broadcast_object")
+    name = name or "object"
+    me = rank()
+    if me == root_rank:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        n = ctypes.c_int64(len(data))
+    else:
+        n = ctypes.c_int64(0)
+    _run(_broadcast_c(_cname("broadcast", name + ".sz"), ctypes.byref(n), 1,
+                      L.INT64, int(root_rank)))
+    if me == root_rank:
+        buf = (ctypes.c_char * n.value).from_buffer_copy(data)
+    else:
+        buf = (ctypes.c_char * n.value)()
+    _run(_broadcast_c(_cname("broadcast", name + ".t"), buf, n.value, L.UINT8,
+                      int(root_rank)))
+    if me == root_rank:
+        return obj
+    return pickle.loads(bytes(buf))
+
+
+def allgather_object(obj, name=None):
+    """Pickles obj on every rank; returns the list of every rank's object
+    in rank order. The lengths are gathered first, then the bytes padded
+    to the longest."""
+    _require_init("hvd.allgather_object")
+    name = name or "object"
+    nranks = size()
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    n = ctypes.c_int64(len(data))
+    lengths = (ctypes.c_int64 * nranks)()
+    _run(_allgather_c(_cname("allgather", name + ".sz"), ctypes.byref(n),
+                      lengths, 1, L.INT64))
+    most = max(lengths)
+    send = (ctypes.c_char * most)()
+    ctypes.memmove(send, data, len(data))
+    recv = (ctypes.c_char * (most * nranks))()
+    _run(_allgather_c(_cname("allgather", name + ".t"), send, recv, most,
+                      L.UINT8))
+    raw = bytes(recv)
+    return [pickle.loads(raw[r * most:r * most + lengths[r]])
+            for r in range(nranks)]

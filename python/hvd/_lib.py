@@ -1,0 +1,211 @@
+"""libhvd through ctypes: finding the library, the C prototypes, and the
+mapping of hvd_status to Python exceptions.
+
+The library is looked for, in this order:
+
+1. ``HVD_LIBRARY`` (a path to libhvd.so): if set, only there;
+2. next to this package (``hvd/libhvd.so``, for a copy bundled with it);
+3. where ``cmake --install`` put it, relative to the installed package
+   (``hvd/_install.py``, written at install time);
+4. the dynamic loader's path (``libhvd.so.0``, ``libhvd.so``: LD_LIBRARY_PATH,
+   ldconfig's cache).
+
+ctypes releases the GIL around every foreign call, so a thread blocked in
+hvd_wait() does not stop the others.
+"""
+
+import ctypes
+import os
+import threading
+
+# The order of HVD_STATUS_MAP in <hvd/hvd.h>.
+STATUS_NAMES = (
+    "HVD_OK",
+    "HVD_ERR_INVALID_ARG",
+    "HVD_ERR_NOT_INITIALIZED",
+    "HVD_ERR_MISMATCH",
+    "HVD_ERR_PEER_LOST",
+    "HVD_ERR_TIMEOUT",
+    "HVD_ERR_TRANSPORT",
+    "HVD_ERR_AUTH",
+    "HVD_ERR_NO_MEMORY",
+    "HVD_ERR_UNSUPPORTED",
+    "HVD_ERR_SHUTDOWN",
+    "HVD_ERR_INTERNAL",
+)
+(HVD_OK, HVD_ERR_INVALID_ARG, HVD_ERR_NOT_INITIALIZED, HVD_ERR_MISMATCH,
+ HVD_ERR_PEER_LOST, HVD_ERR_TIMEOUT, HVD_ERR_TRANSPORT, HVD_ERR_AUTH,
+ HVD_ERR_NO_MEMORY, HVD_ERR_UNSUPPORTED, HVD_ERR_SHUTDOWN,
+ HVD_ERR_INTERNAL) = range(len(STATUS_NAMES))
+
+# hvd_dtype
+UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
+DTYPE_NAMES = ("uint8", "int8", "int32", "int64", "float16", "bfloat16",
+               "float32", "float64")
+DTYPE_SIZES = (1, 1, 4, 8, 2, 2, 4, 8)
+FLOATING = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
+
+# hvd_op
+SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
+OP_NAMES = ("sum", "average", "min", "max", "product")
+
+
+class HvdError(Exception):
+    """Base of the errors hvd raises for a failed C call.
+
+    ``status`` is the hvd_status (an int), ``status_name`` its name
+    (``"HVD_ERR_MISMATCH"``); the message is hvd_last_error()'s sentence.
+    """
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.status_name = (STATUS_NAMES[status]
+                            if 0 <= status < len(STATUS_NAMES)
+                            else "status %d" % status)
+
+
+class HorovodInternalError(HvdError, RuntimeError):
+    """A peer died or stalled, the transport failed, or hvd was shut down
+    (Horovod's name for the errors an elastic trainer recovers from)."""
+
+
+class MismatchError(HvdError, RuntimeError):
+    """Ranks disagree on an operation (HVD_ERR_MISMATCH)."""
+
+
+class InvalidArgumentError(HvdError, ValueError):
+    """A bad argument, a name already in flight, or hvd not initialized."""
+
+
+class UnsupportedError(HvdError, NotImplementedError):
+    """Not supported by this build of libhvd."""
+
+
+class HvdMemoryError(HvdError, MemoryError):
+    """libhvd ran out of memory."""
+
+
+for _cls in (HvdError, HorovodInternalError, MismatchError,
+             InvalidArgumentError, UnsupportedError, HvdMemoryError):
+    _cls.__module__ = "hvd"
+
+_ERROR_CLASSES = {
+    HVD_ERR_INVALID_ARG: InvalidArgumentError,
+    HVD_ERR_NOT_INITIALIZED: InvalidArgumentError,
+    HVD_ERR_MISMATCH: MismatchError,
+    HVD_ERR_UNSUPPORTED: UnsupportedError,
+    HVD_ERR_NO_MEMORY: HvdMemoryError,
+}
+
+
+def error_for(status, message=None):
+    """The exception for status, carrying hvd_last_error()'s sentence (read
+    now, on this thread, unless message is given)."""
+    if message is None:
+        message = last_error() or strerror(status)
+    return _ERROR_CLASSES.get(status, HorovodInternalError)(status, message)
+
+
+def check(status):
+    if status != 0:
+        raise error_for(status)
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _candidates():
+    env = os.environ.get("HVD_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = [os.path.join(here, "libhvd.so")]
+    try:
+        from hvd import _install  # written by cmake --install
+        names.append(os.path.normpath(os.path.join(here, _install.LIBDIR,
+                                                   "libhvd.so.0")))
+    except ImportError:
+        pass
+    names += ["libhvd.so.0", "libhvd.so"]
+    return names
+
+
+def _declare(lib):
+    c_int, c_size, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
+    c_char_p = ctypes.c_char_p
+    handle_p = ctypes.POINTER(c_void_p)
+    ptrs = ctypes.POINTER(c_void_p)
+    protos = {
+        "hvd_init": (c_int, []),
+        "hvd_shutdown": (c_int, []),
+        "hvd_initialized": (c_int, []),
+        "hvd_rank": (c_int, []),
+        "hvd_size": (c_int, []),
+        "hvd_local_rank": (c_int, []),
+        "hvd_local_size": (c_int, []),
+        "hvd_cross_rank": (c_int, []),
+        "hvd_cross_size": (c_int, []),
+        "hvd_strerror": (c_char_p, [c_int]),
+        "hvd_last_error": (c_char_p, []),
+        "hvd_allreduce_async": (c_int, [c_char_p, c_void_p, c_void_p, c_size,
+                                        c_int, c_int, handle_p]),
+        "hvd_grouped_allreduce_async": (c_int, [c_char_p, c_int, ptrs, ptrs,
+                                                ctypes.POINTER(c_size), c_int,
+                                                c_int, handle_p]),
+        "hvd_broadcast_async": (c_int, [c_char_p, c_void_p, c_size, c_int,
+                                        c_int, handle_p]),
+        "hvd_allgather_async": (c_int, [c_char_p, c_void_p, c_void_p, c_size,
+                                        c_int, handle_p]),
+        "hvd_wait": (c_int, [c_void_p]),
+        "hvd_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
+        "hvd_barrier": (c_int, []),
+        "hvd_join": (c_int, [ctypes.POINTER(c_int)]),
+        "hvd_dtype_size": (c_size, [c_int]),
+    }
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def lib():
+    """The loaded libhvd (loaded on first use)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            errors = []
+            for name in _candidates():
+                if os.path.sep in name and not os.path.exists(name):
+                    errors.append("%s: no such file" % name)
+                    continue
+                try:
+                    loaded = ctypes.CDLL(name)
+                except OSError as e:
+                    errors.append(str(e))
+                    continue
+                _declare(loaded)
+                _lib = loaded
+                break
+            else:
+                raise ImportError(
+                    "hvd: cannot load libhvd (%s); build it (tools/build) and "
+                    "set HVD_LIBRARY=/path/to/libhvd.so, or put its folder "
+                    "in LD_LIBRARY_PATH" % "; ".join(errors))
+    return _lib
+
+
+def library_path():
+    """The file libhvd was loaded from (loads it if needed)."""
+    return lib()._name
+
+
+def strerror(status):
+    return lib().hvd_strerror(status).decode("utf-8", "replace")
+
+
+def last_error():
+    return lib().hvd_last_error().decode("utf-8", "replace")

@@ -1,0 +1,65 @@
+"""hvd.torch: a drop-in for horovod.torch over libhvd.
+
+    import hvd.torch as hvd      # instead of: import horovod.torch as hvd
+
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+docs/python.md lists what is there and what differs from Horovod (no
+alltoall, no Adasum, no process sets, GPU tensors staged through host
+memory).
+"""
+
+from hvd._core import mpi_threads_supported
+from hvd._lib import (HorovodInternalError, HvdError,
+                      HvdMemoryError, InvalidArgumentError, MismatchError,
+                      UnsupportedError, library_path)
+from hvd.torch.compression import Compression
+from hvd.torch.functions import (allgather_object,
+                                 broadcast_object, broadcast_optimizer_state,
+                                 broadcast_parameters)
+from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,
+                               Product, Sum, allgather, allgather_async,
+                               allreduce, allreduce_, allreduce_async,
+                               allreduce_async_, barrier, broadcast,
+                               broadcast_, broadcast_async, broadcast_async_,
+                               cross_rank, cross_size, grouped_allreduce,
+                               grouped_allreduce_, grouped_allreduce_async,
+                               grouped_allreduce_async_, init,
+                               is_initialized, join, local_rank, local_size,
+                               poll, rank, shutdown, size, synchronize)
+from hvd.torch.optimizer import DistributedOptimizer
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
+    "local_size", "cross_rank", "cross_size", "Sum", "Average", "Min", "Max",
+    "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
+    "allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "synchronize", "poll", "join", "barrier",
+    "DistributedOptimizer", "Compression", "broadcast_parameters",
+    "broadcast_optimizer_state", "broadcast_object", "allgather_object",
+    "HvdError", "HorovodInternalError", "MismatchError",
+    "InvalidArgumentError", "UnsupportedError", "HvdMemoryError",
+    "library_path", "mpi_threads_supported", "nccl_built", "cuda_built",
+    "rocm_built",
+]
+
+
+def nccl_built():
+    """hvd has no NCCL in this release."""
+    return False
+
+
+def cuda_built():
+    """libhvd reduces in host memory; GPU tensors are staged through it."""
+    return False
+
+
+def rocm_built():
+    return False

@@ -1,0 +1,383 @@
+"""horovod.torch's collectives over libhvd: the torch backend of
+hvd/_core.py, and the autograd functions.
+
+A CPU tensor that is contiguous and of a dtype the C API has (uint8, int8,
+int32, int64, float16, bfloat16, float32, float64) is handed to libhvd as
+it is; any other (int16, bool, non-contiguous, on a GPU) is copied into a
+CPU buffer first and the result copied back when the operation is
+synchronized.
+"""
+
+import torch
+
+from hvd import _core
+from hvd import _lib as L
+from hvd._core import (Adasum, Average, Max, Min, Product, Spec, Sum, barrier,
+                       cross_rank, cross_size, init, is_initialized,
+                       local_rank, local_size, poll, rank, resolve_op,
+                       shutdown, size)
+from hvd._lib import (HorovodInternalError, HvdError, InvalidArgumentError,
+                      MismatchError)
+
+_NATIVE = {
+    torch.uint8: L.UINT8,
+    torch.int8: L.INT8,
+    torch.int32: L.INT32,
+    torch.int64: L.INT64,
+    torch.float16: L.FLOAT16,
+    torch.bfloat16: L.BFLOAT16,
+    torch.float32: L.FLOAT32,
+    torch.float64: L.FLOAT64,
+}
+_CARRIED = {
+    torch.int16: L.INT32,
+    torch.bool: L.UINT8,
+}
+_TORCH_OF_CODE = {code: dt for dt, code in _NATIVE.items()}
+_CPU = torch.device("cpu")
+
+
+class TorchBackend:
+    name = "torch"
+
+    @staticmethod
+    def input(x, inplace, what):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("%s: needs a torch.Tensor, got %s" %
+                            (what, type(x).__name__))
+        if x.is_sparse:
+            raise TypeError("%s: sparse tensors are not supported; pass "
+                            "tensor.to_dense()" % what)
+        return x
+
+    @staticmethod
+    def spec(x, what):
+        code = _NATIVE.get(x.dtype)
+        if code is not None:
+            return Spec(code, True, False, str(x.dtype))
+        code = _CARRIED.get(x.dtype)
+        if code is not None:
+            return Spec(code, False, x.dtype == torch.bool, str(x.dtype))
+        raise TypeError(
+            "%s: %s is not supported (supported: uint8, int8, int32, int64, "
+            "float16, bfloat16, float32, float64; int16 and bool are "
+            "carried in a wider type)" % (what, x.dtype))
+
+    @staticmethod
+    def check_writable(x, what):
+        pass
+
+    @staticmethod
+    def direct(x, spec):
+        return spec.native and x.device.type == "cpu" and x.is_contiguous()
+
+    @staticmethod
+    def on_cpu(x):
+        return x.device.type == "cpu"
+
+    @staticmethod
+    def numel(x):
+        return x.numel()
+
+    @staticmethod
+    def shape(x):
+        return tuple(x.shape)
+
+    @staticmethod
+    def ptr(x):
+        return x.data_ptr()
+
+    @staticmethod
+    def carrier(x, spec):
+        with torch.no_grad():
+            return x.detach().to(device=_CPU, dtype=_TORCH_OF_CODE[spec.code],
+                                 memory_format=torch.contiguous_format,
+                                 copy=True)
+
+    @staticmethod
+    def empty(shape, spec):
+        return torch.empty(shape, dtype=_TORCH_OF_CODE[spec.code])
+
+    @staticmethod
+    def empty_like(x, shape=None):
+        return torch.empty(x.shape if shape is None else shape,
+                           dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def assign(dst, src):
+        with torch.no_grad():
+            dst.copy_(src.view(dst.shape))
+
+    @staticmethod
+    def flatten(x):
+        return x.detach().view(-1)
+
+    @staticmethod
+    def scale(buf, factor, spec):
+        with torch.no_grad():
+            if spec.floating:
+                buf.mul_(factor)
+            else:
+                # Integers: in float64, truncated toward zero (as C casts).
+                buf.copy_(buf.double().mul_(factor))
+
+
+_B = TorchBackend
+
+
+# ---------------------------------------------------------------------
+# Allreduce
+
+
+def allreduce_async(tensor, average=None, name=None, op=None,
+                    prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None):
+    """Starts an allreduce of tensor into a new tensor; returns a handle
+    for synchronize()/poll()."""
+    _no_process_set(process_set)
+    return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
+                                 prescale_factor, postscale_factor, False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None,
+                     prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None):
+    """Starts an in-place allreduce of tensor; returns a handle."""
+    _no_process_set(process_set)
+    return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
+                                 prescale_factor, postscale_factor, True)
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce as an autograd function: the gradient of the output is
+    allreduced with the same op and factors (as Horovod does)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        return synchronize(_core.allreduce_async(_B, tensor, name, op,
+                                                 prescale_factor,
+                                                 postscale_factor, False))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (allreduce(grad_output, op=ctx.op,
+                          prescale_factor=ctx.prescale_factor,
+                          postscale_factor=ctx.postscale_factor),
+                None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    """Returns the reduction of tensor across ranks (default op: Average).
+    Differentiable. compression (hvd.torch.Compression.fp16) sends the
+    tensor in float16 and returns it in its own dtype."""
+    _no_process_set(process_set)
+    op = resolve_op(op, average)
+    if compression is None:
+        return HorovodAllreduce.apply(tensor, name, op, prescale_factor,
+                                      postscale_factor)
+    compressed, ctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor,
+                                     postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    """Reduces tensor in place and returns it (not differentiable)."""
+    return synchronize(allreduce_async_(tensor, average, name, op,
+                                        prescale_factor, postscale_factor,
+                                        process_set))
+
+
+# ---------------------------------------------------------------------
+# Grouped allreduce
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None,
+                            prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None):
+    """Starts one allreduce of a list of tensors (one negotiation, one
+    collective per dtype among them); synchronize() returns the list."""
+    _no_process_set(process_set)
+    return _core.grouped_allreduce_async(_B, list(tensors), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         False)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
+                             prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=None):
+    _no_process_set(process_set)
+    return _core.grouped_allreduce_async(_B, list(tensors), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         True)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        return tuple(synchronize(_core.grouped_allreduce_async(
+            _B, list(tensors), name, op, prescale_factor, postscale_factor,
+            False)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce(list(grad_outputs), op=ctx.op,
+                                  prescale_factor=ctx.prescale_factor,
+                                  postscale_factor=ctx.postscale_factor)
+        return (None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=None):
+    """Returns the list of the reductions of tensors. Differentiable."""
+    _no_process_set(process_set)
+    op = resolve_op(op, average)
+    tensors = list(tensors)
+    if compression is None:
+        return list(HorovodGroupedAllreduce.apply(
+            name, op, prescale_factor, postscale_factor, *tensors))
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor,
+                                            postscale_factor,
+                                            *[p[0] for p in pairs])
+    return [compression.decompress(t, p[1]) for t, p in zip(reduced, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None,
+                       prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op,
+                                                prescale_factor,
+                                                postscale_factor,
+                                                process_set))
+
+
+# ---------------------------------------------------------------------
+# Allgather
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    """Starts an allgather along the first dimension, whose size may differ
+    between ranks; returns a handle."""
+    _no_process_set(process_set)
+    return _core.allgather_async(_B, tensor, name)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """Allgather as an autograd function: the gradient is averaged across
+    ranks and each rank keeps its own rows (as Horovod does)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        out, req = _core.synchronize_request(
+            _core.allgather_async(_B, tensor, name, eager=False))
+        ctx.firsts = req.info
+        ctx.shape = tensor.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average)
+        me = rank()
+        offset = sum(ctx.firsts[:me])
+        grad = grad_reduced.narrow(0, offset, ctx.firsts[me])
+        return grad.reshape(ctx.shape), None
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Returns every rank's tensor concatenated along the first dimension.
+    Differentiable."""
+    _no_process_set(process_set)
+    return HorovodAllgather.apply(tensor, name)
+
+
+# ---------------------------------------------------------------------
+# Broadcast
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    """Starts a broadcast of root_rank's tensor into a new tensor."""
+    _no_process_set(process_set)
+    return _core.broadcast_async(_B, tensor, root_rank, name, False)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    """Starts a broadcast of root_rank's tensor into tensor on every rank."""
+    _no_process_set(process_set)
+    return _core.broadcast_async(_B, tensor, root_rank, name, True)
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """Broadcast as an autograd function: the gradient is averaged across
+    ranks and kept on the root only (as Horovod does)."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return synchronize(_core.broadcast_async(_B, tensor, root_rank, name,
+                                                 False))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average)
+        if rank() != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """Returns root_rank's tensor on every rank. Differentiable."""
+    _no_process_set(process_set)
+    return HorovodBroadcast.apply(tensor, root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    """Overwrites tensor with root_rank's on every rank and returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name,
+                                        process_set))
+
+
+# ---------------------------------------------------------------------
+
+
+def synchronize(handle):
+    """Waits for the operation of handle; returns its output tensor (or
+    list, for a grouped allreduce)."""
+    return _core.synchronize(handle)
+
+
+def join(device=-1):
+    """This rank is out of data: until every rank has joined, the others'
+    allreduces complete without it. Returns the last rank to join."""
+    return _core.join(device)
+
+
+def _no_process_set(process_set):
+    if process_set is not None:
+        raise NotImplementedError("hvd: process sets are not supported; "
+                                  "every operation spans all ranks")
+
+
+__all__ = [
+    "Adasum", "Average", "Max", "Min", "Product", "Sum", "barrier",
+    "cross_rank", "cross_size", "init", "is_initialized", "local_rank",
+    "local_size", "poll", "rank", "shutdown", "size", "HorovodInternalError",
+    "HvdError", "InvalidArgumentError", "MismatchError", "allreduce",
+    "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
+    "broadcast_", "broadcast_async", "broadcast_async_", "synchronize", "join",
+    "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
+    "HorovodBroadcast",
+]

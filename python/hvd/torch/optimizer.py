@@ -1,0 +1,249 @@
+"""DistributedOptimizer: horovod.torch's, over libhvd.
+
+It wraps a torch optimizer. A hook on each parameter's gradient accumulator
+starts that gradient's allreduce (allreduce_async_, named
+"allreduce.<parameter name>") as soon as backward has produced it, so the
+communication of the last layers overlaps the backward pass of the first;
+step() (or synchronize()) waits for all of them, then updates the weights.
+With backward_passes_per_step=N the gradients of N backward passes are
+accumulated locally and allreduced after the N-th.
+"""
+
+import contextlib
+import warnings
+
+import torch
+
+from hvd.torch.compression import Compression
+from hvd.torch.mpi_ops import (Average, allreduce_async_, resolve_op,
+                               synchronize)
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression,
+                 backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0, groups=None,
+                 sparse_as_dense=False):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [
+                ("allreduce.noname.%s" % i, v)
+                for param_group in self.param_groups
+                for i, v in enumerate(param_group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of "
+                             "tuples (name, parameter), usually produced by "
+                             "model.named_parameters().")
+        dups = _find_duplicates([k for k, _ in named_parameters])
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be "
+                             "unique. Found duplicates: %s" %
+                             ", ".join(dups))
+        all_param_ids = {id(v) for group in self.param_groups
+                         for v in group["params"]}
+        named_param_ids = {id(v) for _, v in named_parameters}
+        unnamed = all_param_ids - named_param_ids
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or "
+                             "more model parameters were not named. Python "
+                             "object ids: %s" %
+                             ", ".join(str(i) for i in sorted(unnamed)))
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters)}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: self.backward_passes_per_step
+                                 for _, v in sorted(named_parameters)}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        # Horovod skips the hooks on one rank (and allreduces everything in
+        # step()); hvd keeps them, so that one rank runs the same path.
+        self._register_hooks()
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    @staticmethod
+    def find_duplicates(lst):
+        return _find_duplicates(lst)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def _register_hooks(self):
+        for param_group in self.param_groups:
+            for p in param_group["params"]:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    p_tmp = p.expand_as(p)
+                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)
+
+    def _allreduce_grad_async(self, p):
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                raise ValueError("hvd: sparse gradients need "
+                                 "DistributedOptimizer(sparse_as_dense="
+                                 "True)")
+            tensor = tensor.to_dense()
+            p.grad = tensor
+        if self.op == Average:
+            # Split the average between the factors; libhvd divides by
+            # the number of ranks.
+            prescale_factor = 1.0 / self.gradient_predivide_factor
+            postscale_factor = self.gradient_predivide_factor
+        else:
+            prescale_factor = 1.0
+            postscale_factor = 1.0
+        tensor_compressed, ctx = self._compression.compress(tensor)
+        handle = allreduce_async_(tensor_compressed, name=name, op=self.op,
+                                  prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor)
+        return handle, ctx
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than "
+                        "backward_passes_per_step times before call "
+                        "to step(). Increase backward_passes_per_step to "
+                        "accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hook
+        has not run: a parameter this rank did not use gets zeros)."""
+        missing_p = self._requires_update - set(self._handles.keys())
+        for p in sorted(missing_p, key=lambda q: self._parameter_names[q]):
+            if p.grad is None:
+                # Another rank may have computed it (dynamic graphs): it
+                # still needs this rank's contribution.
+                p.grad = p.data.new(p.size()).zero_()
+            handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                handle, ctx = self._allreduce_grad_async(p)
+                self._handles[p] = (handle, ctx)
+        try:
+            for p, (handle, ctx) in self._handles.items():
+                output = synchronize(handle)
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                with torch.no_grad():
+                    p.grad.set_(self._compression.decompress(output, ctx))
+        finally:
+            self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For a step() after an explicit synchronize() (e.g. to clip the
+        reduced gradients in between)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause "
+                              "training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context "
+                              "if you use optimizer.synchronize() in your "
+                              "code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after "
+                                 "loss.backward() but before "
+                                 "optimizer.step() or "
+                                 "optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race "
+                                 "condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def _find_duplicates(lst):
+    seen, dups = set(), set()
+    for el in lst:
+        if el in seen:
+            dups.add(el)
+        seen.add(el)
+    return sorted(dups)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None,
+                         compression=Compression.none,
+                         backward_passes_per_step=1, op=Average,
+                         gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False,
+                         process_set=None):
+    """Wraps optimizer so that gradients are averaged (op) across ranks
+    before each step.
+
+    named_parameters: model.named_parameters(), which names each
+    gradient's allreduce (recommended; without it they are numbered).
+    compression: Compression.none or Compression.fp16.
+    backward_passes_per_step: backward passes accumulated locally before
+    the allreduce (divide the loss by it to average them).
+    op: Average (default), Sum, Min, Max or Product.
+    gradient_predivide_factor: with Average, the gradients are multiplied
+    by 1/f before the sum and by f/size after it.
+    num_groups/groups (fusing gradients into explicit groups) are
+    Horovod's; hvd fuses small allreduces itself and accepts only their
+    defaults.
+    """
+    op = resolve_op(op, None)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with "
+                         "op != Average")
+    if num_groups or groups is not None:
+        raise NotImplementedError("hvd: num_groups/groups are not "
+                                  "supported; hvd's engine fuses small "
+                                  "allreduces by itself")
+    if process_set is not None:
+        raise NotImplementedError("hvd: process sets are not supported")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be at least 1")
+    ns = {k: v for k, v in _DistributedOptimizer.__dict__.items()
+          if k not in ("__dict__", "__weakref__")}
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), ns)
+    return cls(optimizer.param_groups, named_parameters, compression,
+               backward_passes_per_step, op, gradient_predivide_factor,
+               groups, sparse_as_dense)

@@ -1,0 +1,36 @@
+# Tests of the Python package (python/hvd, hvd.torch), included by
+# tests/CMakeLists.txt. Each pytest file runs in one hvdrun launch per rank
+# count (importing torch costs seconds; one launch runs a whole file). They
+# skip (77) when HVD_PYTHON (cmake/python.cmake) lacks pytest, numpy or
+# torch.
+set(HVD_PY_TESTS ${CMAKE_CURRENT_LIST_DIR})
+foreach(case "numpy;1;numpy,pytest" "numpy;2;numpy,pytest"
+        "torch;1;torch,numpy,pytest" "torch;2;torch,numpy,pytest")
+  list(GET case 0 file)
+  list(GET case 1 np)
+  list(GET case 2 modules)
+  add_test(NAME python.${file}.np${np}
+           COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+                   "${HVD_PYTHON}" $<TARGET_FILE:hvd> ${np} ${modules}
+                   -m pytest -q -x -p no:cacheprovider
+                   ${HVD_PY_TESTS}/test_${file}.py)
+  set_tests_properties(python.${file}.np${np} PROPERTIES
+                       LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
+
+# The example trainer, briefly, on 2 ranks.
+add_test(NAME python.example.pytorch_synthetic.np2
+         COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+                 "${HVD_PYTHON}" $<TARGET_FILE:hvd> 2 torch
+                 ${CMAKE_SOURCE_DIR}/examples/pytorch_synthetic.py
+                 --batch-size 8 --num-warmup-batches 1
+                 --num-batches-per-iter 2 --num-iters 2)
+set_tests_properties(python.example.pytorch_synthetic.np2 PROPERTIES
+                     LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# cmake --install puts the package where the installed libhvd is found.
+add_test(NAME python.install
+         COMMAND sh ${HVD_PY_TESTS}/run_install.sh ${CMAKE_BINARY_DIR}
+                 "${HVD_PYTHON}" "${HVD_PYTHON_INSTALL_DIR}")
+set_tests_properties(python.install PROPERTIES
+                     LABELS "python;install" TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -1,0 +1,562 @@
+"""hvd.torch as a drop-in for horovod.torch, at any number of ranks: every
+op and dtype on tensors, in place and out of place, with exact results;
+async handles; autograd; DistributedOptimizer against a one-process
+reference with the same global batch; fp16 compression; errors."""
+
+import pytest
+import torch
+
+import hvd.torch as hvd
+
+# Several ranks share this machine's cores: one intra-op thread each.
+torch.set_num_threads(1)
+
+NATIVE = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64]
+CARRIED = [torch.int16]
+OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
+OP_IDS = ["sum", "avg", "min", "max", "prod"]
+COUNT = 23
+
+
+def dname(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def values(r, dtype, op, count=COUNT):
+    """Rank r's input: small integers, so that every result is exact."""
+    i = torch.arange(count, dtype=torch.int64)
+    if op == hvd.Product:
+        v = 1 + (i + r) % 2
+    elif dtype == torch.uint8:
+        v = (i % 7) + r
+    else:
+        v = ((i % 7) - 3) * (r + 1)
+    return v.to(dtype)
+
+
+def expected(dtype, op, n, count=COUNT):
+    xs = torch.stack([values(r, dtype, op, count).double() for r in range(n)])
+    if op == hvd.Sum:
+        e = xs.sum(0)
+    elif op == hvd.Average:
+        e = xs.sum(0) / n
+        if not dtype.is_floating_point:
+            e = torch.trunc(e)  # integer average truncates, as C divides
+    elif op == hvd.Min:
+        e = xs.min(0).values
+    elif op == hvd.Max:
+        e = xs.max(0).values
+    else:
+        e = xs.prod(0)
+    return e.to(dtype)
+
+
+def same(a, b):
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert torch.equal(a, b), (a, b)
+
+
+def test_shape():
+    r, n = hvd.rank(), hvd.size()
+    assert hvd.is_initialized() and 0 <= r < n
+    assert hvd.local_size() * hvd.cross_size() == n
+    same(hvd.allgather(torch.tensor([r]), name="ranks"), torch.arange(n))
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])
+@pytest.mark.parametrize("op", OPS, ids=OP_IDS)
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED, ids=dname)
+def test_allreduce(dtype, op, inplace):
+    r, n = hvd.rank(), hvd.size()
+    x = values(r, dtype, op)
+    keep = x.clone()
+    name = "ar.%s.%d.%d" % (dname(dtype), op, inplace)
+    if inplace:
+        out = hvd.allreduce_(x, op=op, name=name)
+        assert out is x
+    else:
+        out = hvd.allreduce(x, op=op, name=name)
+        same(x, keep)
+    same(out, expected(dtype, op, n))
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])
+@pytest.mark.parametrize("op", OPS, ids=OP_IDS)
+def test_allreduce_async(op, inplace):
+    r, n = hvd.rank(), hvd.size()
+    xs = [values(r, torch.float32, op, 100 * (i + 1)) for i in range(4)]
+    fn = hvd.allreduce_async_ if inplace else hvd.allreduce_async
+    handles = [fn(x, op=op, name="async.%d.%d.%d" % (op, inplace, i))
+               for i, x in enumerate(xs)]
+    for _ in range(100000):  # bounded; they finish quickly
+        if all(hvd.poll(h) for h in handles):
+            break
+    for i in (2, 0, 3, 1):
+        out = hvd.synchronize(handles[i])
+        assert (out is xs[i]) == inplace
+        same(out, expected(torch.float32, op, n, 100 * (i + 1)))
+
+
+def test_allreduce_bool():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.tensor([True, False, r == 0, r == n - 1])
+    rows = torch.stack([torch.tensor([True, False, q == 0, q == n - 1])
+                        for q in range(n)])
+    same(hvd.allreduce(x, op=hvd.Sum, name="bool.or"), rows.any(0))
+    same(hvd.allreduce(x, op=hvd.Min, name="bool.and"), rows.all(0))
+    with pytest.raises(TypeError):
+        hvd.allreduce(x)  # Average
+
+
+def test_allreduce_unnamed_and_defaults():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.full((3,), 2.0 * (r + 1))
+    same(hvd.allreduce(x), torch.full((3,), float(n + 1)))  # Average
+    with pytest.warns(DeprecationWarning):
+        same(hvd.allreduce(x, average=False),
+             torch.full((3,), float(n * (n + 1))))
+    with pytest.raises(ValueError):
+        hvd.allreduce(x, average=True, op=hvd.Sum)
+    same(hvd.allreduce(x, compression=hvd.Compression.none, op=hvd.Max),
+         torch.full((3,), 2.0 * n))
+
+
+def test_allreduce_noncontiguous_and_views():
+    r, n = hvd.rank(), hvd.size()
+    a = torch.zeros(6, 4)
+    a[:, ::2] = r + 1
+    view = a[:, ::2]
+    assert not view.is_contiguous()
+    out = hvd.allreduce_(view, op=hvd.Sum, name="strided")
+    assert out is view
+    assert (a[:, ::2] == n * (n + 1) / 2).all() and (a[:, 1::2] == 0).all()
+    t = torch.full((4, 5), float(r)).t()
+    same(hvd.allreduce(t, op=hvd.Max, name="transposed"),
+         torch.full((5, 4), float(n - 1)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16,
+                                   torch.float32, torch.float64], ids=dname)
+def test_scale_factors(dtype):
+    r, n = hvd.rank(), hvd.size()
+    x = torch.full((5,), 2.0 * (r + 1), dtype=dtype)
+    same(hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5,
+                       postscale_factor=4.0, name="scale"),
+         torch.full((5,), 2.0 * n * (n + 1), dtype=dtype))
+    same(x, torch.full((5,), 2.0 * (r + 1), dtype=dtype))
+    out = hvd.allreduce_(x, op=hvd.Average, prescale_factor=2.0,
+                         postscale_factor=0.25, name="scale2")
+    assert out is x
+    same(x, torch.full((5,), (n + 1) / 2, dtype=dtype))
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])
+def test_grouped_allreduce(inplace):
+    r, n = hvd.rank(), hvd.size()
+    counts = [5, 7, 0, 3, 300]
+    dtypes = [torch.float32, torch.int64, torch.float32, torch.int16,
+              torch.bfloat16]
+    xs = [values(r, d, hvd.Sum, c) for d, c in zip(dtypes, counts)]
+    if inplace:
+        outs = hvd.grouped_allreduce_(xs, op=hvd.Sum, name="grouped")
+    else:
+        h = hvd.grouped_allreduce_async(xs, op=hvd.Sum, name="grouped")
+        outs = hvd.synchronize(h)
+    for x, out, d, c in zip(xs, outs, dtypes, counts):
+        assert (out is x) == inplace
+        same(out, expected(d, hvd.Sum, n, c))
+    outs = hvd.grouped_allreduce([torch.full((3,), r + 1.0),
+                                  torch.full((2,), r + 1.0)])
+    for out in outs:
+        same(out, torch.full(out.shape, (n + 1) / 2))
+
+
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED + [torch.bool], ids=dname)
+def test_allgather(dtype):
+    r, n = hvd.rank(), hvd.size()
+
+    def rows(q):
+        return (torch.arange(q + 1) * 10 + q).view(-1, 1).repeat(1, 3) \
+            .to(dtype) if dtype != torch.bool else \
+            (torch.arange(3 * (q + 1)).view(-1, 3) % (q + 2) == 0)
+
+    out = hvd.allgather(rows(r), name="ag." + dname(dtype))
+    same(out, torch.cat([rows(q) for q in range(n)]))
+    h = hvd.allgather_async(rows(r)[:1])
+    same(hvd.synchronize(h), torch.cat([rows(q)[:1] for q in range(n)]))
+
+
+def test_allgather_shapes():
+    r, n = hvd.rank(), hvd.size()
+    same(hvd.allgather(torch.tensor(float(r))), torch.arange(n).float())
+    same(hvd.allgather(torch.ones(0, 4) if r == 0 else torch.ones(2, 4)),
+         torch.ones(2 * (n - 1), 4))
+    big = torch.arange(5 * 2 * 3 * 2 * 2 * 2 * 2 * 2 * 2 * 2).view(
+        5, 2, 3, 2, 2, 2, 2, 2, 2, 2)
+    same(hvd.allgather(big + r), torch.cat([big + q for q in range(n)]))
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED + [torch.bool], ids=dname)
+def test_broadcast(dtype, inplace):
+    r, n = hvd.rank(), hvd.size()
+
+    def data(q):
+        if dtype == torch.bool:
+            return (torch.arange(12) + q) % 3 == 0
+        return (torch.arange(12) * (q + 1)).to(dtype)
+
+    for root in range(n):
+        x = data(r)
+        name = "bc.%s.%d.%d" % (dname(dtype), inplace, root)
+        if inplace:
+            out = hvd.broadcast_(x, root, name=name)
+            assert out is x
+        else:
+            h = hvd.broadcast_async(x, root, name=name)
+            out = hvd.synchronize(h)
+            same(x, data(r))
+        same(out, data(root))
+    x = data(r)
+    same(hvd.synchronize(hvd.broadcast_async_(x, 0)), data(0))
+
+
+def test_autograd_allreduce():
+    r, n = hvd.rank(), hvd.size()
+    for op, factor in ((hvd.Sum, 1.0), (hvd.Average, 1.0 / n)):
+        x = torch.arange(4.0, requires_grad=True)
+        y = hvd.allreduce(x * (r + 1), op=op, name="ag_ar.%d" % op)
+        same(y.detach(), torch.arange(4.0) * n * (n + 1) / 2 * factor)
+        # d(sum_q w_q . y)/dx_r = (r + 1) * allreduce(w, op).
+        w = torch.full((4,), float(r + 1))
+        (y * w).sum().backward()
+        same(x.grad, (r + 1) * torch.full((4,), n * (n + 1) / 2 * factor))
+
+
+def test_autograd_grouped_allreduce():
+    r, n = hvd.rank(), hvd.size()
+    a = torch.ones(3, requires_grad=True)
+    b = torch.ones(2, requires_grad=True)
+    ya, yb = hvd.grouped_allreduce([a * (r + 1), b], op=hvd.Sum)
+    (ya.sum() + 2 * yb.sum()).backward()
+    same(a.grad, torch.full((3,), float(n * (r + 1))))
+    same(b.grad, torch.full((2,), 2.0 * n))
+
+
+def test_autograd_allgather_and_broadcast():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.ones(r + 1, 2, requires_grad=True)
+    g = hvd.allgather(x)
+    weights = torch.arange(g.shape[0], dtype=torch.float32).view(-1, 1)
+    (g * weights).sum().backward()
+    # Every rank's gradient of g is `weights`; the average of them is too,
+    # and rank r keeps its own rows.
+    offset = sum(q + 1 for q in range(r))
+    same(x.grad, weights[offset:offset + r + 1].repeat(1, 2))
+
+    x = torch.full((3,), float(r), requires_grad=True)
+    y = hvd.broadcast(x, 0)
+    same(y.detach(), torch.zeros(3))
+    (y * (r + 1)).sum().backward()
+    want = (n + 1) / 2 if r == 0 else 0.0
+    same(x.grad, torch.full((3,), want))
+
+
+def test_fp16_compression():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.full((8,), 0.25 * (r + 1), dtype=torch.float32)
+    out = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16,
+                        name="fp16")
+    same(out, torch.full((8,), 0.25 * n * (n + 1) / 2))
+    c, ctx = hvd.Compression.fp16.compress(x)
+    assert c.dtype == torch.float16
+    same(hvd.Compression.fp16.decompress(c, ctx), x)
+    i = torch.arange(3)
+    c, ctx = hvd.Compression.fp16.compress(i)
+    assert c is i and hvd.Compression.fp16.decompress(c, ctx) is i
+    # Not representable in float16: off by its rounding only.
+    y = torch.full((4,), 1.0 / 3.0, dtype=torch.float64)
+    out = hvd.allreduce(y, compression=hvd.Compression.fp16, name="fp16b")
+    assert out.dtype == torch.float64
+    assert (out - 1.0 / 3.0).abs().max() < 1e-3
+
+
+# ---------------------------------------------------------------------
+# DistributedOptimizer against one process with the same global batch
+
+STEPS = 12
+GLOBAL_BATCH = 48  # divisible by 1, 2, 3, 4 ranks times 1 or 2 passes
+
+
+def make_model():
+    torch.manual_seed(1234)
+    return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 3))
+
+
+def make_data():
+    gen = torch.Generator().manual_seed(99)
+    x = torch.randn(STEPS, GLOBAL_BATCH, 10, generator=gen)
+    y = torch.randn(STEPS, GLOBAL_BATCH, 3, generator=gen)
+    return x, y
+
+
+def make_sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def train_reference():
+    model = make_model()
+    opt = make_sgd(model)
+    x, y = make_data()
+    for s in range(STEPS):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x[s]), y[s]).backward()
+        opt.step()
+    return model
+
+
+def train_hvd(passes=1, compression=hvd.Compression.none, perturb=True):
+    r, n = hvd.rank(), hvd.size()
+    model = make_model()
+    if perturb and r != 0:
+        # broadcast_parameters must make every rank start from rank 0's.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(float(r))
+    opt = hvd.DistributedOptimizer(make_sgd(model),
+                                   named_parameters=model.named_parameters(),
+                                   compression=compression,
+                                   backward_passes_per_step=passes)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    x, y = make_data()
+    per_rank = GLOBAL_BATCH // n
+    micro = per_rank // passes
+    for s in range(STEPS):
+        opt.zero_grad()
+        for k in range(passes):
+            lo = r * per_rank + k * micro
+            loss = torch.nn.functional.mse_loss(model(x[s, lo:lo + micro]),
+                                                y[s, lo:lo + micro])
+            (loss / passes).backward()
+        opt.step()
+    return model, opt
+
+
+def max_diff(a, b):
+    return max((p - q).abs().max().item()
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_distributed_optimizer_matches_one_process(passes):
+    ref = train_reference()
+    model, opt = train_hvd(passes)
+    diff = max_diff(model, ref)
+    assert diff <= 1e-5, diff
+    assert type(opt).__name__ == "SGD"
+    assert isinstance(opt, torch.optim.SGD)
+    # Every rank holds the same weights.
+    flat = torch.cat([p.detach().view(-1) for p in model.parameters()])
+    gathered = hvd.allgather(flat.view(1, -1), name="weights.%d" % passes)
+    for q in range(hvd.size()):
+        same(gathered[q], flat)
+
+
+def test_distributed_optimizer_fp16():
+    ref = train_reference()
+    model, _ = train_hvd(1, hvd.Compression.fp16)
+    for p in model.parameters():
+        assert p.grad.dtype == torch.float32
+    diff = max_diff(model, ref)
+    assert diff <= 1e-3, diff
+
+
+def test_distributed_optimizer_synchronize_and_clip():
+    r, n = hvd.rank(), hvd.size()
+    model = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        named_parameters=model.named_parameters(), op=hvd.Sum)
+    model(torch.full((1, 4), float(r + 1))).sum().backward()
+    with pytest.raises(AssertionError):
+        opt.zero_grad()  # allreduces in flight
+    opt.synchronize()
+    same(model.weight.grad, torch.full((1, 4), n * (n + 1) / 2))
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    with opt.skip_synchronize():
+        opt.step()
+    assert abs(model.weight.norm().item() - (torch.full((4,), 1.0) - 0.25)
+               .norm().item()) < 1e-6
+
+
+def test_distributed_optimizer_unused_parameter():
+    """A parameter that one rank does not use still gets its allreduce (of
+    zeros) from that rank."""
+    r, n = hvd.rank(), hvd.size()
+    torch.manual_seed(5)
+    a = torch.nn.Linear(3, 3)
+    b = torch.nn.Linear(3, 3)
+    params = list(a.named_parameters(prefix="a")) + \
+        list(b.named_parameters(prefix="b"))
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD([p for _, p in params], lr=1.0),
+        named_parameters=params, op=hvd.Sum)
+    x = torch.ones(1, 3)
+    out = a(x)
+    if r == 0:
+        out = b(out)
+    out.sum().backward()
+    before = b.weight.detach().clone()
+    opt.step()
+    grad_b = b.weight.grad
+    assert grad_b is not None
+    # Only rank 0 contributed to b's gradient: every rank applied it.
+    flat = hvd.allgather(b.weight.detach().view(1, -1), name="unused")
+    for q in range(n):
+        same(flat[q], b.weight.detach().view(-1))
+    assert not torch.equal(b.weight.detach(), before)
+
+
+def test_distributed_optimizer_argument_checks():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="duplicates"):
+        hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=[("w", model.weight), ("w", model.bias)])
+    with pytest.raises(ValueError, match="not named"):
+        hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=[("w", model.weight)])
+    with pytest.raises(NotImplementedError):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 op=hvd.Adasum)
+
+
+def test_broadcast_optimizer_state():
+    r = hvd.rank()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
+    # Give each rank different Adam state.
+    model(torch.full((4, 3), float(r + 1))).sum().backward()
+    opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    state = opt.state_dict()
+    assert state["param_groups"][0]["lr"] == 0.01
+    everyone = hvd.allgather_object(state)
+    for other in everyone:
+        assert other["param_groups"] == state["param_groups"]
+        for k, v in state["state"].items():
+            for key, t in v.items():
+                same(torch.as_tensor(other["state"][k][key]),
+                     torch.as_tensor(t))
+
+
+def test_broadcast_parameters_forms():
+    r, n = hvd.rank(), hvd.size()
+    torch.manual_seed(r)
+    model = torch.nn.Linear(3, 2)
+    hvd.broadcast_parameters(list(model.named_parameters()), root_rank=n - 1)
+    torch.manual_seed(n - 1)
+    want = torch.nn.Linear(3, 2)
+    same(model.weight.detach(), want.weight.detach())
+    same(model.bias.detach(), want.bias.detach())
+    t = torch.full((2,), float(r))
+    hvd.broadcast_parameters([t], root_rank=0)
+    same(t, torch.zeros(2))
+
+
+def test_objects():
+    r, n = hvd.rank(), hvd.size()
+    got = hvd.broadcast_object({"r": r, "pad": "y" * r} if r == 0 else None)
+    assert got == {"r": 0, "pad": ""}
+    assert hvd.allgather_object("z" * (r * 50)) == ["z" * (q * 50)
+                                                     for q in range(n)]
+    assert hvd.allgather_object(torch.tensor([r]), name="t")[n - 1].item() \
+        == n - 1
+
+
+# ---------------------------------------------------------------------
+# Errors
+
+
+def test_mismatch_raises_runtime_error():
+    r, n = hvd.rank(), hvd.size()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    with pytest.raises(RuntimeError) as info:
+        hvd.allreduce(torch.ones(r + 2), name="mismatch")
+    assert isinstance(info.value, hvd.MismatchError)
+    assert "disagree" in str(info.value) and "mismatch" in str(info.value)
+    with pytest.raises(RuntimeError, match="disagree"):
+        hvd.broadcast_(torch.ones(2, dtype=torch.float32 if r else
+                                  torch.float64), 0, name="mismatch_bc")
+    with pytest.raises(RuntimeError, match="disagree"):
+        hvd.allgather(torch.ones(1, r + 1), name="mismatch_ag")
+    same(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after"),
+         torch.full((2,), float(n)))
+
+
+def test_duplicate_name_raises_value_error():
+    r, n = hvd.rank(), hvd.size()
+    if n < 2:
+        pytest.skip("needs 2 ranks: alone, an operation may finish before "
+                    "the duplicate is submitted")
+    # No other rank submits "dup.<r>" before the barrier, so this rank's
+    # stays in flight until then.
+    a = torch.ones(3)
+    h = hvd.allreduce_async_(a, op=hvd.Sum, name="dup.%d" % r)
+    with pytest.raises(ValueError, match="allreduce.dup.%d" % r) as info:
+        hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="dup.%d" % r)
+    assert info.value.status_name == "HVD_ERR_INVALID_ARG"
+    # A failed in-place submission leaves its tensor as it was.
+    b = torch.ones(3)
+    with pytest.raises(ValueError):
+        hvd.allreduce_async_(b, op=hvd.Sum, prescale_factor=2.0,
+                             name="dup.%d" % r)
+    same(b, torch.ones(3))
+    hvd.barrier()
+    others = [hvd.allreduce_async(torch.ones(3), op=hvd.Sum,
+                                  name="dup.%d" % q)
+              for q in range(n) if q != r]
+    same(hvd.synchronize(h), torch.full((3,), float(n)))
+    for o in others:
+        same(hvd.synchronize(o), torch.full((3,), float(n)))
+    # The same name for another kind of operation is allowed, as in
+    # Horovod.
+    h1 = hvd.allreduce_async(torch.ones(1), name="shared")
+    h2 = hvd.broadcast_async(torch.ones(1), 0, name="shared")
+    hvd.synchronize(h1)
+    hvd.synchronize(h2)
+
+
+def test_unsupported_dtype_and_arguments():
+    with pytest.raises(TypeError, match="complex64"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError):
+        hvd.allreduce([1.0])
+    with pytest.raises(ValueError, match="root"):
+        hvd.broadcast(torch.ones(2), hvd.size() + 1, name="badroot")
+    with pytest.raises(NotImplementedError):
+        hvd.allreduce(torch.ones(1), process_set=object())
+    with pytest.raises(ValueError):
+        hvd.synchronize(123456789)
+
+
+def test_join():
+    r, n = hvd.rank(), hvd.size()
+    if r == n - 1:
+        last = hvd.join()
+    else:
+        out = hvd.allreduce(torch.full((3,), 2.0), name="joined")
+        # Average over the ranks that contributed.
+        same(out, torch.full((3,), 2.0))
+        last = hvd.join()
+    assert 0 <= last < n
+    hvd.barrier()
