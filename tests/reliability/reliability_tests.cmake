@@ -90,6 +90,14 @@ add_test(NAME reliability.neighbours
 set_tests_properties(reliability.neighbours PROPERTIES
                      LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "HVD_TRANSPORT=tcp")
+# The same with the default transport: two one-host jobs in shared memory
+# (their segments must not meet either).
+add_test(NAME reliability.neighbours.auto
+         COMMAND sh ${HVD_REL_DIR}/run_neighbours.sh $<TARGET_FILE:hvdrun>
+                 $<TARGET_FILE:test_soak>)
+set_tests_properties(reliability.neighbours.auto PROPERTIES
+                     LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "HVD_TRANSPORT=auto")
 
 # hvdrun's host-list parser (tools/hostfile.c), also a fuzz target.
 add_executable(test_hostfile ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hostfile.c

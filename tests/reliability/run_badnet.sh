@@ -25,7 +25,9 @@
 # every pair of ranks but (0,1) and (2,3) talks over the link. While the
 # job runs, the listening sockets of both namespaces are checked: only on
 # A's link address (hvdrun's rendezvous; the ranks' own listeners are
-# closed once the mesh is up). Needs root, ip netns and, for netem, tc;
+# closed once the mesh is up). Each namespace is a host of its own to hvd
+# (HVD_HOSTNAME), so its two ranks share memory and only the traffic
+# between the hosts crosses the link. Needs root, ip netns and, for netem, tc;
 # skipped (77) without them. Namespaces are named after this shell's pid
 # and removed on exit, by a watchdog if the test is killed.
 set -u
@@ -104,9 +106,12 @@ EOF
     ops="--ops 400 --max-bytes 1M"
 fi
 
-# Ranks 2 and 3 start in namespace B.
-wrapper='case $HVD_RANK in 2|3) ns=$1; shift; exec ip netns exec "$ns" "$@";;
-    *) shift; exec "$@";; esac'
+# Ranks 2 and 3 start in namespace B. Each side counts as a host of its
+# own (HVD_HOSTNAME): ranks of one side share memory, the two sides talk
+# over the link, as two machines would.
+wrapper='case $HVD_RANK in
+    2|3) ns=$1; shift; HVD_HOSTNAME=hvd-host-b exec ip netns exec "$ns" "$@";;
+    *) shift; HVD_HOSTNAME=hvd-host-a exec "$@";; esac'
 
 # Listening TCP sockets of namespace $1, as "address:port" lines.
 listeners() {

@@ -23,7 +23,10 @@
  * a tenth, at least 100) and again at the end; with --rss-limit-kib the
  * growth between the two must stay below K KiB. Before the W operations
  * every rank runs one operation of each kind and dtype at the largest
- * size, so that buffers that grow to the largest message have grown.
+ * size and at every power of two below it (and one byte less), so that
+ * buffers sized by the largest message of a path or size class have
+ * grown. The shared part of the resident memory (the shm transport's
+ * segments) is printed apart.
  *
  * Prints "PASS soak rank R: ..." with the counts, the time and the memory,
  * or "FAIL soak rank R: ..." at the first wrong value or failed call.
@@ -345,16 +348,22 @@ static void finish(struct soak_op *o) {
              o->count, o->root, bad);
 }
 
-static long rss_kib(void) {
+/* Resident memory (KiB) from /proc/self/statm; *shared_out gets the part
+ * that is shared (file or shared-memory pages, such as the shm transport's
+ * segments, which grow as their pages are first touched). */
+static long rss_kib(long *shared_out) {
     FILE *f = fopen("/proc/self/statm", "r");
-    long size = 0, resident = 0;
+    long size = 0, resident = -1, shared = 0;
+    long kib = sysconf(_SC_PAGESIZE) / 1024;
 
     if (f == NULL)
         return -1;
-    if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+    if (fscanf(f, "%ld %ld %ld", &size, &resident, &shared) != 3)
         resident = -1;
     fclose(f);
-    return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+    if (shared_out != NULL)
+        *shared_out = shared * kib;
+    return resident < 0 ? -1 : resident * kib;
 }
 
 static int parse_bytes(const char *s, size_t *out) {
@@ -381,7 +390,7 @@ int main(int argc, char **argv) {
     size_t send_used = 0, recv_used = 0;
     uint8_t *send_pool, *recv_pool;
     double bytes_total = 0, t0, elapsed;
-    long rss_warm = -1, rss_end, rss_max = 0;
+    long rss_warm = -1, rss_end, rss_max = 0, shared_warm = 0, shared_end = 0;
     unsigned long by_kind[3] = {0, 0, 0}, empty = 0;
     hvd_status s;
 
@@ -441,18 +450,29 @@ int main(int argc, char **argv) {
 
     /* Every kind and dtype once at the largest size, then the random
      * sequence; ops beyond nops in this first part are not counted. */
-    int nfirst = (mixed ? 3 : 1) * (int)NUM_DTYPES;
+    /* The first part: every kind and dtype at the largest size and at
+     * each power of two (and one byte less) below it, so that buffers
+     * sized per path or per size class have grown before the warm-up
+     * ends; these are not counted among the nops. */
+    int nlog = 0;
+    while (((size_t)2 << nlog) <= max_bytes)
+        nlog++;
+    int nsteps = 1 + 2 * (nlog + 1);
+    int nfirst = (mixed ? 3 : 1) * (int)NUM_DTYPES * nsteps;
     t0 = now_s();
     for (int n = -nfirst; n < nops; n++) {
         struct soak_op o;
 
         memset(&o, 0, sizeof(o));
         if (n < 0) {
-            int f = n + nfirst;
-            o.kind = f / (int)NUM_DTYPES;
-            o.dt = f % (int)NUM_DTYPES;
+            int f = n + nfirst, step = f % nsteps;
+            size_t bytes = step == 0 ? max_bytes
+                                     : ((size_t)1 << ((step - 1) / 2)) -
+                                           (size_t)(step % 2 == 1);
+            o.kind = f / nsteps / (int)NUM_DTYPES;
+            o.dt = f / nsteps % (int)NUM_DTYPES;
             o.op = (int)(rng() % NUM_OPS);
-            o.count = max_bytes / dtypes[o.dt].size;
+            o.count = bytes / dtypes[o.dt].size;
         } else {
             double u = rng_unit();
             o.kind = !mixed || u < 0.7 ? KIND_ALLREDUCE
@@ -487,11 +507,13 @@ int main(int argc, char **argv) {
             done += nbatch;
             nbatch = 0;
             send_used = recv_used = 0;
-            long r = rss_kib();
+            long sh, r = rss_kib(&sh);
             if (r > rss_max)
                 rss_max = r;
-            if (rss_warm < 0 && n >= warmup)
+            if (rss_warm < 0 && n >= warmup) {
                 rss_warm = r;
+                shared_warm = sh;
+            }
         }
         o.send = send_pool + send_used;
         o.recv = recv_pool + recv_used;
@@ -509,9 +531,11 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nbatch; k++)
         finish(&batch[k]);
     elapsed = now_s() - t0;
-    rss_end = rss_kib();
-    if (rss_warm < 0)
+    rss_end = rss_kib(&shared_end);
+    if (rss_warm < 0) {
         rss_warm = rss_end;
+        shared_warm = shared_end;
+    }
     if (rss_end > rss_max)
         rss_max = rss_end;
 
@@ -525,10 +549,12 @@ int main(int argc, char **argv) {
     printf("PASS soak rank %d: %d ops (%lu allreduce, %lu broadcast, %lu "
            "allgather, %lu empty), %.2f GB per rank, every result exact, "
            "%.1f s; resident memory after %d ops %ld KiB, at the end %ld KiB "
-           "(%+ld KiB), peak %ld KiB\n",
+           "(%+ld KiB), peak %ld KiB; of it shared %ld KiB, then %ld KiB "
+           "(%+ld KiB)\n",
            g_rank, nops, by_kind[0], by_kind[1], by_kind[2], empty,
            bytes_total / 1e9, elapsed, warmup, rss_warm, rss_end,
-           rss_end - rss_warm, rss_max);
+           rss_end - rss_warm, rss_max, shared_warm, shared_end,
+           shared_end - shared_warm);
     free(send_pool);
     free(recv_pool);
     free(g_mine);
