@@ -325,6 +325,31 @@ static hvd_status fail(shm *tp, hvd_status status, int culprit, const char *fmt,
     return fail_text(tp, status, culprit, text);
 }
 
+static int pass(shm *tp);
+
+/* 1 if all that is in flight with pe is control messages to it. */
+static int only_control_sends(const speer *pe) {
+    for (int ch = 0; ch < NCHANNELS; ch++)
+        if (pe->recvq[ch].count > 0 || pe->ackq[ch].count > 0 ||
+            (ch != HVD_CHANNEL_CONTROL && pe->sendq[ch].count > 0))
+            return 0;
+    return 1;
+}
+
+/* Drops the sends queued to pe on ch (its peer left in order). */
+static void drop_sends(speer *pe, int ch) {
+    msgq *q = &pe->sendq[ch];
+    while (q->count > 0) {
+        msg *m = q_front(q);
+        if (m->req != NULL)
+            complete(m->req, HVD_OK);
+        if (m->owned)
+            free(m->buf);
+        pe->pending--;
+        q_pop(q);
+    }
+}
+
 static int peer_exited(const speer *pe) {
     if (pe->pidfd >= 0) {
         struct pollfd pfd = {.fd = pe->pidfd, .events = POLLIN};
@@ -356,6 +381,19 @@ static hvd_status check_peers(shm *tp, int64_t now) {
             return fail_text(tp, (hvd_status)st, h->culprit, text);
         }
         describe(tp, p, who, sizeof(who));
+        if ((!atomic_load(&h->bye) || pe->pending > 0) && peer_exited(pe)) {
+            /* What it wrote before it went is still in this rank's FIFOs:
+             * take it first, as a socket is read to its end. */
+            pass(tp);
+            if (tp->failed != HVD_OK)
+                return hvd_error_copy(tp->failed, tp->failmsg);
+            if (atomic_load(&h->bye) && only_control_sends(pe)) {
+                /* It left in order: control messages it will never read
+                 * (the engine's last ones) are dropped. */
+                drop_sends(pe, HVD_CHANNEL_CONTROL);
+                continue;
+            }
+        }
         if ((!atomic_load(&h->bye) || pe->pending > 0) && peer_exited(pe))
             return fail(tp, HVD_ERR_PEER_LOST, p,
                         "%s exited or was killed while rank %d %s (its "
