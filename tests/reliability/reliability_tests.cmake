@@ -126,7 +126,7 @@ endif()
 # its ThreadSanitizer build.
 get_property(hvd_rel_all_tests DIRECTORY PROPERTY TESTS)
 foreach(t ${hvd_rel_all_tests})
-  if(t MATCHES "^(unit\\.(frame|handshake|chunk|ctrlmsg)|fuzz\\.(frame|handshake)\\.corpus|integration\\.(collectives\\.np[234]$|peer_lost|stall|auth|mismatch)|reliability\\.(intruder|dead_rank\\.np4|stopped_rank|badnet\\.linkcut))")
+  if(t MATCHES "^(unit\\.(frame|handshake|chunk|ctrlmsg|select|verbs_.*)|fuzz\\.(frame|handshake)\\.corpus|integration\\.(collectives\\.np[234]$|paths\\.shm\\..*\\.np3|peer_lost|stall|auth|mismatch)|verbs\\.|reliability\\.(intruder|dead_rank\\.np4|stopped_rank|badnet\\.linkcut))")
     set_property(TEST ${t} APPEND PROPERTY LABELS transport)
   endif()
 endforeach()

@@ -150,8 +150,12 @@ static struct ibv_device **get_device_list(int *num) {
         return NULL;
     }
     for (int i = 0; i < cfg.ndevs; i++) {
-        snprintf(devices[i].name, sizeof(devices[i].name), "%s",
-                 cfg.devs[i].name);
+        /* Written only when it changes: other threads read the names of
+         * a list they got earlier without the lock, as real libibverbs
+         * allows (ThreadSanitizer saw the rewrite race with them). */
+        if (strcmp(devices[i].name, cfg.devs[i].name) != 0)
+            snprintf(devices[i].name, sizeof(devices[i].name), "%s",
+                     cfg.devs[i].name);
         device_list[i] = &devices[i];
     }
     device_list[cfg.ndevs] = NULL;

@@ -434,12 +434,28 @@ static hvd_status cma_read(shm *tp, int peer, void *buf, uint64_t remote,
         }
         if (n < 0 && errno == EINTR)
             continue;
+        int err = n < 0 ? errno : 0;
         char who[160];
         describe(tp, peer, who, sizeof(who));
-        if (n < 0 && errno == ESRCH)
+        /* A peer that failed abandons the buffers it offered (and frees
+         * them at hvd_shutdown): what it published is the cause, not
+         * the read that found its memory gone. Found by the dead-rank
+         * test: rank 3 was killed, rank 1 saw it and shut down, and rank
+         * 0, reading rank 1's fusion buffer, reported EFAULT. */
+        seg_hdr *h =
+            tp->peers[peer].seg != NULL ? hdr_of(tp->peers[peer].seg) : NULL;
+        int32_t pst = h != NULL ? atomic_load(&h->failed) : HVD_OK;
+        if (pst != HVD_OK) {
+            char text[HVD_ERROR_MAX];
+            memcpy(text, h->failmsg, sizeof(text));
+            text[sizeof(text) - 1] = '\0';
+            return fail_text(tp, (hvd_status)pst, h->culprit, text);
+        }
+        if (err == ESRCH || peer_exited(&tp->peers[peer]))
             return fail(tp, HVD_ERR_PEER_LOST, peer,
                         "%s exited or was killed while rank %d read from it",
                         who, tp->rank);
+        errno = err;
         return fail(tp, HVD_ERR_TRANSPORT, peer,
                     "process_vm_readv(%s, %zu bytes at 0x%llx) failed: %s", who,
                     len - done, (unsigned long long)(remote + done),
