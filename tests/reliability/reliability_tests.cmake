@@ -39,13 +39,16 @@ if(HVD_WITH_MPI AND MPIEXEC_EXECUTABLE)
 endif()
 
 # Bad network between two network namespaces (run_badnet.sh): tc netem
-# (skipped where the kernel has no sch_netem), random loss through
-# nftables, and a link cut mid-run.
+# (where the kernel has no sch_netem, the same delay, jitter, loss and
+# reordering by hvd_linkem, a link emulator in user space over TUN
+# devices), random loss through nftables, and a link cut mid-run.
+add_executable(hvd_linkem ${HVD_REL_DIR}/linkem.c)
+target_compile_options(hvd_linkem PRIVATE ${HVD_WARNINGS})
 foreach(mode netem loss linkcut)
   add_test(NAME reliability.badnet.${mode}
            COMMAND sh ${HVD_REL_DIR}/run_badnet.sh ${mode}
                    $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_soak>
-                   $<TARGET_FILE:test_fault>)
+                   $<TARGET_FILE:test_fault> $<TARGET_FILE:hvd_linkem>)
   set_tests_properties(reliability.badnet.${mode} PROPERTIES
                        LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()

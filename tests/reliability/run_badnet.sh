@@ -2,13 +2,16 @@
 # A job over two "hosts" (network namespaces joined by a veth pair) whose
 # network misbehaves.
 #
-#   run_badnet.sh netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT
+#   run_badnet.sh netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT LINKEM
 #
 # netem    tc netem on both ends of the link: 20 ms delay with 5 ms jitter,
 #          2 % loss, 10 % reordering. A 4-rank job runs 200 mixed
 #          operations (allreduce, broadcast, allgather; up to 64 KiB) and
-#          every result must be exact. Skipped (77) when the kernel has no
-#          sch_netem.
+#          every result must be exact. Where the kernel has no sch_netem,
+#          the link is a TUN device in each namespace and LINKEM
+#          (tests/reliability/linkem.c) forwards between them with the same
+#          delay, jitter, loss and reordering, in user space; skipped (77)
+#          only when neither can be had (no /dev/net/tun either).
 # loss     The same job with 2 % of the TCP packets leaving either end of
 #          the link dropped at random by nftables (numgen), for kernels
 #          without sch_netem: no delay, no reordering, 400 operations up
@@ -32,14 +35,15 @@
 # and removed on exit, by a watchdog if the test is killed.
 set -u
 
-if [ $# -ne 4 ]; then
-    echo "usage: $0 netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT" >&2
+if [ $# -ne 5 ]; then
+    echo "usage: $0 netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT LINKEM" >&2
     exit 2
 fi
 mode=$1
 hvdrun=$2
 soak=$3
 fault=$4
+linkem=$5
 prefix=hvd-bn
 ifname=hvdnet0
 case $mode in
@@ -55,7 +59,7 @@ esac
 NETNS_LIB=$(cd "$(dirname "$0")/../integration" && pwd)/netns.sh
 . "$NETNS_LIB"
 if [ $mode = netem ]; then
-    netns_require "badnet $mode" timeout awk ss tc
+    netns_require "badnet $mode" timeout awk ss
 elif [ $mode = loss ]; then
     netns_require "badnet $mode" timeout awk ss nft
 else
@@ -77,20 +81,73 @@ fail() {
     exit 1
 }
 
-netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
-    fail "could not make the namespaces"
+# The netem mode's emulation in user space: a TUN device named $ifname in
+# each namespace, point to point, and hvd_linkem between them.
+linkem_pair() {
+    ip netns add "$ns_a" && ip netns add "$ns_b" || return 1
+    for side in a b; do
+        if [ $side = a ]; then
+            ns=$ns_a me=$addr_a peer=$addr_b
+        else
+            ns=$ns_b me=$addr_b peer=$addr_a
+        fi
+        ip -n "$ns" link set lo up &&
+            ip -n "$ns" tuntap add dev $ifname mode tun &&
+            ip -n "$ns" addr add $me peer $peer dev $ifname &&
+            ip -n "$ns" link set $ifname mtu 1500 up || return 1
+    done
+    "$linkem" "$ns_a" "$ns_b" $ifname --delay-ms 20 --jitter-ms 5 \
+        --loss-pct 2 --reorder-pct 10 --seconds 400 --seed $$ \
+        >"$dir/linkem" 2>&1 &
+    linkem_pid=$!
+    # Up once both devices have a reader (the carrier comes on).
+    n=0
+    until ip -n "$ns_b" link show $ifname | grep -q LOWER_UP &&
+        ip -n "$ns_a" link show $ifname | grep -q LOWER_UP; do
+        n=$((n + 1))
+        if [ $n -gt 100 ] || ! kill -0 $linkem_pid 2>/dev/null; then
+            cat "$dir/linkem"
+            return 1
+        fi
+        sleep 0.05
+    done
+}
 
+emulator=none
 if [ $mode = netem ]; then
-    for ns in "$ns_a" "$ns_b"; do
-        if ! err=$(ip netns exec "$ns" tc qdisc add dev $ifname root netem \
-            delay 20ms 5ms loss 2% reorder 10% 50% 2>&1); then
-            echo "SKIP badnet netem: tc netem is not available ($err):" \
-                "the kernel lacks sch_netem (CONFIG_NET_SCH_NETEM)"
+    if command -v tc >/dev/null 2>&1; then
+        netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
+            fail "could not make the namespaces"
+        for ns in "$ns_a" "$ns_b"; do
+            if ! err=$(ip netns exec "$ns" tc qdisc add dev $ifname root \
+                netem delay 20ms 5ms loss 2% reorder 10% 50% 2>&1); then
+                echo "run_badnet: tc netem is not available ($err): the" \
+                    "kernel lacks sch_netem (CONFIG_NET_SCH_NETEM);" \
+                    "emulating the link in user space (hvd_linkem)"
+                emulator=linkem
+                break
+            fi
+        done
+    else
+        echo "run_badnet: no tc: emulating the link in user space (hvd_linkem)"
+        emulator=linkem
+    fi
+    if [ $emulator = linkem ]; then
+        netns_cleanup $prefix $$
+        if [ ! -c /dev/net/tun ]; then
+            echo "SKIP badnet netem: neither sch_netem nor /dev/net/tun"
             exit 77
         fi
-    done
-    ip netns exec "$ns_a" tc qdisc show dev $ifname
+        linkem_pair || fail "could not set up the user-space link"
+        cat "$dir/linkem"
+    else
+        emulator=netem
+        ip netns exec "$ns_a" tc qdisc show dev $ifname
+    fi
     ops="--ops 200 --max-bytes 64K"
+else
+    netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
+        fail "could not make the namespaces"
 fi
 if [ $mode = loss ]; then
     for ns in "$ns_a" "$ns_b"; do
@@ -153,6 +210,13 @@ if [ $mode != linkcut ]; then
     [ $rc -eq 0 ] || fail "hvdrun exited $rc"
     [ "$(grep -c 'PASS soak rank' "$dir/out")" -eq 4 ] ||
         fail "not every rank printed PASS"
+    if [ $emulator = linkem ]; then
+        kill $linkem_pid 2>/dev/null
+        wait $linkem_pid
+        cat "$dir/linkem"
+        grep -q 'A->B packets [1-9]' "$dir/linkem" ||
+            fail "no packet crossed the emulated link"
+    fi
     if [ $mode = loss ]; then
         echo "run_badnet: packets dropped:" $(for ns in "$ns_a" "$ns_b"; do
             ip netns exec "$ns" nft list ruleset | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'
