@@ -158,8 +158,8 @@ static int attach(const char *ns, const char *ifname) {
     ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
     snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname);
     if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
-        fprintf(stderr, "linkem: cannot attach to %s in %s: %s\n", ifname,
-                ns, strerror(errno));
+        fprintf(stderr, "linkem: cannot attach to %s in %s: %s\n", ifname, ns,
+                strerror(errno));
         close(fd);
         return -1;
     }
