@@ -17,6 +17,7 @@ typedef unsigned long long cu_deviceptr;
 enum {
     CU_SUCCESS = 0,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
     CU_MEMORYTYPE_DEVICE = 2,
@@ -94,24 +95,27 @@ const char *hvd_mem_no_device_reason(void) {
 }
 
 void hvd_mem_classify(const void *ptr, hvd_meminfo *out) {
-    int attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                    CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    int attrs[4] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_BUFFER_ID};
     unsigned int memtype = 0;
     int managed = 0, ordinal = -1;
-    void *data[3] = {&memtype, &managed, &ordinal};
+    unsigned long long buffer_id = 0;
+    void *data[4] = {&memtype, &managed, &ordinal, &buffer_id};
 
     out->type = HVD_MEM_HOST;
     out->device = -1;
+    out->buffer_id = 0;
     if (ptr == NULL || hvd_mem_device_count() == 0)
         return;
     /* Unlike cuPointerGetAttribute, the plural form succeeds on memory
      * the driver does not know and leaves the values zero. */
-    if (probe.attrs(3, attrs, data, (cu_deviceptr)(uintptr_t)ptr) != CU_SUCCESS)
+    if (probe.attrs(4, attrs, data, (cu_deviceptr)(uintptr_t)ptr) != CU_SUCCESS)
         return;
     if (memtype == CU_MEMORYTYPE_DEVICE && !managed) {
         out->type = HVD_MEM_DEVICE;
         out->device = ordinal;
+        out->buffer_id = buffer_id;
     }
 }
 

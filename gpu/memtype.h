@@ -24,6 +24,11 @@
 typedef struct hvd_meminfo {
     hvd_memtype type;
     int device; /* CUDA device ordinal for HVD_MEM_DEVICE, else -1 */
+    /* For HVD_MEM_DEVICE: the driver's id of the allocation
+     * (CU_POINTER_ATTRIBUTE_BUFFER_ID), unique in the process for its
+     * lifetime, so a new allocation at a freed one's address has another
+     * id; else 0. */
+    unsigned long long buffer_id;
 } hvd_meminfo;
 
 /* CUDA devices this process sees (0 without a driver or a device). The
