@@ -90,7 +90,7 @@ static fqp *qps;
 static uint32_t next_key = 0x100;
 static uint32_t next_qpn = 0x40;
 /* Simulated device memory. */
-#define MAX_DEV_RANGES 256
+#define MAX_DEV_RANGES 4096
 static struct drange {
     uintptr_t base;
     size_t len; /* whole pages */
