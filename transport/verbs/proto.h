@@ -27,7 +27,8 @@
  *   write; the registration cache keys device regions by the driver's
  *   buffer id) and sends RTR {seq, addr, rkey, len}. The sender writes the
  *   message straight into it, from its own buffer (device or registered
- *   host memory, else through staging): plain RDMA WRITEs of chunks, the
+ *   host memory, else through staging): plain RDMA WRITEs of chunks (at
+ *   least 1 MiB from registered memory, a staging chunk else), the
  *   last one WITH IMMEDIATE carrying a FIN tag (hvd_vimm_fin) that
  *   completes the receive; it consumes one posted receive and no ring
  *   slot or credit. A receiver keeps at most HVD_VRTR_MAX RTRs

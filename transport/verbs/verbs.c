@@ -42,6 +42,10 @@
 #define MR_CACHE_BYTES ((size_t)4 << 30)
 #define POLL_BATCH 32
 #define DRAIN_ROUNDS 64
+/* The least a rendezvous write from registered memory carries: it goes
+ * into the receiver's own buffer, so the ring's slot size does not bound
+ * it, and fewer, larger writes cost fewer work requests. */
+#define RDV_CHUNK_MIN ((size_t)1 << 20)
 /* How often stalled peers are looked for. */
 #define CHECK_NS (100 * 1000000LL)
 /* Most time between two heartbeats of a waiting rank. */
@@ -604,6 +608,8 @@ static int send_chunks(vqp *q, txmsg *m, hvd_status *st) {
         struct ibv_send_wr wr;
         wrctx ctx = {.stage = -1, .kind = m->rdv ? WR_RDV : WR_CHUNK};
 
+        if (m->rdv && m->mr != NULL && chunk < RDV_CHUNK_MIN)
+            chunk = RDV_CHUNK_MIN;
         if (m->mr == NULL && chunk > tp->stage_bytes)
             chunk = tp->stage_bytes;
         if ((!m->rdv && q->cr.slots == 0) || wr_free(q) < 1)
