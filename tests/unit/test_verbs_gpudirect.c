@@ -546,6 +546,8 @@ static void burst_to_host(rank_ctx *r) { burst(r, 0); }
 
 static void bursts(void **state) {
     rank_ctx r[MAXR];
+    fake_stats st;
+    int flushes = 0;
 
     (void)state;
     for (int n = 2; n <= 3; n++) {
@@ -556,6 +558,11 @@ static void bursts(void **state) {
             assert_int_equal(r[i].ctr.rdv_rx, (uint64_t)(n - 1) * BURST);
             assert_int_equal(r[i].ctr.cpu_bytes, 0);
         }
+        /* Each device receive flushed the HCA's writes before it
+         * completed. */
+        fake_get_stats(&st);
+        assert_int_equal(st.flushes - flushes, n * (n - 1) * BURST);
+        flushes = st.flushes;
         sh = defaults(n, burst_to_host);
         run(&sh, r);
         expect_clean(r, n);

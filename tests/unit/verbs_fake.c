@@ -225,6 +225,13 @@ void fake_dev_read(void *dst, const void *src, size_t n) {
 
 static int cuda_devices(void) { return cfg.cuda_devices; }
 
+static void flush_rdma_writes(int device) {
+    (void)device;
+    pthread_mutex_lock(&mu);
+    stats.flushes++;
+    pthread_mutex_unlock(&mu);
+}
+
 static int mem_type(const void *addr, uint64_t *buffer_id_out) {
     struct drange *r;
     int type = HVD_MEM_HOST;
@@ -865,6 +872,7 @@ const hvd_ibv_seam fake_seam = {
     .peermem_loaded = peermem_loaded,
     .cuda_devices = cuda_devices,
     .mem_type = mem_type,
+    .flush_rdma_writes = flush_rdma_writes,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
     .alloc_pd = alloc_pd,

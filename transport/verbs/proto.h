@@ -30,8 +30,10 @@
  *   host memory, else through staging): plain RDMA WRITEs of chunks (at
  *   least 1 MiB from registered memory, a staging chunk else), the
  *   last one WITH IMMEDIATE carrying a FIN tag (hvd_vimm_fin) that
- *   completes the receive; it consumes one posted receive and no ring
- *   slot or credit. A receiver keeps at most HVD_VRTR_MAX RTRs
+ *   completes the receive (once the receiver has flushed the HCA's
+ *   writes to the GPU where it does not order them natively); it
+ *   consumes one posted receive and no ring slot or credit. A receiver
+ *   keeps at most HVD_VRTR_MAX RTRs
  *   outstanding per queue pair (more device receives wait their turn), so
  *   the sender's table of RTRs is bounded and the FINs fit the posted
  *   receives.

@@ -67,6 +67,8 @@ static int mem_type(const void *addr, uint64_t *buffer_id_out) {
     return (int)mi.type;
 }
 
+static void flush_rdma_writes(int device) { hvd_mem_flush_rdma_writes(device); }
+
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len,
                              int access) {
     return ibv_reg_mr(pd, addr, len, access);
@@ -144,6 +146,7 @@ const hvd_ibv_seam hvd_ibv_real = {
     .peermem_loaded = peermem_loaded,
     .cuda_devices = cuda_devices,
     .mem_type = mem_type,
+    .flush_rdma_writes = flush_rdma_writes,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
     .alloc_pd = alloc_pd,

@@ -46,6 +46,9 @@ typedef struct hvd_ibv_seam {
      * allocation in *buffer_id_out (0 otherwise), through
      * cuPointerGetAttributes (gpu/memtype.h). */
     int (*mem_type)(const void *addr, uint64_t *buffer_id_out);
+    /* Makes what the HCA wrote into memory of CUDA device `device` visible
+     * to its kernels (hvd_mem_flush_rdma_writes); failures are logged. */
+    void (*flush_rdma_writes)(int device);
     /* ibv_reg_mr: NULL (errno set) on failure. */
     struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len,
                              int access);

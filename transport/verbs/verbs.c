@@ -215,7 +215,8 @@ struct vtp {
     hvd_mr_cache *mrc;
     int auto_reg; /* register user send buffers on their own */
     int mr_warned;
-    int gpudirect; /* every rank moves CUDA device memory itself */
+    int gpudirect;  /* every rank moves CUDA device memory itself */
+    int gpu_device; /* the CUDA device of this rank's device memory */
     hvd_verbs_counters ctr;
     int64_t timeout_ns;
     int64_t heartbeat_ns;
@@ -866,6 +867,8 @@ static hvd_status match(vqp *q) {
             r->mr = NULL;
             q->rtr_out--;
             tp->ctr.rdv_rx++;
+            /* Before a kernel reads what the HCA wrote. */
+            tp->seam->flush_rdma_writes(tp->gpu_device);
             complete = 1;
         } else if (it->chunk == RX_FIN) {
             return protocol_error(q, "a rendezvous write arrived for a "
@@ -2121,6 +2124,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
      * device memory for an operation, or none. Every rank sees the same
      * flags. */
     tp->gpudirect = gd_bad < 0;
+    tp->gpu_device = params->gpu_device;
     if (gd_bad >= 0 && params->ib_gpudirect == 1) {
         if (gd_bad == tp->rank)
             st = hvd_error_set(HVD_ERR_UNSUPPORTED,
