@@ -33,10 +33,9 @@
  *   completes the receive (once the receiver has flushed the HCA's
  *   writes to the GPU where it does not order them natively); it
  *   consumes one posted receive and no ring slot or credit. A receiver
- *   keeps at most HVD_VRTR_MAX RTRs
- *   outstanding per queue pair (more device receives wait their turn), so
- *   the sender's table of RTRs is bounded and the FINs fit the posted
- *   receives.
+ *   keeps at most HVD_VRTR_MAX RTRs outstanding per queue pair (more
+ *   device receives wait their turn), so the sender's table of RTRs is
+ *   bounded and the FINs fit the posted receives.
  * - A send from device memory with no RTR at hand sends RTS {seq, len}
  *   and waits. A receiver whose receive of that number is in host memory
  *   answers RING (once the receive is posted): the sender then writes the
