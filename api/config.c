@@ -103,8 +103,10 @@ static const hvd_algo bcast_algos[] = {HVD_ALGO_TREE, HVD_ALGO_PIPELINE,
                                        HVD_ALGO_AUTO};
 
 /* HVD_IB_MR_CACHE: off, on or auto. */
-static hvd_status mr_cache_mode(hvd_env_get_fn get, void *ctx, int *out) {
-    const char *v = get("HVD_IB_MR_CACHE", ctx);
+/* A variable of auto (2), on (1) or off (0). */
+static hvd_status auto_on_off(hvd_env_get_fn get, void *ctx, const char *name,
+                              int *out) {
+    const char *v = get(name, ctx);
     int b;
 
     if (v == NULL || *v == '\0')
@@ -113,10 +115,9 @@ static hvd_status mr_cache_mode(hvd_env_get_fn get, void *ctx, int *out) {
         *out = 2;
         return HVD_OK;
     }
-    if (hvd_env_parse_bool("HVD_IB_MR_CACHE", v, &b) != HVD_OK)
+    if (hvd_env_parse_bool(name, v, &b) != HVD_OK)
         return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "HVD_IB_MR_CACHE=%s is not one of auto, on, off",
-                             v);
+                             "%s=%s is not one of auto, on, off", name, v);
     *out = b;
     return HVD_OK;
 }
@@ -136,6 +137,7 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     c.ib_chunk_bytes = 128 * 1024;
     c.ib_ring_chunks = 8;
     c.ib_mr_cache = 2;
+    c.ib_gpudirect = 2;
     hvd_comm_config_default(&c.comm);
     c.fusion_threshold = 64 * 1024 * 1024;
     c.fusion_tensor_max = 256 * 1024;
@@ -180,7 +182,9 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
         st =
             integer(get, ctx, "HVD_IB_RING_CHUNKS", 1, 1024, &c.ib_ring_chunks);
     if (st == HVD_OK)
-        st = mr_cache_mode(get, ctx, &c.ib_mr_cache);
+        st = auto_on_off(get, ctx, "HVD_IB_MR_CACHE", &c.ib_mr_cache);
+    if (st == HVD_OK)
+        st = auto_on_off(get, ctx, "HVD_IB_GPUDIRECT", &c.ib_gpudirect);
     if (st == HVD_OK && get("HVD_CHUNK_BYTES", ctx) != NULL) {
         st = bytes(get, ctx, "HVD_CHUNK_BYTES", 64, &c.comm.chunk_bytes);
         c.chunk_forced = 1;

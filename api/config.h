@@ -28,6 +28,7 @@ typedef struct hvd_config {
     size_t ib_chunk_bytes;        /* HVD_IB_CHUNK_BYTES */
     int ib_ring_chunks;           /* HVD_IB_RING_CHUNKS */
     int ib_mr_cache;              /* HVD_IB_MR_CACHE: 0 off, 1 on, 2 auto */
+    int ib_gpudirect;             /* HVD_IB_GPUDIRECT: 0 off, 1 on, 2 auto */
     hvd_comm_config comm;         /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
                                      HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
     int chunk_forced;             /* HVD_CHUNK_BYTES was set */

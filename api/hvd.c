@@ -264,6 +264,7 @@ static void ib_params(hvd_transport_params *p) {
     p->ib_chunk_bytes = g.cfg.ib_chunk_bytes;
     p->ib_ring_chunks = g.cfg.ib_ring_chunks;
     p->ib_mr_cache = g.cfg.ib_mr_cache;
+    p->ib_gpudirect = g.cfg.ib_gpudirect;
 }
 
 #ifdef HVD_WITH_VERBS
@@ -298,7 +299,8 @@ static hvd_status open_transport(const char *name,
         st = g.ops->open(params, &g.tp);
     if (st == HVD_OK) {
         g.cfg.comm.native = caps.native_collectives;
-        g.tp_mem_types = caps.mem_types;
+        /* What this rank could do, and what every rank agreed on. */
+        g.tp_mem_types = caps.mem_types & g.ops->mem_types(g.tp);
         const char *direct = hvd_env_getenv("HVD_TEST_GPU_DIRECT", NULL);
         if (hvd_gpu_simulated() && direct != NULL && strcmp(direct, "1") == 0)
             g.tp_mem_types |= HVD_MEM_BIT(HVD_MEM_DEVICE);
@@ -981,7 +983,7 @@ static hvd_status check_buffers(const char *fn, const char *name,
 static hvd_status locate(const char *fn, const char *name, int n,
                          const void *const *send, void *const *recv,
                          const size_t *counts, hvd_memtype *mem_out) {
-    hvd_meminfo first = {HVD_MEM_HOST, -1}, mi;
+    hvd_meminfo first = {HVD_MEM_HOST, -1, 0}, mi;
     char first_what[32] = "", what[32], a[64], b[64];
 
     for (int i = 0; i < n; i++) {

@@ -24,6 +24,11 @@
 typedef struct hvd_meminfo {
     hvd_memtype type;
     int device; /* CUDA device ordinal for HVD_MEM_DEVICE, else -1 */
+    /* For HVD_MEM_DEVICE: the driver's id of the allocation
+     * (CU_POINTER_ATTRIBUTE_BUFFER_ID), unique in the process for its
+     * lifetime, so a new allocation at a freed one's address has another
+     * id; else 0. */
+    unsigned long long buffer_id;
 } hvd_meminfo;
 
 /* CUDA devices this process sees (0 without a driver or a device). The
@@ -40,6 +45,17 @@ const char *hvd_mem_no_device_reason(void);
  * pointer the driver does not know is host memory. Thread-safe.
  */
 void hvd_mem_classify(const void *ptr, hvd_meminfo *out);
+
+/*
+ * Makes what GPUDirect RDMA wrote into memory of device (the current
+ * context's) visible to that device's kernels: cuFlushGPUDirectRDMAWrites
+ * to the owner, unless the device orders such writes natively
+ * (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, asked once). A
+ * receiver calls it after the network said the data is there and before
+ * a kernel reads it. A failure is logged once (it cannot be repaired
+ * here). Thread-safe.
+ */
+void hvd_mem_flush_rdma_writes(int device);
 
 /* "host memory" or "CUDA device 1 memory", for sentences. */
 void hvd_mem_describe(const hvd_meminfo *info, char *out, size_t outlen);

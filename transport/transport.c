@@ -113,6 +113,11 @@ static int unsup_can_get(hvd_transport *tp, int peer) {
     return 0;
 }
 
+static unsigned host_only(hvd_transport *tp) {
+    (void)tp;
+    return 0;
+}
+
 /* A member is set only if the provider's table is large enough to hold it
  * and it is not NULL. */
 #define PROVIDED(src, member)                                                  \
@@ -151,6 +156,7 @@ static void fill_tables(void) {
         FILL(dst, src, broadcast, unsup_broadcast);
         FILL(dst, src, get, unsup_get);
         FILL(dst, src, can_get, unsup_can_get);
+        FILL(dst, src, mem_types, host_only);
     }
 }
 

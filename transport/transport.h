@@ -105,6 +105,8 @@ typedef struct hvd_transport_params {
     int ib_ring_chunks;    /* slots of the data ring per peer */
     int ib_mr_cache;       /* user buffers registered: 0 never, 1 always,
                               2 where the device pages on demand */
+    int ib_gpudirect;      /* CUDA device memory over RDMA (GPUDirect): 0
+                              never, 1 required, 2 where every rank can */
 } hvd_transport_params;
 
 /* What a transport can do here, filled by probe. */
@@ -116,7 +118,8 @@ typedef struct hvd_caps {
      * memory only. A transport that sets HVD_MEM_BIT(HVD_MEM_DEVICE) (RDMA
      * with GPUDirect: nvidia-peermem loaded) receives device pointers of
      * the device named in params->gpu_device and registers them itself;
-     * device collectives then skip staging. */
+     * device collectives then skip staging. What this rank could do: the
+     * open instance says what every rank agreed on (ops->mem_types). */
     unsigned mem_types;
     char reason[256]; /* why not usable, for the user */
 } hvd_caps;
@@ -192,6 +195,14 @@ typedef struct hvd_transport_ops {
 
     /* 1 if get works towards peer on this open instance. Default 0. */
     int (*can_get)(hvd_transport *tp, int peer);
+
+    /*
+     * The memory types (HVD_MEM_BIT of each) isend and irecv of this open
+     * instance accept, the same on every rank (open agrees on it). The
+     * engine uses caps.mem_types & mem_types(tp). Default 0: host memory
+     * only.
+     */
+    unsigned (*mem_types)(hvd_transport *tp);
 } hvd_transport_ops;
 
 /* Every transport instance starts with this. */

@@ -20,8 +20,10 @@ static struct {
     uintptr_t base;
     size_t len;
     int ordinal;
+    unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
 } ranges[MAX_RANGES];
 static int nranges;
+static unsigned long long next_id = 1;
 
 EXPORT void fake_cuda_add_range(void *base, size_t len, int ordinal);
 EXPORT void fake_cuda_remove_range(void *base);
@@ -36,6 +38,7 @@ void fake_cuda_add_range(void *base, size_t len, int ordinal) {
         ranges[nranges].base = (uintptr_t)base;
         ranges[nranges].len = len;
         ranges[nranges].ordinal = ordinal;
+        ranges[nranges].id = next_id++;
         nranges++;
     }
 }
@@ -79,6 +82,9 @@ int cuPointerGetAttributes(unsigned int n, int *attributes, void **data,
             break;
         case 8: /* CU_POINTER_ATTRIBUTE_IS_MANAGED */
             *(unsigned int *)data[k] = 0;
+            break;
+        case 7: /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+            *(unsigned long long *)data[k] = found >= 0 ? ranges[found].id : 0;
             break;
         case 9: /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
             *(int *)data[k] = found >= 0 ? ranges[found].ordinal : -1;

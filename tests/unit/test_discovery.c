@@ -205,7 +205,9 @@ static void config_defaults_and_values(void **state) {
                {"HVD_TUNING_FILE", "/tmp/t"},
                {"HVD_TRANSPORT", "tcp"},
                {"HVD_IFACE", "lo"},
+               {"HVD_IB_GPUDIRECT", "off"},
                {NULL, NULL}};
+    var gd_on[] = {{"HVD_IB_GPUDIRECT", "1"}, {NULL, NULL}};
     hvd_config c;
 
     assert_int_equal(hvd_config_load(table_get, none, &c), HVD_OK);
@@ -213,8 +215,12 @@ static void config_defaults_and_values(void **state) {
     assert_true(c.timeout_ns == 300LL * 1000000000LL);
     assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_AUTO);
     assert_int_equal(c.chunk_forced, 0);
+    assert_int_equal(c.ib_gpudirect, 2); /* auto */
+    assert_int_equal(hvd_config_load(table_get, gd_on, &c), HVD_OK);
+    assert_int_equal(c.ib_gpudirect, 1);
 
     assert_int_equal(hvd_config_load(table_get, v, &c), HVD_OK);
+    assert_int_equal(c.ib_gpudirect, 0);
     assert_true(c.timeout_ns == 5LL * 1000000000LL);
     assert_true(c.start_timeout_ns == 9LL * 1000000000LL);
     assert_int_equal(c.tcp_nsocks, 4);
@@ -244,6 +250,7 @@ static void config_malformed(void **state) {
         {{"HVD_BCAST_ALGORITHM", "ring"}, {NULL, NULL}},
         {{"HVD_BCAST_ALGORITHM", "hier"}, {NULL, NULL}},
         {{"HVD_PIPELINE_DEPTH", "17"}, {NULL, NULL}},
+        {{"HVD_IB_GPUDIRECT", "maybe"}, {NULL, NULL}},
     };
     hvd_config c;
 

@@ -316,6 +316,71 @@ static void memory_types(void **state) {
     hvd_mr_cache_destroy(c);
 }
 
+/* Device regions are keyed by the allocation's buffer id: the same id hits
+ * and merges; another id at the same address (the allocation was freed
+ * and the address reused) drops the old region and registers anew, even
+ * while the old one is held. Device regions take remote writes. */
+static void device_address_reuse(void **state) {
+    hvd_mr_cache *c = NULL;
+    hvd_mr_entry *a, *b, *x, *y;
+    hvd_mr_stats ms;
+    fake_stats st;
+    uint8_t *dev = arena + 4 * PAGE;
+
+    (void)state;
+    fake_cfg()->peermem = 1;
+    assert_int_equal(hvd_mr_cache_create(&fake_seam, &pd,
+                                         IBV_ACCESS_LOCAL_WRITE, 0, 8, SIZE_MAX,
+                                         &c),
+                     HVD_OK);
+    assert_int_equal(hvd_mr_get_id(c, dev, 4000, HVD_MEM_DEVICE, 7, &a),
+                     HVD_OK);
+    fake_get_stats(&st);
+    assert_int_equal(st.last_access & IBV_ACCESS_REMOTE_WRITE,
+                     IBV_ACCESS_REMOTE_WRITE);
+    /* Same allocation, inside: a hit. */
+    assert_int_equal(hvd_mr_get_id(c, dev + 100, 100, HVD_MEM_DEVICE, 7, &b),
+                     HVD_OK);
+    assert_ptr_equal(a, b);
+    hvd_mr_put(c, b);
+    /* Same allocation, reaching past: merged into one region. */
+    assert_int_equal(hvd_mr_get_id(c, dev + 2000, 4000, HVD_MEM_DEVICE, 7, &b),
+                     HVD_OK);
+    assert_ptr_not_equal(a, b);
+    assert_true(b->start == (uintptr_t)dev && b->end == (uintptr_t)dev + 6000);
+    hvd_mr_cache_stats(c, &ms);
+    assert_int_equal(ms.live, 1);
+    assert_int_equal(ms.reused, 0);
+    /* The address now belongs to another allocation (id 8): the old
+     * region (held twice) leaves the lookup and a new one is made. */
+    assert_int_equal(hvd_mr_get_id(c, dev, 4000, HVD_MEM_DEVICE, 8, &x),
+                     HVD_OK);
+    assert_ptr_not_equal(x, b);
+    assert_int_equal(x->buffer_id, 8);
+    hvd_mr_cache_stats(c, &ms);
+    assert_int_equal(ms.reused, 1);
+    assert_int_equal(ms.live, 1);
+    assert_int_equal(ms.held_dead, 2);
+    /* And it is what a later lookup of id 8 finds; id 7 finds nothing. */
+    assert_int_equal(hvd_mr_get_id(c, dev, 10, HVD_MEM_DEVICE, 8, &y), HVD_OK);
+    assert_ptr_equal(x, y);
+    hvd_mr_put(c, y);
+    hvd_mr_put(c, a);
+    hvd_mr_put(c, b);
+    hvd_mr_cache_stats(c, &ms);
+    assert_int_equal(ms.held_dead, 0);
+    /* Unknown allocations (id 0) are never merged. */
+    assert_int_equal(hvd_mr_get_id(c, dev + 8000, 100, HVD_MEM_DEVICE, 0, &a),
+                     HVD_OK);
+    assert_int_equal(hvd_mr_get_id(c, dev + 8050, 100, HVD_MEM_DEVICE, 0, &b),
+                     HVD_OK);
+    assert_true(b->start == (uintptr_t)dev + 8050);
+    hvd_mr_put(c, a);
+    hvd_mr_put(c, b);
+    hvd_mr_put(c, x);
+    hvd_mr_cache_destroy(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(hits, setup, teardown),
@@ -326,6 +391,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(destroy_held, setup, teardown),
         cmocka_unit_test_setup_teardown(failures, setup, teardown),
         cmocka_unit_test_setup_teardown(memory_types, setup, teardown),
+        cmocka_unit_test_setup_teardown(device_address_reuse, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

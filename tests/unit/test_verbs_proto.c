@@ -97,6 +97,48 @@ static void immediates(void **state) {
     assert_false(hvd_vimm_last(hvd_vimm(4096, 0)));
     assert_true(hvd_vimm_last(hvd_vimm(1, 1)));
     assert_int_equal(hvd_vimm_len(hvd_vimm(HVD_VCHUNK_MAX, 1)), HVD_VCHUNK_MAX);
+    /* A rendezvous FIN is never taken for a ring chunk, even one of the
+     * largest slot (1 GiB), and its tag is never 0. */
+    assert_false(hvd_vimm_is_fin(hvd_vimm(1u << 30, 1)));
+    assert_false(hvd_vimm_is_fin(hvd_vimm(4096, 1)));
+    assert_true(hvd_vimm_is_fin(hvd_vimm_fin(0)));
+    assert_true(hvd_vimm_is_fin(hvd_vimm_fin(HVD_VIMM_TAG - 1)));
+    assert_true(hvd_vimm_is_fin(hvd_vimm_fin(HVD_VIMM_TAG)));
+    assert_true(hvd_vimm_last(hvd_vimm_fin(7)));
+    assert_int_not_equal(hvd_vimm_fin(1), hvd_vimm_fin(2));
+}
+
+/* RTR, RTS and RING: fixed payload, round trip, other lengths refused. */
+static void rendezvous_messages(void **state) {
+    hvd_vrdv r = {.seq = 0x123456789ull,
+                  .addr = 0x7f0012345678ull,
+                  .len = 5ull << 32,
+                  .rkey = 0xdeadbeef},
+             d;
+    hvd_vhdr h = {.type = HVD_VMSG_RTR, .len = HVD_VRDV_LEN}, hd;
+    uint8_t buf[HVD_VHDR_LEN + HVD_VRDV_LEN + 1];
+
+    (void)state;
+    hvd_vhdr_encode(&h, buf);
+    hvd_vrdv_encode(&r, buf + HVD_VHDR_LEN);
+    assert_int_equal(hvd_vhdr_decode(buf, HVD_VHDR_LEN + HVD_VRDV_LEN, &hd),
+                     HVD_OK);
+    assert_int_equal(hd.type, HVD_VMSG_RTR);
+    hvd_vrdv_decode(buf + HVD_VHDR_LEN, &d);
+    assert_true(d.seq == r.seq && d.addr == r.addr && d.len == r.len &&
+                d.rkey == r.rkey);
+    for (uint8_t t = HVD_VMSG_RTR; t <= HVD_VMSG_RING; t++) {
+        h = (hvd_vhdr){.type = t, .len = HVD_VRDV_LEN - 1};
+        hvd_vhdr_encode(&h, buf);
+        assert_int_equal(
+            hvd_vhdr_decode(buf, HVD_VHDR_LEN + HVD_VRDV_LEN - 1, &hd),
+            HVD_ERR_TRANSPORT);
+        assert_non_null(strstr(hvd_error_get(), "instead of 32"));
+    }
+    h = (hvd_vhdr){.type = HVD_VMSG_RING + 1};
+    hvd_vhdr_encode(&h, buf);
+    assert_int_equal(hvd_vhdr_decode(buf, HVD_VHDR_LEN, &hd),
+                     HVD_ERR_TRANSPORT);
 }
 
 static void eager_boundary(void **state) {
@@ -367,6 +409,7 @@ int main(void) {
         cmocka_unit_test(header_malformed),
         cmocka_unit_test(abort_notice),
         cmocka_unit_test(immediates),
+        cmocka_unit_test(rendezvous_messages),
         cmocka_unit_test(eager_boundary),
         cmocka_unit_test(chunking),
         cmocka_unit_test(ring_layout),

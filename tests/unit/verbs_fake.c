@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "transport/base/error.h"
@@ -88,6 +89,16 @@ static fmr *mrs;
 static fqp *qps;
 static uint32_t next_key = 0x100;
 static uint32_t next_qpn = 0x40;
+/* Simulated device memory. */
+#define MAX_DEV_RANGES 4096
+static struct drange {
+    uintptr_t base;
+    size_t len; /* whole pages */
+    uint64_t id;
+    int protect;
+} dranges[MAX_DEV_RANGES];
+static int ndranges;
+static uint64_t next_buffer_id = 1;
 static __thread int hide_devices;
 static __thread int island;
 
@@ -113,7 +124,125 @@ void fake_reset(void) {
     cfg.devs[0].ports[0].gids[0].raw[15] = 1;
     mrs = NULL;
     qps = NULL;
+    ndranges = 0;
     pthread_mutex_unlock(&mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* Simulated device memory                                             */
+
+static size_t pages(size_t len) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (len + page - 1) / page * page;
+}
+
+void *fake_dev_alloc(size_t len, int protect) {
+    size_t n = pages(len ? len : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+
+    if (p == MAP_FAILED)
+        return NULL;
+    pthread_mutex_lock(&mu);
+    if (ndranges == MAX_DEV_RANGES) {
+        pthread_mutex_unlock(&mu);
+        munmap(p, n);
+        return NULL;
+    }
+    dranges[ndranges++] = (struct drange){.base = (uintptr_t)p,
+                                          .len = n,
+                                          .id = next_buffer_id++,
+                                          .protect = protect};
+    if (protect)
+        mprotect(p, n, PROT_NONE);
+    pthread_mutex_unlock(&mu);
+    return p;
+}
+
+static struct drange *drange_of(uintptr_t a) {
+    for (int i = 0; i < ndranges; i++)
+        if (a >= dranges[i].base && a < dranges[i].base + dranges[i].len)
+            return &dranges[i];
+    return NULL;
+}
+
+void fake_dev_free(void *p) {
+    struct drange *r;
+    size_t n = 0;
+
+    pthread_mutex_lock(&mu);
+    r = drange_of((uintptr_t)p);
+    if (r != NULL) {
+        n = r->len;
+        *r = dranges[--ndranges];
+    }
+    pthread_mutex_unlock(&mu);
+    if (n > 0)
+        munmap(p, n);
+}
+
+void fake_dev_reuse(void *p) {
+    struct drange *r;
+
+    pthread_mutex_lock(&mu);
+    r = drange_of((uintptr_t)p);
+    if (r != NULL)
+        r->id = next_buffer_id++;
+    pthread_mutex_unlock(&mu);
+}
+
+/* Under mu: opens (1) or closes (0) the protected ranges that
+ * [a, a + n) touches. */
+static void dev_open(uintptr_t a, size_t n, int open) {
+    for (int i = 0; i < ndranges && n > 0; i++) {
+        struct drange *r = &dranges[i];
+        if (r->protect && a < r->base + r->len && r->base < a + n)
+            mprotect((void *)r->base, r->len,
+                     open ? PROT_READ | PROT_WRITE : PROT_NONE);
+    }
+}
+
+/* Under mu: a copy by the HCA, or by cudaMemcpy. */
+static void dma_copy(void *dst, const void *src, size_t n) {
+    dev_open((uintptr_t)dst, n, 1);
+    dev_open((uintptr_t)src, n, 1);
+    memcpy(dst, src, n);
+    dev_open((uintptr_t)dst, n, 0);
+    dev_open((uintptr_t)src, n, 0);
+}
+
+void fake_dev_write(void *dst, const void *src, size_t n) {
+    pthread_mutex_lock(&mu);
+    dma_copy(dst, src, n);
+    pthread_mutex_unlock(&mu);
+}
+
+void fake_dev_read(void *dst, const void *src, size_t n) {
+    pthread_mutex_lock(&mu);
+    dma_copy(dst, src, n);
+    pthread_mutex_unlock(&mu);
+}
+
+static int cuda_devices(void) { return cfg.cuda_devices; }
+
+static void flush_rdma_writes(int device) {
+    (void)device;
+    pthread_mutex_lock(&mu);
+    stats.flushes++;
+    pthread_mutex_unlock(&mu);
+}
+
+static int mem_type(const void *addr, uint64_t *buffer_id_out) {
+    struct drange *r;
+    int type = HVD_MEM_HOST;
+
+    pthread_mutex_lock(&mu);
+    r = drange_of((uintptr_t)addr);
+    *buffer_id_out = r != NULL ? r->id : 0;
+    if (r != NULL)
+        type = HVD_MEM_DEVICE;
+    pthread_mutex_unlock(&mu);
+    return type;
 }
 
 fake_config *fake_cfg(void) { return &cfg; }
@@ -537,6 +666,23 @@ static int deliver(fqp *q) {
             qp_error(q, IBV_WC_LOC_PROT_ERR);
             return -1;
         }
+        if (s->opcode == IBV_WR_RDMA_WRITE) {
+            /* No receive consumed, nothing completes at the target. */
+            if (s->len > 0 && find_mr(s->rkey, 1, s->raddr, s->len,
+                                      IBV_ACCESS_REMOTE_WRITE) == NULL) {
+                stats.bad_access++;
+                qp_error(q, IBV_WC_REM_ACCESS_ERR);
+                return -1;
+            }
+            dma_copy((void *)(uintptr_t)s->raddr, (void *)(uintptr_t)s->addr,
+                     s->len);
+            stats.writes++;
+            stats.plain_writes++;
+            q->held_head = (q->held_head + 1) % q->held_cap;
+            q->held_count--;
+            send_cqe(q, s, IBV_WC_SUCCESS);
+            continue;
+        }
         if (t->rq_count == 0) {
             stats.rnr_waits++;
             return 0; /* receiver not ready: retried on its next post */
@@ -555,8 +701,8 @@ static int deliver(fqp *q) {
                 qp_error(q, IBV_WC_REM_INV_REQ_ERR);
                 return -1;
             }
-            memcpy((void *)(uintptr_t)r->addr, (void *)(uintptr_t)s->addr,
-                   s->len);
+            dma_copy((void *)(uintptr_t)r->addr, (void *)(uintptr_t)s->addr,
+                     s->len);
             wc.opcode = IBV_WC_RECV;
             stats.sends++;
         } else {
@@ -566,8 +712,8 @@ static int deliver(fqp *q) {
                 qp_error(q, IBV_WC_REM_ACCESS_ERR);
                 return -1;
             }
-            memcpy((void *)(uintptr_t)s->raddr, (void *)(uintptr_t)s->addr,
-                   s->len);
+            dma_copy((void *)(uintptr_t)s->raddr, (void *)(uintptr_t)s->addr,
+                     s->len);
             wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
             wc.wc_flags = IBV_WC_WITH_IMM;
             wc.imm_data = s->imm;
@@ -653,7 +799,7 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
             return EINVAL;
         }
         if (q->outstanding >= q->max_send || wr->num_sge > 1 ||
-            (wr->opcode != IBV_WR_SEND &&
+            (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_RDMA_WRITE &&
              wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)) {
             *bad = wr;
             pthread_mutex_unlock(&mu);
@@ -724,6 +870,9 @@ const hvd_ibv_seam fake_seam = {
     .query_gid_ex = query_gid_ex,
     .odp_supported = odp_supported,
     .peermem_loaded = peermem_loaded,
+    .cuda_devices = cuda_devices,
+    .mem_type = mem_type,
+    .flush_rdma_writes = flush_rdma_writes,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
     .alloc_pd = alloc_pd,

@@ -61,6 +61,7 @@ typedef struct fake_config {
     fake_dev devs[FAKE_MAX_DEVS];
     int odp;
     int peermem;
+    int cuda_devices;   /* what the seam's cuda_devices says */
     int reg_fail_after; /* > 0: the n-th later ibv_reg_mr fails (ENOMEM) */
     int reg_fail_over;  /* > 0: ibv_reg_mr of more bytes fails (EFAULT) */
 } fake_config;
@@ -71,10 +72,12 @@ typedef struct fake_stats {
     int live_mrs;   /* registered now */
     int bad_access; /* work requests that used memory not registered */
     int cq_overflows;
-    int rnr_waits;   /* deliveries held for want of a posted receive */
-    int sends;       /* SENDs delivered */
-    int writes;      /* RDMA WRITEs delivered */
-    int last_access; /* of the last ibv_reg_mr */
+    int rnr_waits;    /* deliveries held for want of a posted receive */
+    int sends;        /* SENDs delivered */
+    int writes;       /* RDMA WRITEs delivered */
+    int plain_writes; /* of which without immediate */
+    int flushes;      /* flush_rdma_writes calls */
+    int last_access;  /* of the last ibv_reg_mr */
     uintptr_t last_addr;
     size_t last_len;
 } fake_stats;
@@ -96,6 +99,22 @@ void fake_get_stats(fake_stats *out);
  * IBV_WC_RETRY_EXC_ERR (ports that cannot reach each other). */
 void fake_hide_devices(int hide);
 void fake_set_island(int n);
+
+/*
+ * Simulated CUDA device memory for GPUDirect RDMA: whole pages (mmap)
+ * that the seam's mem_type reports as device memory, each with a buffer
+ * id of its own. With protect set they are inaccessible (PROT_NONE) to
+ * the CPU: only the fake HCA (opening them for the length of its copy)
+ * and fake_dev_write/fake_dev_read (cudaMemcpy) reach them, so a
+ * transport that touches device memory with the CPU crashes the test.
+ */
+void *fake_dev_alloc(size_t len, int protect);
+void fake_dev_free(void *p);
+/* The allocation at p is freed and a new one made at the same address (as
+ * cudaFree then cudaMalloc may do): same memory, a new buffer id. */
+void fake_dev_reuse(void *p);
+void fake_dev_write(void *dst, const void *src, size_t n);
+void fake_dev_read(void *dst, const void *src, size_t n);
 
 /* A fake registration's region. */
 void fake_mr_range(const struct ibv_mr *mr, uintptr_t *start_out,

@@ -21,7 +21,8 @@ target_link_libraries(verbs_fake PUBLIC hvd_internal Threads::Threads)
 target_include_directories(verbs_fake PUBLIC ${HVD_VT}/unit)
 target_compile_options(verbs_fake PRIVATE ${HVD_WARNINGS})
 
-foreach(name verbs_conn verbs_proto verbs_mr verbs_device verbs_fabric)
+foreach(name verbs_conn verbs_proto verbs_mr verbs_device verbs_fabric
+        verbs_gpudirect)
   add_executable(test_${name} ${HVD_VT}/unit/test_${name}.c)
   target_link_libraries(test_${name} PRIVATE verbs_fake hvd_internal
                         PkgConfig::CMOCKA m)

@@ -109,7 +109,7 @@ hvd_status hvd_vconn_decode(const uint8_t *buf, size_t len, int from, int size,
         return BAD("verbs connection data in rank %d's place says rank %u of "
                    "%u (job of %d)",
                    from, c.rank, c.size, size);
-    if ((c.flags & ~HVD_VCONN_USABLE) != 0)
+    if ((c.flags & ~(HVD_VCONN_USABLE | HVD_VCONN_GPUDIRECT)) != 0)
         return BAD("verbs connection data of rank %d has unknown flags %#x",
                    from, c.flags);
     c.lid = get16(buf + 16);

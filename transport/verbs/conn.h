@@ -37,6 +37,9 @@
 
 /* flags */
 #define HVD_VCONN_USABLE 1u /* this rank has a device and set up its QPs */
+#define HVD_VCONN_GPUDIRECT                                                    \
+    2u /* this rank can send and receive CUDA device                           \
+          memory (GPUDirect RDMA) */
 
 /* Bounds checked on decode. */
 #define HVD_VCONN_EAGER_MIN 256u

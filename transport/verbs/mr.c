@@ -111,13 +111,14 @@ static int overlaps(const hvd_mr_entry *e, uintptr_t start, uintptr_t end) {
     return e->start < end && start < e->end;
 }
 
-/* The live region of type (any type: type < 0) covering [a, a + len),
- * made the most recently used and held; NULL on a miss. */
-static hvd_mr_entry *lookup(hvd_mr_cache *c, uintptr_t a, size_t len,
-                            int type) {
+/* The live region of type (any type: type < 0) and buffer id covering
+ * [a, a + len), made the most recently used and held; NULL on a miss. */
+static hvd_mr_entry *lookup(hvd_mr_cache *c, uintptr_t a, size_t len, int type,
+                            uint64_t id) {
     for (hvd_mr_entry *e = c->head; e != NULL; e = e->next) {
-        if ((type < 0 || e->type == (hvd_mem_type)type) && e->start <= a &&
-            a + len <= e->end) {
+        if ((type < 0 ||
+             (e->type == (hvd_mem_type)type && e->buffer_id == id)) &&
+            e->start <= a && a + len <= e->end) {
             if (e != c->head) {
                 unlink_live(c, e);
                 push_front(c, e);
@@ -139,7 +140,7 @@ int hvd_mr_find(hvd_mr_cache *c, const void *addr, size_t len,
 
     if (len == 0)
         len = 1;
-    if (a + len < a || (e = lookup(c, a, len, -1)) == NULL)
+    if (a + len < a || (e = lookup(c, a, len, -1, 0)) == NULL)
         return 0;
     *out = e;
     return 1;
@@ -147,6 +148,12 @@ int hvd_mr_find(hvd_mr_cache *c, const void *addr, size_t len,
 
 hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
                       hvd_mem_type type, hvd_mr_entry **out) {
+    return hvd_mr_get_id(c, addr, len, type, 0, out);
+}
+
+hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
+                         hvd_mem_type type, uint64_t buffer_id,
+                         hvd_mr_entry **out) {
     uintptr_t a = (uintptr_t)addr, start, end, ustart, uend;
     struct ibv_mr *mr = NULL;
     hvd_mr_entry *e;
@@ -158,7 +165,9 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "registering %zu bytes at %p wraps around", len,
                              addr);
-    if ((e = lookup(c, a, len, (int)type)) != NULL) {
+    if (type != HVD_MEM_DEVICE)
+        buffer_id = 0;
+    if ((e = lookup(c, a, len, (int)type, buffer_id)) != NULL) {
         *out = e;
         return HVD_OK;
     }
@@ -170,10 +179,23 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
                                  "needs the nvidia-peermem kernel module "
                                  "(`modprobe nvidia-peermem`); without it "
                                  "GPU buffers go through host memory");
-        /* Device allocations are registered exactly as given: rounding or
-         * merging could reach into another allocation. */
+        /* Device allocations are registered exactly as given: rounding
+         * could reach into another allocation. Regions of this address
+         * range with another buffer id belong to allocations that are
+         * gone. */
+        hvd_mr_entry *next;
+        for (e = c->head; e != NULL; e = next) {
+            next = e->next;
+            if (e->type == HVD_MEM_DEVICE && e->buffer_id != buffer_id &&
+                overlaps(e, a, a + len)) {
+                drop(c, e);
+                c->st.invalidations++;
+                c->st.reused++;
+            }
+        }
         start = a;
         end = a + len;
+        access |= IBV_ACCESS_REMOTE_WRITE;
     } else {
         start = a & ~(c->page - 1);
         end = (a + len + c->page - 1) & ~(c->page - 1);
@@ -184,14 +206,16 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
     }
     ustart = start;
     uend = end;
-    if (type == HVD_MEM_HOST) {
-        /* Grow to the union with every region it overlaps (repeat: a
-         * union may reach a further region). */
+    if (type == HVD_MEM_HOST || buffer_id != 0) {
+        /* Grow to the union with every region of the same allocation it
+         * overlaps (repeat: a union may reach a further region); device
+         * memory of unknown allocation is never merged. */
         int grew = 1;
         for (int round = 0; grew && round <= c->st.live; round++) {
             grew = 0;
             for (e = c->head; e != NULL; e = e->next) {
-                if (e->type != type || !overlaps(e, ustart, uend))
+                if (e->type != type || e->buffer_id != buffer_id ||
+                    !overlaps(e, ustart, uend))
                     continue;
                 if (e->start < ustart || e->end > uend) {
                     ustart = e->start < ustart ? e->start : ustart;
@@ -235,7 +259,8 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
         hvd_mr_entry *next;
         for (hvd_mr_entry *x = c->head; x != NULL; x = next) {
             next = x->next;
-            if (x->type == type && overlaps(x, ustart, uend)) {
+            if (x->type == type && x->buffer_id == buffer_id &&
+                overlaps(x, ustart, uend)) {
                 drop(c, x);
                 c->st.invalidations++;
             }
@@ -244,6 +269,7 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
     e->start = ustart;
     e->end = uend;
     e->type = type;
+    e->buffer_id = buffer_id;
     e->mr = mr;
     e->refs = 1;
     e->live = 1;

@@ -17,6 +17,22 @@
  * Memory types: host memory, and CUDA device memory for GPUDirect RDMA,
  * which ibv_reg_mr accepts only when the nvidia-peermem module is loaded
  * (checked before registering). Regions of different types never match.
+ * Device regions are registered for remote writes too: peers write
+ * messages into device receive buffers (transport/verbs/proto.h).
+ *
+ * Device regions and address reuse: a device region is registered as
+ * given (no rounding: that could reach into another allocation) and
+ * carries the driver's buffer id of its allocation
+ * (CU_POINTER_ATTRIBUTE_BUFFER_ID, unique for the process's lifetime).
+ * A lookup hits only a region of the same id. A caching allocator (the
+ * frameworks') that hands a block of its pool out again keeps the
+ * allocation, so the id and the registration stay good; one that frees
+ * the allocation (cudaFree) and gets a new one at the same address gets
+ * another id: the lookup then finds the old regions overlapping with a
+ * different id, drops them (nvidia-peermem has already invalidated their
+ * mappings when the memory was freed) and registers the new allocation.
+ * Overlapping regions of the same id are merged, as host regions are
+ * (their union lies inside one allocation).
  *
  * A pinned region keeps the pages it was registered with: if the caller
  * frees a buffer and a later allocation reuses the address, a hit would
@@ -45,6 +61,7 @@ struct hvd_mr_entry {
     uintptr_t start; /* registered range [start, end) */
     uintptr_t end;
     hvd_mem_type type;
+    uint64_t buffer_id; /* device regions: the allocation's id; else 0 */
     struct ibv_mr *mr;
     int refs;
     int live; /* found by lookups; 0 once invalidated or evicted */
@@ -57,6 +74,8 @@ typedef struct hvd_mr_stats {
     uint64_t misses;
     uint64_t evictions;     /* regions dropped to stay within the bounds */
     uint64_t invalidations; /* regions dropped by invalidate or a merge */
+    uint64_t reused;        /* device regions dropped: address reused by
+                               another allocation */
     uint64_t deregs;        /* ibv_dereg_mr calls */
     int live;               /* regions in the lookup */
     int held_dead;          /* dropped regions still held by operations */
@@ -82,6 +101,12 @@ hvd_status hvd_mr_cache_create(const hvd_ibv_seam *seam, struct ibv_pd *pd,
  */
 hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
                       hvd_mem_type type, hvd_mr_entry **out);
+
+/* As hvd_mr_get, for memory whose allocation has the given id (device
+ * memory; 0 where unknown). */
+hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
+                         hvd_mem_type type, uint64_t buffer_id,
+                         hvd_mr_entry **out);
 
 /* 1 and a hold on it in *out if a cached region of any type covers
  * [addr, addr + len) (a hit); 0 otherwise, registering nothing. */

@@ -54,7 +54,7 @@ hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
     h.eager_ret = get16(buf + 2);
     h.slot_ret = get16(buf + 4);
     h.len = get32(buf + 8);
-    if (h.type < HVD_VMSG_DATA || h.type > HVD_VMSG_ABORT)
+    if (h.type < HVD_VMSG_DATA || h.type > HVD_VMSG_RING)
         return hvd_error_set(HVD_ERR_TRANSPORT, "unknown message type %u",
                              h.type);
     if ((size_t)h.len != n - HVD_VHDR_LEN)
@@ -62,12 +62,42 @@ hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
                              "message header says %u payload bytes but %zu "
                              "arrived",
                              h.len, n - HVD_VHDR_LEN);
-    if (h.type != HVD_VMSG_DATA && h.type != HVD_VMSG_ABORT && h.len != 0)
+    if (h.type >= HVD_VMSG_RTR && h.len != HVD_VRDV_LEN)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "control message of type %u carries %u bytes "
+                             "instead of %d",
+                             h.type, h.len, HVD_VRDV_LEN);
+    if (h.type != HVD_VMSG_DATA && h.type != HVD_VMSG_ABORT &&
+        h.type < HVD_VMSG_RTR && h.len != 0)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "control message of type %u carries %u bytes",
                              h.type, h.len);
     *out = h;
     return HVD_OK;
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)v);
+    put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get64(const uint8_t *p) {
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void hvd_vrdv_encode(const hvd_vrdv *r, uint8_t out[HVD_VRDV_LEN]) {
+    memset(out, 0, HVD_VRDV_LEN);
+    put64(out, r->seq);
+    put64(out + 8, r->addr);
+    put64(out + 16, r->len);
+    put32(out + 24, r->rkey);
+}
+
+void hvd_vrdv_decode(const uint8_t in[HVD_VRDV_LEN], hvd_vrdv *out) {
+    out->seq = get64(in);
+    out->addr = get64(in + 8);
+    out->len = get64(in + 16);
+    out->rkey = get32(in + 24);
 }
 
 size_t hvd_vabort_encode(const hvd_vabort *a, uint8_t *out, size_t cap) {

@@ -13,8 +13,45 @@
  *   order. The immediate holds the chunk's length and whether it is the
  *   message's last. Each write consumes a posted receive (it is how the
  *   peer learns that the chunk is there), never an eager buffer.
- * - Control messages (CREDIT, HEARTBEAT, BYE, HELLO, ABORT) are SENDs of a
- *   header (ABORT: plus a sentence).
+ * - Control messages (CREDIT, HEARTBEAT, BYE, HELLO, ABORT, RTR, RTS,
+ *   RING) are SENDs of a header (ABORT: plus a sentence; RTR, RTS, RING:
+ *   plus an hvd_vrdv).
+ *
+ * GPUDirect RDMA (only when every rank agreed at open that it can: CUDA
+ * built and present, nvidia-peermem loaded, HVD_IB_GPUDIRECT not 0). The
+ * CPU never touches CUDA device memory, so device buffers never go eager
+ * and never land in a receive ring. Messages of a queue pair are numbered
+ * in posting order on both sides (the n-th isend matches the n-th irecv):
+ *
+ * - A receive into device memory (len > 0) registers the buffer (remote
+ *   write; the registration cache keys device regions by the driver's
+ *   buffer id) and sends RTR {seq, addr, rkey, len}. The sender writes the
+ *   message straight into it, from its own buffer (device or registered
+ *   host memory, else through staging): plain RDMA WRITEs of chunks (at
+ *   least 1 MiB from registered memory, a staging chunk else), the
+ *   last one WITH IMMEDIATE carrying a FIN tag (hvd_vimm_fin) that
+ *   completes the receive (once the receiver has flushed the HCA's
+ *   writes to the GPU where it does not order them natively); it
+ *   consumes one posted receive and no ring slot or credit. A receiver
+ *   keeps at most HVD_VRTR_MAX RTRs outstanding per queue pair (more
+ *   device receives wait their turn), so the sender's table of RTRs is
+ *   bounded and the FINs fit the posted receives.
+ * - A send from device memory with no RTR at hand sends RTS {seq, len}
+ *   and waits. A receiver whose receive of that number is in host memory
+ *   answers RING (once the receive is posted): the sender then writes the
+ *   message into the receive ring from its registered device memory, by
+ *   chunks as any large message (never eager, whatever its size). A
+ *   receiver whose receive is in device memory answers with its RTR.
+ * - A send from host memory goes as before unless an RTR for its number
+ *   has arrived before it started (then it is written into the device
+ *   buffer). The memory types of both sides must agree (the engine uses
+ *   one memory type per operation on every rank): an RTR for a message
+ *   already sent from host memory, or eager or ring data for a device
+ *   receive, fails the transport with HVD_ERR_TRANSPORT and a sentence
+ *   naming both ranks. A device sender whose receiver never posts the
+ *   receive waits as any sender whose receiver is late: the stall
+ *   timeout (HVD_TIMEOUT_SECONDS) ends it, naming the peer.
+ * - Zero-length messages carry no bytes and always go eager.
  *
  * Flow control: the sender holds credits for the peer's eager buffers and
  * ring slots; each data message takes one. The receiver frees a buffer or
@@ -47,7 +84,10 @@ typedef enum {
     HVD_VMSG_HEARTBEAT = 3, /* this rank is alive and waiting */
     HVD_VMSG_BYE = 4,       /* orderly shutdown */
     HVD_VMSG_HELLO = 5,     /* connection check at open */
-    HVD_VMSG_ABORT = 6      /* this rank failed; the payload says why */
+    HVD_VMSG_ABORT = 6,     /* this rank failed; the payload says why */
+    HVD_VMSG_RTR = 7,       /* write message seq into addr/rkey (device) */
+    HVD_VMSG_RTS = 8,       /* where does device message seq go? */
+    HVD_VMSG_RING = 9       /* message seq goes into the receive ring */
 } hvd_vmsg_type;
 
 typedef struct hvd_vhdr {
@@ -78,9 +118,37 @@ typedef struct hvd_vabort {
 size_t hvd_vabort_encode(const hvd_vabort *a, uint8_t *out, size_t cap);
 hvd_status hvd_vabort_decode(const uint8_t *buf, size_t n, hvd_vabort *out);
 
-/* The immediate of a chunk write: its length (< 2^31) and a last flag. */
+/* The payload of RTR, RTS and RING: the message number on the queue
+ * pair, and for RTR where to write it (addr, rkey) and how many bytes the
+ * receive wants; RTS carries the sender's length; RING only seq. */
+#define HVD_VRDV_LEN 32
+typedef struct hvd_vrdv {
+    uint64_t seq;
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey;
+} hvd_vrdv;
+
+void hvd_vrdv_encode(const hvd_vrdv *r, uint8_t out[HVD_VRDV_LEN]);
+void hvd_vrdv_decode(const uint8_t in[HVD_VRDV_LEN], hvd_vrdv *out);
+
+/* RTRs a receiver keeps outstanding per queue pair. */
+#define HVD_VRTR_MAX 4
+
+/* The immediate of a chunk write into the ring: its length (at most the
+ * slot size, <= 2^30) and a last flag. The immediate of the last write of
+ * a rendezvous (FIN) has bit 30 set and a nonzero tag in the low 30 bits,
+ * which no ring chunk has. */
 #define HVD_VIMM_LAST 0x80000000u
+#define HVD_VIMM_RDV 0x40000000u
+#define HVD_VIMM_TAG 0x3fffffffu
 #define HVD_VCHUNK_MAX 0x7fffffffu
+static inline uint32_t hvd_vimm_fin(uint64_t seq) {
+    return HVD_VIMM_LAST | HVD_VIMM_RDV | (uint32_t)(seq % HVD_VIMM_TAG + 1);
+}
+static inline int hvd_vimm_is_fin(uint32_t imm) {
+    return (imm & HVD_VIMM_RDV) != 0 && (imm & HVD_VIMM_TAG) != 0;
+}
 static inline uint32_t hvd_vimm(uint32_t len, int last) {
     return len | (last ? HVD_VIMM_LAST : 0);
 }

@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "gpu/gpu.h"
+#include "gpu/memtype.h"
+
 static struct ibv_device **get_device_list(int *num) {
     return ibv_get_device_list(num);
 }
@@ -51,6 +54,20 @@ static int peermem_loaded(void) {
     return access("/sys/module/nvidia_peermem", F_OK) == 0 ||
            access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0;
 }
+
+static int cuda_devices(void) {
+    return hvd_gpu_built() ? hvd_mem_device_count() : 0;
+}
+
+static int mem_type(const void *addr, uint64_t *buffer_id_out) {
+    hvd_meminfo mi;
+
+    hvd_mem_classify(addr, &mi);
+    *buffer_id_out = mi.buffer_id;
+    return (int)mi.type;
+}
+
+static void flush_rdma_writes(int device) { hvd_mem_flush_rdma_writes(device); }
 
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len,
                              int access) {
@@ -127,6 +144,9 @@ const hvd_ibv_seam hvd_ibv_real = {
     .query_gid_ex = query_gid_ex,
     .odp_supported = odp_supported,
     .peermem_loaded = peermem_loaded,
+    .cuda_devices = cuda_devices,
+    .mem_type = mem_type,
+    .flush_rdma_writes = flush_rdma_writes,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
     .alloc_pd = alloc_pd,

@@ -1,6 +1,7 @@
 /*
  * The seam between the verbs transport and libibverbs: every libibverbs
- * call the transport makes goes through this table, so that unit tests
+ * call the transport makes goes through this table (and the two questions
+ * it asks the CUDA driver for GPUDirect RDMA), so that unit tests
  * can stand a fake in for the library on a machine without an RDMA
  * device: device lists with ports down, registrations that fail, counted
  * deregistrations, and a loopback fabric in which several transports of
@@ -37,6 +38,17 @@ typedef struct hvd_ibv_seam {
     /* 1 if the nvidia-peermem module (or the older nv_peer_mem) is loaded,
      * so ibv_reg_mr accepts CUDA device pointers. */
     int (*peermem_loaded)(void);
+    /* CUDA devices this process can use: 0 where hvd was built without
+     * CUDA or the driver sees none (gpu/memtype.h). */
+    int (*cuda_devices)(void);
+    /* Where addr points: HVD_MEM_HOST or HVD_MEM_DEVICE (CUDA device
+     * memory, not managed), and for device memory the driver's id of its
+     * allocation in *buffer_id_out (0 otherwise), through
+     * cuPointerGetAttributes (gpu/memtype.h). */
+    int (*mem_type)(const void *addr, uint64_t *buffer_id_out);
+    /* Makes what the HCA wrote into memory of CUDA device `device` visible
+     * to its kernels (hvd_mem_flush_rdma_writes); failures are logged. */
+    void (*flush_rdma_writes)(int device);
     /* ibv_reg_mr: NULL (errno set) on failure. */
     struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len,
                              int access);

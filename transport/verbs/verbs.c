@@ -25,7 +25,8 @@
 #define EAGER_BYTES 4096
 /* Eager buffers a peer may fill before it waits for credits. */
 #define EAGER_CREDITS 16
-/* Posted receives beyond the credits, for control messages. */
+/* Posted receives beyond the credits, for control messages (and the
+ * HVD_VRTR_MAX rendezvous FINs, counted apart). */
 #define CTL_RESERVE 8
 /* Send buffers per queue pair; the last SEND_RESERVE are kept for control
  * messages, so credits can always go back. */
@@ -41,6 +42,10 @@
 #define MR_CACHE_BYTES ((size_t)4 << 30)
 #define POLL_BATCH 32
 #define DRAIN_ROUNDS 64
+/* The least a rendezvous write from registered memory carries: it goes
+ * into the receiver's own buffer, so the ring's slot size does not bound
+ * it, and fewer, larger writes cost fewer work requests. */
+#define RDV_CHUNK_MIN ((size_t)1 << 20)
 /* How often stalled peers are looked for. */
 #define CHECK_NS (100 * 1000000LL)
 /* Most time between two heartbeats of a waiting rank. */
@@ -66,7 +71,7 @@ _Static_assert(HVD_VHDR_LEN + 12 + 64 <= EAGER_BYTES,
                "an ABORT must fit in an eager buffer");
 _Static_assert(EAGER_BYTES >= HVD_VCONN_EAGER_MIN, "eager buffers too small");
 
-enum { WR_EAGER = 1, WR_CHUNK, WR_CTL };
+enum { WR_EAGER = 1, WR_CHUNK, WR_CTL, WR_RDV };
 
 /* A send not completely posted yet. */
 typedef struct txmsg {
@@ -76,6 +81,14 @@ typedef struct txmsg {
     size_t off;       /* bytes posted */
     hvd_mr_entry *mr; /* its region when sent from the user's buffer */
     int tried_mr;
+    /* GPUDirect (proto.h). */
+    uint64_t seq;   /* its number on the queue pair */
+    uint64_t bufid; /* device memory: the allocation's id */
+    uint64_t raddr; /* rendezvous: the receiver's buffer */
+    uint32_t rkey;
+    uint8_t dev;      /* from CUDA device memory */
+    uint8_t rdv;      /* written into the receiver's buffer */
+    uint8_t rts_sent; /* device memory: RTS sent */
 } txmsg;
 
 /* A posted send work request, released by its completion (send
@@ -94,11 +107,18 @@ typedef struct rxreq {
     uint8_t *buf;
     size_t len;
     size_t got;
+    uint64_t seq;     /* its number on the queue pair */
+    hvd_mr_entry *mr; /* device memory: its region, held until done */
+    uint8_t dev;      /* into CUDA device memory: by rendezvous */
+    uint8_t rtr_sent;
 } rxreq;
+
+enum { RX_EAGER = 0, RX_RING = 1, RX_FIN = 2 };
 
 /* Data that arrived and waits for its irecv. */
 typedef struct rxitem {
-    uint8_t chunk; /* 0: eager buffer idx; 1: ring slot idx */
+    uint8_t chunk; /* RX_EAGER: eager buffer idx; RX_RING: ring slot idx;
+                      RX_FIN: a rendezvous ended, idx its tag */
     uint8_t last;
     uint32_t idx;
     uint32_t len;
@@ -154,6 +174,17 @@ typedef struct vqp {
     int bye_rx;
     int bye_tx;
     int abort_out;
+    /* GPUDirect (proto.h): message numbers and the rendezvous. */
+    uint64_t tx_seq;            /* the next isend's number */
+    uint64_t tx_begun;          /* messages numbered below this have started */
+    uint64_t rx_seq;            /* the next irecv's number */
+    hvd_vrdv rtr[HVD_VRTR_MAX]; /* RTRs received and not used yet */
+    int nrtr;
+    uint64_t ring_ok;    /* RING received for message ring_ok - 1 (0: none) */
+    uint64_t rts_in;     /* RTS for message rts_in - 1, not posted yet */
+    uint64_t ring_reply; /* RING owed for message ring_reply - 1 */
+    uint32_t rtr_out;    /* RTRs sent whose receive is not done */
+    uint32_t rtr_todo;   /* device receives whose RTR is not sent */
 } vqp;
 
 struct vtp {
@@ -184,6 +215,9 @@ struct vtp {
     hvd_mr_cache *mrc;
     int auto_reg; /* register user send buffers on their own */
     int mr_warned;
+    int gpudirect;  /* every rank moves CUDA device memory itself */
+    int gpu_device; /* the CUDA device of this rank's device memory */
+    hvd_verbs_counters ctr;
     int64_t timeout_ns;
     int64_t heartbeat_ns;
     int64_t last_check;
@@ -301,6 +335,12 @@ static const char *ctl_name(uint8_t type) {
         return "hello";
     case HVD_VMSG_ABORT:
         return "abort notice";
+    case HVD_VMSG_RTR:
+        return "ready-to-receive message";
+    case HVD_VMSG_RTS:
+        return "ready-to-send message";
+    case HVD_VMSG_RING:
+        return "ring answer";
     default:
         return "message";
     }
@@ -371,8 +411,12 @@ static hvd_status fail_with(vtp *tp, hvd_status status, int culprit, int origin,
                 req_done(tp, c->req, status);
             c->req = NULL;
         }
-        for (size_t k = 0; k < q->rq_count; k++)
-            req_done(tp, q->rq[(q->rq_head + k) % q->rq_cap].req, status);
+        for (size_t k = 0; k < q->rq_count; k++) {
+            rxreq *r = &q->rq[(q->rq_head + k) % q->rq_cap];
+            if (r->mr != NULL)
+                hvd_mr_put(tp->mrc, r->mr);
+            req_done(tp, r->req, status);
+        }
         q->rq_count = 0;
     }
 
@@ -494,6 +538,8 @@ static int send_eager(vqp *q, txmsg *m, hvd_status *st) {
     hvd_vhdr_encode(&h, b);
     if (m->len > 0)
         memcpy(b + HVD_VHDR_LEN, m->buf, m->len);
+    tp->ctr.eager_tx++;
+    tp->ctr.cpu_bytes += m->len;
     sge = (struct ibv_sge){.addr = (uintptr_t)b,
                            .length = (uint32_t)(HVD_VHDR_LEN + m->len),
                            .lkey = tp->mem_mr->lkey};
@@ -511,45 +557,74 @@ static int send_eager(vqp *q, txmsg *m, hvd_status *st) {
     return 1;
 }
 
-/* Posts as many chunks of m as credits, work requests and staging allow.
- * Returns 1 once the last chunk is posted. */
+/* Finds where m is sent from: its registered region, or none (staging).
+ * Device memory is always registered (the CPU cannot stage it); a
+ * failure there fails the transport. */
+static hvd_status source_mr(vqp *q, txmsg *m) {
+    vtp *tp = q->tp;
+
+    m->tried_mr = 1;
+    if (m->dev) {
+        hvd_status st = hvd_mr_get_id(tp->mrc, m->buf, m->len, HVD_MEM_DEVICE,
+                                      m->bufid, &m->mr);
+        if (st != HVD_OK) {
+            char text[HVD_ERROR_MAX];
+            m->mr = NULL;
+            snprintf(text, sizeof(text), "%s", hvd_error_get());
+            return fail(tp, st, -1,
+                        "sending %zu bytes of CUDA device memory to rank %d: "
+                        "%s",
+                        m->len, q->peer, text);
+        }
+        return HVD_OK;
+    }
+    /* From the caller's memory where it is registered (explicitly, or by an
+     * earlier send) or may be registered now; else staged. */
+    if (!hvd_mr_find(tp->mrc, m->buf, m->len, &m->mr) && tp->auto_reg &&
+        hvd_mr_get(tp->mrc, m->buf, m->len, HVD_MEM_HOST, &m->mr) != HVD_OK) {
+        m->mr = NULL;
+        if (!tp->mr_warned)
+            HVD_WARN("verbs",
+                     "%s; sending through registered staging buffers "
+                     "instead",
+                     hvd_error_get());
+        tp->mr_warned = 1;
+    }
+    return HVD_OK;
+}
+
+/* Posts as many chunk writes of m as credits, work requests and staging
+ * allow: into the peer's ring, or for a rendezvous (m->rdv) straight into
+ * the receiver's buffer, plain writes with the last one WITH IMMEDIATE
+ * (the FIN). Returns 1 once the last chunk is posted. */
 static int send_chunks(vqp *q, txmsg *m, hvd_status *st) {
     vtp *tp = q->tp;
 
-    /* From the caller's memory where it is registered (explicitly, or by an
-     * earlier send) or may be registered now; else staged. */
-    if (!m->tried_mr) {
-        m->tried_mr = 1;
-        if (!hvd_mr_find(tp->mrc, m->buf, m->len, &m->mr) && tp->auto_reg &&
-            hvd_mr_get(tp->mrc, m->buf, m->len, HVD_MEM_HOST, &m->mr) !=
-                HVD_OK) {
-            m->mr = NULL;
-            if (!tp->mr_warned)
-                HVD_WARN("verbs",
-                         "%s; sending through registered staging buffers "
-                         "instead",
-                         hvd_error_get());
-            tp->mr_warned = 1;
-        }
-    }
+    if (!m->tried_mr && (*st = source_mr(q, m)) != HVD_OK)
+        return 0;
     while (m->off < m->len) {
         size_t chunk = q->rslot_bytes, n;
         int last, stage = -1, err;
         struct ibv_sge sge;
         struct ibv_send_wr wr;
-        wrctx ctx = {.stage = -1, .kind = WR_CHUNK};
+        wrctx ctx = {.stage = -1, .kind = m->rdv ? WR_RDV : WR_CHUNK};
 
+        if (m->rdv && m->mr != NULL && chunk < RDV_CHUNK_MIN)
+            chunk = RDV_CHUNK_MIN;
         if (m->mr == NULL && chunk > tp->stage_bytes)
             chunk = tp->stage_bytes;
-        if (q->cr.slots == 0 || wr_free(q) < 1)
+        if ((!m->rdv && q->cr.slots == 0) || wr_free(q) < 1)
             return 0;
         if (m->mr == NULL && (stage = stage_take(tp)) < 0)
             return 0;
-        hvd_vcredit_take_slot(&q->cr);
+        if (!m->rdv)
+            hvd_vcredit_take_slot(&q->cr);
         hvd_vchunk_next(m->len, m->off, chunk, &n, &last);
         if (stage >= 0) {
             uint8_t *s = tp->stage + (size_t)stage * tp->stage_bytes;
             memcpy(s, m->buf + m->off, n);
+            tp->ctr.staged_tx++;
+            tp->ctr.cpu_bytes += n;
             sge = (struct ibv_sge){.addr = (uintptr_t)s,
                                    .length = (uint32_t)n,
                                    .lkey = tp->mem_mr->lkey};
@@ -561,11 +636,19 @@ static int send_chunks(vqp *q, txmsg *m, hvd_status *st) {
         memset(&wr, 0, sizeof(wr));
         wr.sg_list = &sge;
         wr.num_sge = 1;
-        wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.imm_data = htonl(hvd_vimm((uint32_t)n, last));
-        wr.wr.rdma.remote_addr =
-            q->rring + (q->tx_slot % q->rslots) * (uint64_t)q->rslot_bytes;
-        wr.wr.rdma.rkey = q->rkey;
+        if (m->rdv) {
+            wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+            if (last)
+                wr.imm_data = htonl(hvd_vimm_fin(m->seq));
+            wr.wr.rdma.remote_addr = m->raddr + m->off;
+            wr.wr.rdma.rkey = m->rkey;
+        } else {
+            wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = htonl(hvd_vimm((uint32_t)n, last));
+            wr.wr.rdma.remote_addr =
+                q->rring + (q->tx_slot % q->rslots) * (uint64_t)q->rslot_bytes;
+            wr.wr.rdma.rkey = q->rkey;
+        }
         ctx.stage = stage;
         if (last) {
             ctx.req = m->req;
@@ -575,15 +658,115 @@ static int send_chunks(vqp *q, txmsg *m, hvd_status *st) {
         if (err != 0) {
             if (stage >= 0)
                 tp->stage_free[tp->nstage_free++] = stage;
-            *st = post_failed(q, "chunk write", err);
+            *st = post_failed(q, m->rdv ? "rendezvous write" : "chunk write",
+                              err);
             return 0;
         }
-        q->tx_slot++;
+        if (!m->rdv)
+            q->tx_slot++;
         m->off += n;
-        if (last)
+        if (last) {
             m->mr = NULL; /* now the work request's */
+            if (m->rdv)
+                tp->ctr.rdv_tx++;
+            else
+                tp->ctr.ring_tx++;
+            if (m->dev && !m->rdv)
+                tp->ctr.ring_dev_tx++;
+        }
     }
     return 1;
+}
+
+/* Posts a rendezvous control message (RTR, RTS, RING) as post_ctl. */
+static int post_rdv(vqp *q, uint8_t type, const hvd_vrdv *r) {
+    uint8_t payload[HVD_VRDV_LEN];
+
+    hvd_vrdv_encode(r, payload);
+    return post_ctl(q, type, payload, sizeof(payload));
+}
+
+/* Sends what the rendezvous owes the peer: a RING answer, then the RTRs
+ * of device receives in order, while fewer than HVD_VRTR_MAX are
+ * outstanding. What finds no send buffer goes later. */
+static hvd_status rdv_progress(vqp *q) {
+    vtp *tp = q->tp;
+    int err;
+
+    if (q->ring_reply != 0) {
+        hvd_vrdv r = {.seq = q->ring_reply - 1};
+        err = post_rdv(q, HVD_VMSG_RING, &r);
+        if (err == 1)
+            return HVD_OK;
+        if (err != 0)
+            return post_failed(q, "ring answer", err);
+        q->ring_reply = 0;
+    }
+    for (size_t k = 0;
+         k < q->rq_count && q->rtr_todo > 0 && q->rtr_out < HVD_VRTR_MAX; k++) {
+        rxreq *x = &q->rq[(q->rq_head + k) % q->rq_cap];
+        hvd_vrdv r;
+        if (!x->dev || x->rtr_sent)
+            continue;
+        r = (hvd_vrdv){.seq = x->seq,
+                       .addr = (uintptr_t)x->buf,
+                       .len = x->len,
+                       .rkey = x->mr->mr->rkey};
+        err = post_rdv(q, HVD_VMSG_RTR, &r);
+        if (err == 1)
+            break;
+        if (err != 0)
+            return post_failed(q, "ready-to-receive message", err);
+        x->rtr_sent = 1;
+        q->rtr_todo--;
+        q->rtr_out++;
+        tp->ctr.rtr_tx++;
+    }
+    return HVD_OK;
+}
+
+/* The RTR received for message seq, or NULL. */
+static hvd_vrdv *rtr_find(vqp *q, uint64_t seq) {
+    for (int i = 0; i < q->nrtr; i++)
+        if (q->rtr[i].seq == seq)
+            return &q->rtr[i];
+    return NULL;
+}
+
+/* m goes into the buffer r offers. */
+static hvd_status start_rdv(vqp *q, txmsg *m, hvd_vrdv *r) {
+    if (r->len != m->len) {
+        char who[160];
+        describe(q->tp, q->peer, who, sizeof(who));
+        return fail(q->tp, HVD_ERR_MISMATCH, q->peer,
+                    "%s expects a message of %llu bytes where this rank "
+                    "(rank %d) sends %zu: ranks called collectives in "
+                    "different orders or with different counts",
+                    who, (unsigned long long)r->len, q->tp->rank, m->len);
+    }
+    m->rdv = 1;
+    m->raddr = r->addr;
+    m->rkey = r->rkey;
+    *r = q->rtr[--q->nrtr];
+    return HVD_OK;
+}
+
+/* A device message at the head of the send queue with no RTR: asks the
+ * peer where it goes (once) and waits for its RTR or RING. */
+static hvd_status ask_rdv(vqp *q, txmsg *m) {
+    hvd_vrdv r = {.seq = m->seq, .len = m->len};
+    int err;
+
+    if (m->rts_sent)
+        return HVD_OK;
+    err = post_rdv(q, HVD_VMSG_RTS, &r);
+    if (err > 1)
+        return post_failed(q, "ready-to-send message", err);
+    if (err == 0) {
+        m->rts_sent = 1;
+        q->tp->ctr.rts_tx++;
+    }
+    return HVD_OK;
 }
 
 /* Starts what the send queue of q can start now. */
@@ -591,13 +774,39 @@ static hvd_status tx_progress(vqp *q) {
     vtp *tp = q->tp;
     hvd_status st = HVD_OK;
 
+    if (tp->gpudirect && (q->ring_reply != 0 || q->rtr_todo > 0)) {
+        st = rdv_progress(q);
+        if (st != HVD_OK)
+            return st;
+    }
     while (q->sq_count > 0 && tp->failed == HVD_OK) {
         txmsg *m = &q->sq[q->sq_head];
-        int posted = hvd_veager(m->len, q->reager_bytes)
+        hvd_vrdv *r;
+        int posted;
+
+        /* An RTR for a message not started yet: into the receiver's
+         * buffer, from whatever memory. */
+        if (!m->rdv && m->off == 0 && q->nrtr > 0 &&
+            (r = rtr_find(q, m->seq)) != NULL) {
+            st = start_rdv(q, m, r);
+            if (st != HVD_OK)
+                return st;
+        }
+        if (m->rdv)
+            posted = send_chunks(q, m, &st);
+        else if (m->dev && q->ring_ok == m->seq + 1)
+            posted = send_chunks(q, m, &st); /* into the ring, never eager */
+        else if (m->dev) {
+            st = ask_rdv(q, m);
+            posted = 0;
+        } else
+            posted = hvd_veager(m->len, q->reager_bytes)
                          ? send_eager(q, m, &st)
                          : send_chunks(q, m, &st);
         if (st != HVD_OK)
             return st;
+        if (posted || m->off > 0)
+            q->tx_begun = m->seq + 1;
         if (!posted)
             break;
         q->sq_head = (q->sq_head + 1) % q->sq_cap;
@@ -620,6 +829,21 @@ static hvd_status mismatch(vqp *q, size_t sent, int more, size_t want) {
                 who, more ? "more than " : "", sent, want);
 }
 
+/* The ranks disagree on the memory type of message r: it came the host
+ * way (eager or through the ring) into a receive of device memory. */
+static hvd_status memtype_mismatch_rx(vqp *q, const rxreq *r) {
+    char who[160];
+
+    describe(q->tp, q->peer, who, sizeof(who));
+    return fail(q->tp, HVD_ERR_TRANSPORT, q->peer,
+                "%s sent message %llu of %zu bytes on the %s channel from "
+                "host memory (through eager or ring buffers) while this rank "
+                "(rank %d) receives it into CUDA device memory: the ranks "
+                "disagree on the memory type of an operation",
+                who, (unsigned long long)r->seq, r->len,
+                q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
+}
+
 /* Hands arrived data to posted irecvs, in order. */
 static hvd_status match(vqp *q) {
     vtp *tp = q->tp;
@@ -630,7 +854,26 @@ static hvd_status match(vqp *q) {
         rxitem *it = &q->arr[q->arr_head];
         int complete;
 
-        if (!it->chunk) {
+        if (r->dev) {
+            /* The HCA wrote it; the FIN says it is all there. */
+            if (it->chunk != RX_FIN)
+                return memtype_mismatch_rx(q, r);
+            if (!r->rtr_sent ||
+                it->idx != (hvd_vimm_fin(r->seq) & HVD_VIMM_TAG))
+                return protocol_error(q, "a rendezvous write finished for "
+                                         "another message than the one "
+                                         "this rank waits for");
+            hvd_mr_put(tp->mrc, r->mr);
+            r->mr = NULL;
+            q->rtr_out--;
+            tp->ctr.rdv_rx++;
+            /* Before a kernel reads what the HCA wrote. */
+            tp->seam->flush_rdma_writes(tp->gpu_device);
+            complete = 1;
+        } else if (it->chunk == RX_FIN) {
+            return protocol_error(q, "a rendezvous write arrived for a "
+                                     "receive in host memory");
+        } else if (it->chunk == RX_EAGER) {
             const uint8_t *b = q->rbufs + (size_t)it->idx * EAGER_BYTES;
             if (r->got != 0)
                 return protocol_error(q, "an eager message arrived inside a "
@@ -639,6 +882,8 @@ static hvd_status match(vqp *q) {
                 return mismatch(q, it->len, 0, r->len);
             if (it->len > 0)
                 memcpy(r->buf, b + HVD_VHDR_LEN, it->len);
+            tp->ctr.eager_rx++;
+            tp->ctr.cpu_bytes += it->len;
             hvd_vcredit_freed_eager(&q->cr);
             st = repost(q, it->idx);
             if (st != HVD_OK)
@@ -654,9 +899,11 @@ static hvd_status match(vqp *q) {
                 return mismatch(q, got, 0, r->len);
             memcpy(r->buf + r->got, q->ring + (size_t)it->idx * q->slot_bytes,
                    it->len);
+            tp->ctr.cpu_bytes += it->len;
             r->got = got;
             hvd_vcredit_freed_slot(&q->cr);
             complete = res == HVD_VRX_DONE;
+            tp->ctr.ring_rx += complete;
         }
         q->arr_head = (q->arr_head + 1) % q->nrbufs;
         q->arr_count--;
@@ -666,6 +913,11 @@ static hvd_status match(vqp *q) {
             q->rq_count--;
             req_done(tp, req, HVD_OK);
         }
+    }
+    if (q->rtr_todo > 0) {
+        st = rdv_progress(q); /* a device receive finished: the next RTR */
+        if (st != HVD_OK)
+            return st;
     }
     return maybe_credit(q);
 }
@@ -699,6 +951,71 @@ static hvd_status on_bye(vqp *q) {
                 who);
 }
 
+/* The sender learns that the receiver of message r->seq receives it into
+ * device memory, after it had sent it from host memory. */
+static hvd_status memtype_mismatch_tx(vqp *q, const hvd_vrdv *r) {
+    char who[160];
+
+    describe(q->tp, q->peer, who, sizeof(who));
+    return fail(q->tp, HVD_ERR_TRANSPORT, q->peer,
+                "%s receives message %llu of %llu bytes on the %s channel "
+                "into CUDA device memory, but this rank (rank %d) had "
+                "already sent it from host memory: the ranks disagree on "
+                "the memory type of an operation",
+                who, (unsigned long long)r->seq, (unsigned long long)r->len,
+                q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
+}
+
+/* RTR (at a sender), RTS and RING (RTS at a receiver, RING at a sender):
+ * proto.h. */
+static hvd_status on_rdv(vqp *q, uint8_t type, const hvd_vrdv *r) {
+    vtp *tp = q->tp;
+
+    if (!tp->gpudirect)
+        return protocol_error(q, "a rendezvous message, and GPUDirect RDMA "
+                                 "is off");
+    if (type == HVD_VMSG_RTR) {
+        tp->ctr.rtr_rx++;
+        if (r->seq < q->tx_begun)
+            return memtype_mismatch_tx(q, r);
+        if (q->nrtr >= HVD_VRTR_MAX || rtr_find(q, r->seq) != NULL)
+            return protocol_error(q, "more ready-to-receive messages than "
+                                     "the protocol allows");
+        q->rtr[q->nrtr++] = *r;
+        return HVD_OK;
+    }
+    if (type == HVD_VMSG_RING) {
+        const txmsg *m = q->sq_count > 0 ? &q->sq[q->sq_head] : NULL;
+        if (m == NULL || m->seq != r->seq || !m->dev || !m->rts_sent)
+            return protocol_error(q, "a ring answer for a message this "
+                                     "rank did not ask about");
+        q->ring_ok = r->seq + 1;
+        return HVD_OK;
+    }
+    /* RTS: the peer sends message r->seq from device memory. */
+    if (r->seq < q->rx_seq) {
+        uint64_t first = q->rx_seq - q->rq_count;
+        const rxreq *x;
+        if (r->seq < first)
+            return protocol_error(q, "a ready-to-send message for a message "
+                                     "already received");
+        x = &q->rq[(q->rq_head + (size_t)(r->seq - first)) % q->rq_cap];
+        /* A device receive answers with its RTR. */
+        if (!x->dev) {
+            if (q->ring_reply != 0)
+                return protocol_error(q, "two ready-to-send messages at "
+                                         "once");
+            q->ring_reply = r->seq + 1;
+            return rdv_progress(q);
+        }
+        return HVD_OK;
+    }
+    if (q->rts_in != 0)
+        return protocol_error(q, "two ready-to-send messages at once");
+    q->rts_in = r->seq + 1; /* answered when the receive is posted */
+    return HVD_OK;
+}
+
 static hvd_status recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc) {
     vtp *tp = q->tp;
     const uint8_t *b = q->rbufs + (size_t)idx * EAGER_BYTES;
@@ -710,13 +1027,22 @@ static hvd_status recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc) {
         uint32_t imm = ntohl(wc->imm_data);
         uint32_t len = hvd_vimm_len(imm);
         char what[128];
+        if (hvd_vimm_is_fin(imm)) {
+            if (!tp->gpudirect)
+                return protocol_error(q, "a rendezvous write, and GPUDirect "
+                                         "RDMA is off");
+            st = arrive(q, RX_FIN, imm & HVD_VIMM_TAG, 0, 1);
+            if (st == HVD_OK)
+                st = repost(q, idx);
+            return st == HVD_OK ? match(q) : st;
+        }
         if (len == 0 || len > q->slot_bytes) {
             snprintf(what, sizeof(what),
                      "a chunk of %u bytes for slots of %u bytes", len,
                      q->slot_bytes);
             return protocol_error(q, what);
         }
-        st = arrive(q, 1, (uint32_t)(q->rx_slot % q->slots), len,
+        st = arrive(q, RX_RING, (uint32_t)(q->rx_slot % q->slots), len,
                     hvd_vimm_last(imm));
         q->rx_slot++;
         if (st == HVD_OK)
@@ -734,8 +1060,18 @@ static hvd_status recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc) {
         return protocol_error(q, "it returned more credits than it had");
     switch (h.type) {
     case HVD_VMSG_DATA:
-        st = arrive(q, 0, idx, h.len, 1);
+        st = arrive(q, RX_EAGER, idx, h.len, 1);
         return st == HVD_OK ? match(q) : st;
+    case HVD_VMSG_RTR:
+    case HVD_VMSG_RTS:
+    case HVD_VMSG_RING: {
+        hvd_vrdv r;
+        hvd_vrdv_decode(b + HVD_VHDR_LEN, &r);
+        st = on_rdv(q, h.type, &r);
+        if (st != HVD_OK)
+            return st;
+        break;
+    }
     case HVD_VMSG_ABORT: {
         hvd_vabort a;
         char text[HVD_ERROR_MAX];
@@ -768,6 +1104,8 @@ static const char *wr_what(const wrctx *c) {
         return "eager send";
     case WR_CHUNK:
         return "chunk write";
+    case WR_RDV:
+        return "rendezvous write";
     default:
         return ctl_name(c->type);
     }
@@ -911,7 +1249,8 @@ static int drain(vtp *tp) {
         /* Credits, send buffers or staging chunks may have freed. */
         for (int i = 0; i < tp->size * 2 && tp->failed == HVD_OK; i++) {
             vqp *q = &tp->qps[i];
-            if (q->qp != NULL && (q->sq_count > 0 || hvd_vcredit_due(&q->cr)))
+            if (q->qp != NULL && (q->sq_count > 0 || hvd_vcredit_due(&q->cr) ||
+                                  q->ring_reply != 0 || q->rtr_todo > 0))
                 tx_progress(q);
         }
     }
@@ -1096,6 +1435,15 @@ static void *ring_grow(void *v, size_t elem, size_t *cap, size_t *head,
     return nv;
 }
 
+/* 1 if buf is CUDA device memory that this transport moves itself (and
+ * its allocation's id); always 0 with GPUDirect off, where every buffer
+ * is host memory and nothing is asked. */
+static int on_device(vtp *tp, const void *buf, size_t len, uint64_t *id_out) {
+    *id_out = 0;
+    return tp->gpudirect && len > 0 &&
+           tp->seam->mem_type(buf, id_out) == HVD_MEM_DEVICE;
+}
+
 static void start_req(vtp *tp, hvd_req *req, int peer, size_t len) {
     req->done = 0;
     req->status = HVD_OK;
@@ -1110,11 +1458,14 @@ static hvd_status vb_isend(hvd_transport *t, int peer, int channel,
                            const void *buf, size_t len, hvd_req *req) {
     vtp *tp = (vtp *)t;
     hvd_status st = check_peer(tp, peer, channel, "send");
+    uint64_t id;
     vqp *q;
     txmsg *m;
+    int dev;
 
     if (st != HVD_OK)
         return st;
+    dev = on_device(tp, buf, len, &id);
     q = &tp->qps[peer * 2 + channel];
     if (q->sq_count == q->sq_cap) {
         txmsg *v = ring_grow(q->sq, sizeof(*q->sq), &q->sq_cap, &q->sq_head,
@@ -1128,8 +1479,14 @@ static hvd_status vb_isend(hvd_transport *t, int peer, int channel,
     }
     start_req(tp, req, peer, len);
     m = &q->sq[(q->sq_head + q->sq_count) % q->sq_cap];
-    *m = (txmsg){.req = req, .buf = buf, .len = len};
+    *m = (txmsg){.req = req,
+                 .buf = buf,
+                 .len = len,
+                 .seq = q->tx_seq++,
+                 .dev = (uint8_t)dev,
+                 .bufid = id};
     q->sq_count++;
+    tp->ctr.dev_tx += (uint64_t)dev;
     /* Start at once: a send goes out without waiting for progress. A
      * failure completes the request with it. */
     if (q->sq_count == 1)
@@ -1141,7 +1498,10 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
                            size_t len, hvd_req *req) {
     vtp *tp = (vtp *)t;
     hvd_status st = check_peer(tp, peer, channel, "receive");
+    hvd_mr_entry *mr = NULL;
+    uint64_t id, seq;
     vqp *q;
+    int dev;
 
     if (st != HVD_OK)
         return st;
@@ -1156,10 +1516,37 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
                                  peer);
         q->rq = v;
     }
+    dev = on_device(tp, buf, len, &id);
+    if (dev) {
+        /* Registered now, for the RTR; held until the message is in. */
+        st = hvd_mr_get_id(tp->mrc, buf, len, HVD_MEM_DEVICE, id, &mr);
+        if (st != HVD_OK) {
+            char text[HVD_ERROR_MAX];
+            snprintf(text, sizeof(text), "%s", hvd_error_get());
+            return fail(tp, st, -1,
+                        "receiving %zu bytes from rank %d into CUDA device "
+                        "memory: %s",
+                        len, peer, text);
+        }
+    }
     start_req(tp, req, peer, len);
-    q->rq[(q->rq_head + q->rq_count) % q->rq_cap] =
-        (rxreq){.req = req, .buf = buf, .len = len};
+    seq = q->rx_seq++;
+    q->rq[(q->rq_head + q->rq_count) % q->rq_cap] = (rxreq){
+        .req = req, .buf = buf, .len = len, .seq = seq, .mr = mr, .dev = dev};
     q->rq_count++;
+    if (dev) {
+        q->rtr_todo++;
+        tp->ctr.dev_rx++;
+    }
+    if (q->rts_in == seq + 1) {
+        /* The sender asked already: a host receive answers RING, a device
+         * one its RTR. */
+        q->rts_in = 0;
+        if (!dev)
+            q->ring_reply = seq + 1;
+    }
+    if (q->ring_reply != 0 || q->rtr_todo > 0)
+        rdv_progress(q); /* a failure completes the request with it */
     /* Data already here completes it now. */
     if (q->arr_count > 0)
         match(q);
@@ -1238,7 +1625,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
     tp->slots[1] = CTL_SLOTS;
     tp->slot_bytes[1] = CTL_SLOT_BYTES;
     for (int ch = 0; ch < 2; ch++) {
-        nrbufs[ch] = EAGER_CREDITS + tp->slots[ch] + CTL_RESERVE;
+        nrbufs[ch] = EAGER_CREDITS + tp->slots[ch] + CTL_RESERVE + HVD_VRTR_MAX;
         wr_cap[ch] = tp->slots[ch] + SEND_BUFS;
         if (nrbufs[ch] > (uint32_t)tp->dev.attr.max_qp_wr ||
             wr_cap[ch] > (uint32_t)tp->dev.attr.max_qp_wr)
@@ -1530,6 +1917,30 @@ static hvd_status hello(vtp *tp, int64_t deadline) {
     return st;
 }
 
+/* 1 if this rank can move CUDA device memory itself (GPUDirect RDMA);
+ * else why not, as a phrase, in why. */
+static int gpudirect_here(const hvd_ibv_seam *seam,
+                          const hvd_transport_params *params, char *why,
+                          size_t whylen) {
+    if (params->ib_gpudirect == 0) {
+        snprintf(why, whylen, "HVD_IB_GPUDIRECT=0");
+        return 0;
+    }
+    if (params->gpu_device < 0 || seam->cuda_devices() <= 0) {
+        snprintf(why, whylen,
+                 "this rank has no CUDA device (or hvd was built without "
+                 "CUDA)");
+        return 0;
+    }
+    if (!seam->peermem_loaded()) {
+        snprintf(why, whylen,
+                 "the nvidia-peermem kernel module is not loaded on this "
+                 "rank's host (`modprobe nvidia-peermem`)");
+        return 0;
+    }
+    return 1;
+}
+
 hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
                                 const hvd_transport_params *params,
                                 hvd_caps *caps) {
@@ -1541,8 +1952,12 @@ hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
     memset(caps, 0, sizeof(*caps));
     if (hvd_vdev_open(seam, &cfg, &dev, caps->reason, sizeof(caps->reason)) ==
         HVD_VDEV_OK) {
+        char why[160];
         caps->usable = 1;
         hvd_vdev_close(seam, &dev);
+        if (gpudirect_here(seam, params, why, sizeof(why)))
+            caps->mem_types =
+                HVD_MEM_BIT(HVD_MEM_HOST) | HVD_MEM_BIT(HVD_MEM_DEVICE);
     }
     return HVD_OK;
 }
@@ -1563,9 +1978,11 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
     hvd_vqpinfo *qinfo = NULL;
     hvd_vconn *conns = NULL;
     size_t blen = HVD_VCONN_LEN(params->size);
-    char why[256] = "";
+    char why[256] = "", gd_why[160] = "";
     hvd_status st, local = HVD_OK;
     int64_t deadline = hvd_now_ns() + params->connect_timeout_ns;
+    int gd_here = gpudirect_here(seam, params, gd_why, sizeof(gd_why));
+    int gd_bad = -1;
 
     if (tp == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
@@ -1635,7 +2052,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
         c.rank = (uint32_t)tp->rank;
         c.size = (uint32_t)tp->size;
         if (local == HVD_OK) {
-            c.flags = HVD_VCONN_USABLE;
+            c.flags = HVD_VCONN_USABLE | (gd_here ? HVD_VCONN_GPUDIRECT : 0);
             c.lid = (uint16_t)tp->dev.lid;
             c.port = (uint8_t)tp->dev.port;
             c.link_layer = (uint8_t)tp->dev.link_layer;
@@ -1686,6 +2103,8 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
             }
             qinfo[p * 2] = q2[0];
             qinfo[p * 2 + 1] = q2[1];
+            if (!(conns[p].flags & HVD_VCONN_GPUDIRECT) && gd_bad < 0)
+                gd_bad = p;
         }
         if (unusable >= 0) {
             /* Every rank sees the same flags and stops here. */
@@ -1699,6 +2118,27 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
                                    unusable);
             goto fail;
         }
+    }
+
+    /* GPUDirect RDMA only if every rank can: the engine gives all ranks
+     * device memory for an operation, or none. Every rank sees the same
+     * flags. */
+    tp->gpudirect = gd_bad < 0;
+    tp->gpu_device = params->gpu_device;
+    if (gd_bad >= 0 && params->ib_gpudirect == 1) {
+        if (gd_bad == tp->rank)
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_IB_GPUDIRECT=1: %s; set it to auto to "
+                               "stage device memory through host memory",
+                               gd_why);
+        else
+            st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                               "HVD_IB_GPUDIRECT=1: rank %d cannot move CUDA "
+                               "device memory over RDMA (no CUDA device or "
+                               "no nvidia-peermem there); set it to auto to "
+                               "stage device memory through host memory",
+                               gd_bad);
+        goto fail;
     }
 
     /* Step 2: connect every queue pair. */
@@ -1738,6 +2178,12 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
               !tp->auto_reg ? "no (staged)"
               : tp->dev.odp ? "yes (on-demand paging)"
                             : "yes (pinned, HVD_IB_MR_CACHE=on)");
+    if (tp->gpudirect)
+        HVD_DEBUG("verbs", "GPUDirect RDMA: on (CUDA device memory is read "
+                           "and written by the HCA)");
+    else if (params->ib_gpudirect != 0 && params->gpu_device >= 0)
+        HVD_DEBUG("verbs", "GPUDirect RDMA: off (%s)",
+                  gd_here ? "another rank cannot" : gd_why);
     free(blobs);
     free(mine);
     free(qinfo);
@@ -1772,12 +2218,31 @@ hvd_status hvd_verbs_register(hvd_transport *t, const void *addr, size_t len,
                              "hvd_verbs_register: not a verbs transport");
     if (tp->failed != HVD_OK)
         return hvd_error_copy(tp->failed, tp->failmsg);
+    if (type == HVD_MEM_DEVICE) {
+        uint64_t id = 0;
+        tp->seam->mem_type(addr, &id);
+        return hvd_mr_get_id(tp->mrc, addr, len, type, id, out);
+    }
     return hvd_mr_get(tp->mrc, addr, len, type, out);
 }
 
 void hvd_verbs_unregister(hvd_transport *t, hvd_mr_entry *e) {
     if (t != NULL && t->ops == &hvd_verbs_ops)
         hvd_mr_put(((vtp *)t)->mrc, e);
+}
+
+void hvd_verbs_counters_get(hvd_transport *t, hvd_verbs_counters *out) {
+    memset(out, 0, sizeof(*out));
+    if (t != NULL && t->ops == &hvd_verbs_ops)
+        *out = ((vtp *)t)->ctr;
+}
+
+static unsigned vb_mem_types(hvd_transport *t) {
+    const vtp *tp = (const vtp *)t;
+
+    return tp->gpudirect
+               ? HVD_MEM_BIT(HVD_MEM_HOST) | HVD_MEM_BIT(HVD_MEM_DEVICE)
+               : 0;
 }
 
 void hvd_verbs_mr_stats(hvd_transport *t, hvd_mr_stats *out) {
@@ -1836,4 +2301,5 @@ const hvd_transport_ops hvd_verbs_ops = {
     .wake = vb_wake,
     .shutdown = vb_shutdown,
     .close = vb_close,
+    .mem_types = vb_mem_types,
 };
