@@ -17,6 +17,7 @@ typedef unsigned long long cu_deviceptr;
 enum {
     CU_SUCCESS = 0,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    CU_POINTER_ATTRIBUTE_SYNC_MEMOPS = 6,
     CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
@@ -35,6 +36,8 @@ typedef cu_result (*cu_errstr_fn)(cu_result error, const char **text);
 typedef cu_result (*cu_devget_fn)(int *device, int ordinal);
 typedef cu_result (*cu_devattr_fn)(int *value, int attribute, int device);
 typedef cu_result (*cu_flush_fn)(int target, int scope);
+typedef cu_result (*cu_setattr_fn)(const void *value, int attribute,
+                                   cu_deviceptr ptr);
 
 /* Devices whose GPUDirect RDMA write ordering is remembered. */
 #define ORDERING_MAX 64
@@ -48,6 +51,8 @@ static struct {
     cu_devget_fn devget;
     cu_devattr_fn devattr;
     cu_flush_fn flush; /* NULL before CUDA 11.3 */
+    cu_setattr_fn setattr;
+    int sync_warned;
     /* Per device: 1 if RDMA writes need a flush, 0 if not, -1 unknown. */
     int needs_flush[ORDERING_MAX];
     int flush_warned;
@@ -78,6 +83,7 @@ static void probe_driver(void) {
     *(void **)&probe.devget = dlsym(lib, "cuDeviceGet");
     *(void **)&probe.devattr = dlsym(lib, "cuDeviceGetAttribute");
     *(void **)&probe.flush = dlsym(lib, "cuFlushGPUDirectRDMAWrites");
+    *(void **)&probe.setattr = dlsym(lib, "cuPointerSetAttribute");
     for (int i = 0; i < ORDERING_MAX; i++)
         probe.needs_flush[i] = -1;
     if (init == NULL || count == NULL || probe.attrs == NULL) {
@@ -217,5 +223,27 @@ void hvd_mem_flush_rdma_writes(int device) {
                  rc, cu_text(rc));
         probe.flush_warned = 1;
     }
+    pthread_mutex_unlock(&probe.mu);
+}
+
+void hvd_mem_sync_memops(const void *ptr) {
+    const unsigned int one = 1;
+    cu_result rc;
+
+    if (hvd_mem_device_count() == 0 || probe.setattr == NULL)
+        return;
+    rc = probe.setattr(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                       (cu_deviceptr)(uintptr_t)ptr);
+    if (rc == CU_SUCCESS)
+        return;
+    pthread_mutex_lock(&probe.mu);
+    if (!probe.sync_warned)
+        HVD_WARN("gpu",
+                 "cuPointerSetAttribute(SYNC_MEMOPS, %p) failed: error %d, "
+                 "%s; a cudaMemcpy into a device tensor registered for RDMA "
+                 "may return before the NIC can see its data: synchronize "
+                 "before hvd reads it",
+                 ptr, rc, cu_text(rc));
+    probe.sync_warned = 1;
     pthread_mutex_unlock(&probe.mu);
 }

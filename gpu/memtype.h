@@ -57,6 +57,15 @@ void hvd_mem_classify(const void *ptr, hvd_meminfo *out);
  */
 void hvd_mem_flush_rdma_writes(int device);
 
+/*
+ * Sets CU_POINTER_ATTRIBUTE_SYNC_MEMOPS on the allocation ptr points into,
+ * as NVIDIA's GPUDirect RDMA guide asks of memory registered with the NIC:
+ * synchronous copies into it (cudaMemcpy, cudaMemset) have then reached
+ * the memory when they return, before the NIC reads it. A failure is
+ * logged once. Thread-safe.
+ */
+void hvd_mem_sync_memops(const void *ptr);
+
 /* "host memory" or "CUDA device 1 memory", for sentences. */
 void hvd_mem_describe(const hvd_meminfo *info, char *out, size_t outlen);
 

@@ -305,6 +305,8 @@ static void memory_types(void **state) {
     assert_true(st.last_addr == (uintptr_t)dev);
     assert_int_equal(st.last_len, 1000);
     assert_int_equal(st.last_access & IBV_ACCESS_ON_DEMAND, 0);
+    /* Synchronous CUDA copies into it complete before they return. */
+    assert_int_equal(st.sync_memops, 1);
     /* A host buffer at an address inside it is another region. */
     assert_int_equal(hvd_mr_get(c, dev, 10, HVD_MEM_HOST, &h), HVD_OK);
     assert_ptr_not_equal(h, d);

@@ -232,6 +232,13 @@ static void flush_rdma_writes(int device) {
     pthread_mutex_unlock(&mu);
 }
 
+static void sync_memops(const void *addr) {
+    (void)addr;
+    pthread_mutex_lock(&mu);
+    stats.sync_memops++;
+    pthread_mutex_unlock(&mu);
+}
+
 static int mem_type(const void *addr, uint64_t *buffer_id_out) {
     struct drange *r;
     int type = HVD_MEM_HOST;
@@ -873,6 +880,7 @@ const hvd_ibv_seam fake_seam = {
     .cuda_devices = cuda_devices,
     .mem_type = mem_type,
     .flush_rdma_writes = flush_rdma_writes,
+    .sync_memops = sync_memops,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
     .alloc_pd = alloc_pd,

@@ -77,6 +77,7 @@ typedef struct fake_stats {
     int writes;       /* RDMA WRITEs delivered */
     int plain_writes; /* of which without immediate */
     int flushes;      /* flush_rdma_writes calls */
+    int sync_memops;  /* sync_memops calls */
     int last_access;  /* of the last ibv_reg_mr */
     uintptr_t last_addr;
     size_t last_len;

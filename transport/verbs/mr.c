@@ -250,6 +250,8 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
                 ? " (raise the locked-memory limit, `ulimit -l unlimited`)"
                 : "");
     }
+    if (type == HVD_MEM_DEVICE)
+        c->seam->sync_memops((const void *)start);
     e = calloc(1, sizeof(*e));
     if (e == NULL) {
         c->seam->dereg_mr(mr);

@@ -32,7 +32,9 @@
  * different id, drops them (nvidia-peermem has already invalidated their
  * mappings when the memory was freed) and registers the new allocation.
  * Overlapping regions of the same id are merged, as host regions are
- * (their union lies inside one allocation).
+ * (their union lies inside one allocation). A new device registration
+ * sets SYNC_MEMOPS on its allocation (seam->sync_memops), so synchronous
+ * CUDA copies into it are complete when they return.
  *
  * A pinned region keeps the pages it was registered with: if the caller
  * frees a buffer and a later allocation reuses the address, a hit would

@@ -69,6 +69,8 @@ static int mem_type(const void *addr, uint64_t *buffer_id_out) {
 
 static void flush_rdma_writes(int device) { hvd_mem_flush_rdma_writes(device); }
 
+static void sync_memops(const void *addr) { hvd_mem_sync_memops(addr); }
+
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len,
                              int access) {
     return ibv_reg_mr(pd, addr, len, access);
@@ -147,6 +149,7 @@ const hvd_ibv_seam hvd_ibv_real = {
     .cuda_devices = cuda_devices,
     .mem_type = mem_type,
     .flush_rdma_writes = flush_rdma_writes,
+    .sync_memops = sync_memops,
     .reg_mr = reg_mr,
     .dereg_mr = dereg_mr,
     .alloc_pd = alloc_pd,

@@ -49,6 +49,10 @@ typedef struct hvd_ibv_seam {
     /* Makes what the HCA wrote into memory of CUDA device `device` visible
      * to its kernels (hvd_mem_flush_rdma_writes); failures are logged. */
     void (*flush_rdma_writes)(int device);
+    /* Makes synchronous CUDA copies into the device allocation at addr
+     * complete before they return (hvd_mem_sync_memops), for memory the
+     * NIC reads; failures are logged. */
+    void (*sync_memops)(const void *addr);
     /* ibv_reg_mr: NULL (errno set) on failure. */
     struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len,
                              int access);
