@@ -117,7 +117,8 @@ typedef struct hvd_caps {
     /* Memory types isend/irecv accept (HVD_MEM_BIT of each); 0 means host
      * memory only. A transport that sets HVD_MEM_BIT(HVD_MEM_DEVICE) (RDMA
      * with GPUDirect: nvidia-peermem loaded) receives device pointers of
-     * the device named in params->gpu_device and registers them itself;
+     * the device named in params->gpu_device and registers them itself,
+     * on the data channel only (the control channel carries host memory);
      * device collectives then skip staging. What this rank could do: the
      * open instance says what every rank agreed on (ops->mem_types). */
     unsigned mem_types;

@@ -1436,11 +1436,13 @@ static void *ring_grow(void *v, size_t elem, size_t *cap, size_t *head,
 }
 
 /* 1 if buf is CUDA device memory that this transport moves itself (and
- * its allocation's id); always 0 with GPUDirect off, where every buffer
- * is host memory and nothing is asked. */
-static int on_device(vtp *tp, const void *buf, size_t len, uint64_t *id_out) {
+ * its allocation's id); always 0 with GPUDirect off and on the control
+ * channel, where every buffer is host memory (transport.h) and nothing is
+ * asked. */
+static int on_device(vtp *tp, int channel, const void *buf, size_t len,
+                     uint64_t *id_out) {
     *id_out = 0;
-    return tp->gpudirect && len > 0 &&
+    return tp->gpudirect && channel == HVD_CHANNEL_DATA && len > 0 &&
            tp->seam->mem_type(buf, id_out) == HVD_MEM_DEVICE;
 }
 
@@ -1465,7 +1467,7 @@ static hvd_status vb_isend(hvd_transport *t, int peer, int channel,
 
     if (st != HVD_OK)
         return st;
-    dev = on_device(tp, buf, len, &id);
+    dev = on_device(tp, channel, buf, len, &id);
     q = &tp->qps[peer * 2 + channel];
     if (q->sq_count == q->sq_cap) {
         txmsg *v = ring_grow(q->sq, sizeof(*q->sq), &q->sq_cap, &q->sq_head,
@@ -1516,7 +1518,7 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
                                  peer);
         q->rq = v;
     }
-    dev = on_device(tp, buf, len, &id);
+    dev = on_device(tp, channel, buf, len, &id);
     if (dev) {
         /* Registered now, for the RTR; held until the message is in. */
         st = hvd_mr_get_id(tp->mrc, buf, len, HVD_MEM_DEVICE, id, &mr);
