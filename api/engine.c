@@ -17,6 +17,7 @@
 #include "collectives/reduce.h"
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
+#include "transport/base/grow.h"
 #include "transport/base/log.h"
 
 #define NS_PER_S 1000000000LL
@@ -369,11 +370,12 @@ static hvd_status send_msg(hvd_engine *eng, int peer, uint32_t type,
 
 static hvd_status body_room(hvd_engine *eng, size_t len) {
     if (len > eng->body_cap) {
-        void *p = realloc(eng->body, len);
+        size_t cap = hvd_grow_cap(len, 0);
+        void *p = realloc(eng->body, cap);
         if (p == NULL)
             return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         eng->body = p;
-        eng->body_cap = len;
+        eng->body_cap = cap;
     }
     return HVD_OK;
 }
@@ -521,14 +523,15 @@ static int has_news(const hvd_engine *eng, int stop) {
 
 static hvd_status fusion_room(hvd_engine *eng, size_t bytes) {
     if (bytes > eng->fusion_cap) {
-        void *p = malloc(bytes);
+        size_t cap = hvd_grow_cap(bytes, eng->cfg.fusion_threshold);
+        void *p = malloc(cap);
         if (p == NULL)
             return hvd_error_set(HVD_ERR_NO_MEMORY,
                                  "out of memory for a %zu-byte fusion buffer",
-                                 bytes);
+                                 cap);
         free(eng->fusion);
         eng->fusion = p;
-        eng->fusion_cap = bytes;
+        eng->fusion_cap = cap;
     }
     return HVD_OK;
 }

@@ -6,6 +6,7 @@
 
 #include "collectives/reduce.h"
 #include "transport/base/error.h"
+#include "transport/base/grow.h"
 
 #define POLL_MS 1000
 
@@ -143,13 +144,14 @@ void hvd_comm_set_memops(hvd_comm *comm, const hvd_memops *mem, void *ctx) {
 
 hvd_status hvd_comm_scratch(hvd_comm *comm, size_t bytes, void **out) {
     if (bytes > comm->scratch_cap) {
+        size_t cap = hvd_grow_cap(bytes, 0);
         void *p;
-        hvd_status st = comm->mem->alloc(comm->mem_ctx, bytes, &p);
+        hvd_status st = comm->mem->alloc(comm->mem_ctx, cap, &p);
         if (st != HVD_OK)
             return st;
         comm->mem->free(comm->mem_ctx, comm->scratch);
         comm->scratch = p;
-        comm->scratch_cap = bytes;
+        comm->scratch_cap = cap;
     }
     *out = comm->scratch;
     return HVD_OK;

@@ -1,0 +1,28 @@
+#ifndef HVD_BASE_GROW_H
+#define HVD_BASE_GROW_H
+
+#include <stddef.h>
+
+/*
+ * The capacity to give a buffer that must hold need bytes: the next power
+ * of two, but not above limit (when limit >= need; 0: no limit).
+ *
+ * Buffers that grow to the largest message seen so far (scratch, fusion)
+ * would otherwise be freed and allocated again, a little larger, for many
+ * messages of a run; each time the allocator may place the new block past
+ * the old one, and the process's memory creeps up. Rounded up, a buffer
+ * grows at most once per doubling.
+ */
+static inline size_t hvd_grow_cap(size_t need, size_t limit) {
+    size_t cap = 1;
+
+    while (cap < need && cap <= ((size_t)-1 >> 1))
+        cap <<= 1;
+    if (cap < need)
+        cap = need;
+    if (limit >= need && cap > limit)
+        cap = limit;
+    return cap;
+}
+
+#endif
