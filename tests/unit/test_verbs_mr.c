@@ -286,7 +286,7 @@ static void failures(void **state) {
  * memory only. */
 static void memory_types(void **state) {
     hvd_mr_cache *c = NULL;
-    hvd_mr_entry *h, *d;
+    hvd_mr_entry *h, *d, *x;
     fake_stats st;
     void *dev = arena + 8 * PAGE + 100; /* stands in for a device pointer */
 
@@ -307,14 +307,26 @@ static void memory_types(void **state) {
     assert_int_equal(st.last_access & IBV_ACCESS_ON_DEMAND, 0);
     /* Synchronous CUDA copies into it complete before they return. */
     assert_int_equal(st.sync_memops, 1);
-    /* A host buffer at an address inside it is another region. */
+    /* Held (as hvd_verbs_register holds it), a host send inside it finds
+     * it; once no one holds it, not: the device allocation may be gone
+     * and the address be host memory now (the GPUDirect test saw a host
+     * send take a freed device buffer's registration). */
+    assert_int_equal(hvd_mr_find_host(c, dev, 10, &x), 1);
+    assert_ptr_equal(x, d);
+    hvd_mr_put(c, x);
+    hvd_mr_put(c, d);
+    assert_int_equal(hvd_mr_find_host(c, dev, 10, &h), 0);
+    /* A host buffer at an address inside it is another region, and the
+     * one a host send finds. */
     assert_int_equal(hvd_mr_get(c, dev, 10, HVD_MEM_HOST, &h), HVD_OK);
     assert_ptr_not_equal(h, d);
+    assert_int_equal(hvd_mr_find_host(c, dev, 10, &x), 1);
+    assert_ptr_equal(x, h);
+    hvd_mr_put(c, x);
     fake_get_stats(&st);
     assert_int_equal(st.last_access & IBV_ACCESS_ON_DEMAND,
                      IBV_ACCESS_ON_DEMAND);
     hvd_mr_put(c, h);
-    hvd_mr_put(c, d);
     hvd_mr_cache_destroy(c);
 }
 

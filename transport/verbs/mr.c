@@ -111,13 +111,14 @@ static int overlaps(const hvd_mr_entry *e, uintptr_t start, uintptr_t end) {
     return e->start < end && start < e->end;
 }
 
-/* The live region of type (any type: type < 0) and buffer id covering
- * [a, a + len), made the most recently used and held; NULL on a miss. */
-static hvd_mr_entry *lookup(hvd_mr_cache *c, uintptr_t a, size_t len, int type,
-                            uint64_t id) {
+/* The live region of type and buffer id covering [a, a + len) (with
+ * held_any, also one of any type that is held now), made the most
+ * recently used and held; NULL on a miss. */
+static hvd_mr_entry *lookup(hvd_mr_cache *c, uintptr_t a, size_t len,
+                            hvd_mem_type type, uint64_t id, int held_any) {
     for (hvd_mr_entry *e = c->head; e != NULL; e = e->next) {
-        if ((type < 0 ||
-             (e->type == (hvd_mem_type)type && e->buffer_id == id)) &&
+        if (((e->type == type && e->buffer_id == id) ||
+             (held_any && e->refs > 0)) &&
             e->start <= a && a + len <= e->end) {
             if (e != c->head) {
                 unlink_live(c, e);
@@ -133,14 +134,14 @@ static hvd_mr_entry *lookup(hvd_mr_cache *c, uintptr_t a, size_t len, int type,
     return NULL;
 }
 
-int hvd_mr_find(hvd_mr_cache *c, const void *addr, size_t len,
-                hvd_mr_entry **out) {
+int hvd_mr_find_host(hvd_mr_cache *c, const void *addr, size_t len,
+                     hvd_mr_entry **out) {
     uintptr_t a = (uintptr_t)addr;
     hvd_mr_entry *e;
 
     if (len == 0)
         len = 1;
-    if (a + len < a || (e = lookup(c, a, len, -1, 0)) == NULL)
+    if (a + len < a || (e = lookup(c, a, len, HVD_MEM_HOST, 0, 1)) == NULL)
         return 0;
     *out = e;
     return 1;
@@ -167,7 +168,7 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
                              addr);
     if (type != HVD_MEM_DEVICE)
         buffer_id = 0;
-    if ((e = lookup(c, a, len, (int)type, buffer_id)) != NULL) {
+    if ((e = lookup(c, a, len, type, buffer_id, 0)) != NULL) {
         *out = e;
         return HVD_OK;
     }

@@ -110,12 +110,16 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
                          hvd_mem_type type, uint64_t buffer_id,
                          hvd_mr_entry **out);
 
-/* 1 and a hold on it in *out if a cached region of any type covers
- * [addr, addr + len) (a hit); 0 otherwise, registering nothing. */
-int hvd_mr_find(hvd_mr_cache *c, const void *addr, size_t len,
-                hvd_mr_entry **out);
+/* 1 and a hold on it in *out if a cached region of host memory, or a
+ * region of any type held now (hvd_verbs_register's promise: the memory
+ * stays allocated while registered), covers [addr, addr + len) (a hit);
+ * 0 otherwise, registering nothing. A device region no one holds does
+ * not answer: its allocation may be gone and the address be host memory
+ * now, with other pages behind it. */
+int hvd_mr_find_host(hvd_mr_cache *c, const void *addr, size_t len,
+                     hvd_mr_entry **out);
 
-/* Releases a hold taken by hvd_mr_get or hvd_mr_find. */
+/* Releases a hold taken by hvd_mr_get or hvd_mr_find_host. */
 void hvd_mr_put(hvd_mr_cache *c, hvd_mr_entry *e);
 
 /* Drops every region overlapping [addr, addr + len) from the lookup

@@ -580,7 +580,7 @@ static hvd_status source_mr(vqp *q, txmsg *m) {
     }
     /* From the caller's memory where it is registered (explicitly, or by an
      * earlier send) or may be registered now; else staged. */
-    if (!hvd_mr_find(tp->mrc, m->buf, m->len, &m->mr) && tp->auto_reg &&
+    if (!hvd_mr_find_host(tp->mrc, m->buf, m->len, &m->mr) && tp->auto_reg &&
         hvd_mr_get(tp->mrc, m->buf, m->len, HVD_MEM_HOST, &m->mr) != HVD_OK) {
         m->mr = NULL;
         if (!tp->mr_warned)
