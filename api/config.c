@@ -11,7 +11,7 @@
 
 static hvd_status seconds(hvd_env_get_fn get, void *ctx, const char *name,
                           int64_t *ns) {
-    const char *text = get(name, ctx);
+    const char *text = hvd_env_lookup(get, ctx, &name);
     long v;
 
     if (text == NULL)
@@ -24,7 +24,7 @@ static hvd_status seconds(hvd_env_get_fn get, void *ctx, const char *name,
 
 static hvd_status bytes(hvd_env_get_fn get, void *ctx, const char *name,
                         uint64_t min, size_t *out) {
-    const char *text = get(name, ctx);
+    const char *text = hvd_env_lookup(get, ctx, &name);
     uint64_t v;
 
     if (text == NULL)
@@ -42,7 +42,7 @@ static hvd_status bytes(hvd_env_get_fn get, void *ctx, const char *name,
 
 static hvd_status integer(hvd_env_get_fn get, void *ctx, const char *name,
                           long min, long max, int *out) {
-    const char *text = get(name, ctx);
+    const char *text = hvd_env_lookup(get, ctx, &name);
     long v;
 
     if (text == NULL)
@@ -57,7 +57,7 @@ static hvd_status integer(hvd_env_get_fn get, void *ctx, const char *name,
  * auto, ending with HVD_ALGO_AUTO. */
 static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
                             const hvd_algo *allowed, hvd_algo *out) {
-    const char *text = get(name, ctx);
+    const char *text = hvd_env_lookup(get, ctx, &name);
     char names[160] = "auto";
     hvd_algo v;
     int ok = 0;
@@ -82,7 +82,7 @@ static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
 
 static hvd_status text(hvd_env_get_fn get, void *ctx, const char *name,
                        char *out, size_t outlen) {
-    const char *v = get(name, ctx);
+    const char *v = hvd_env_lookup(get, ctx, &name);
 
     if (v == NULL)
         return HVD_OK;
@@ -106,7 +106,7 @@ static const hvd_algo bcast_algos[] = {HVD_ALGO_TREE, HVD_ALGO_PIPELINE,
 /* A variable of auto (2), on (1) or off (0). */
 static hvd_status auto_on_off(hvd_env_get_fn get, void *ctx, const char *name,
                               int *out) {
-    const char *v = get(name, ctx);
+    const char *v = hvd_env_lookup(get, ctx, &name);
     int b;
 
     if (v == NULL || *v == '\0')

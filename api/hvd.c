@@ -42,6 +42,22 @@ typedef struct host_blob {
 /* This rank has a usable RDMA device (the verbs transport's probe). */
 #define HOST_VERBS 1
 
+/* 1 if every host named in all[0..n) runs as many ranks as every other. */
+static int same_ranks_per_host(int n, const host_blob *all) {
+    int first = -1;
+
+    for (int i = 0; i < n; i++) {
+        int count = 0;
+        for (int j = 0; j < n; j++)
+            count += strcmp(all[i].host, all[j].host) == 0;
+        if (first < 0)
+            first = count;
+        else if (count != first)
+            return 0;
+    }
+    return 1;
+}
+
 static struct {
     pthread_mutex_t lock;
     int initialized;
@@ -57,6 +73,7 @@ static struct {
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
     /* Device tensors (docs/gpu.md). */
+    int homogeneous;  /* every host runs as many ranks (hvd_is_homogeneous) */
     int gpu_device;   /* this rank's CUDA device, -1: none */
     int nccl;         /* HVD_NCCL_* (api/devexec.h) */
     int nccl_have_id; /* nccl_id is rank 0's */
@@ -695,6 +712,7 @@ static hvd_status init_multi(void) {
         info->local_rank = info->local_size = info->cross_rank =
             info->cross_size = -1;
     place_ranks(info, all);
+    g.homogeneous = same_ranks_per_host(info->size, all);
     if (strcmp(want, "auto") == 0 && info->cross_size > 1 && !verbs_all)
         HVD_DEBUG("api", "HVD_TRANSPORT=auto: not RDMA (rank %d: %s)",
                   verbs_bad,
@@ -876,6 +894,7 @@ hvd_status hvd_init(void) {
         goto fail;
     }
     g.tp_mem_types = 0;
+    g.homogeneous = 1;
     st = gpu_choice();
     if (st != HVD_OK)
         goto fail;
@@ -939,6 +958,30 @@ out:
 }
 
 int hvd_initialized(void) { return g.initialized; }
+
+int hvd_is_homogeneous(void) {
+    return g.initialized ? g.homogeneous : -1;
+}
+
+int hvd_built(const char *part) {
+    if (part == NULL)
+        return 0;
+    if (strcmp(part, "tcp") == 0 || strcmp(part, "shm") == 0)
+        return 1;
+#ifdef HVD_WITH_MPI
+    if (strcmp(part, "mpi") == 0)
+        return 1;
+#endif
+#ifdef HVD_WITH_VERBS
+    if (strcmp(part, "verbs") == 0)
+        return 1;
+#endif
+    if (strcmp(part, "cuda") == 0)
+        return hvd_gpu_built() && !hvd_gpu_simulated();
+    if (strcmp(part, "nccl") == 0)
+        return hvd_gpu_nccl_built();
+    return 0;
+}
 
 int hvd_rank(void) { return g.initialized ? g.info.rank : -1; }
 

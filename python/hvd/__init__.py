@@ -18,10 +18,12 @@ describes every function.
 from hvd import _core
 from hvd._core import (Adasum, Average, Max, Min, Product, Sum,
                        allgather_object, barrier, broadcast_object,
-                       cross_rank, cross_size, init, is_initialized, join,
-                       local_rank, local_size, mpi_threads_supported, poll,
-                       rank, resolve_op,
-                       shutdown, size, synchronize)
+                       ccl_built, cross_rank, cross_size, cuda_built,
+                       ddl_built, gloo_built, init, is_homogeneous,
+                       is_initialized, join, local_rank, local_size,
+                       mpi_built, mpi_threads_supported, nccl_built, poll,
+                       rank, resolve_op, rocm_built, shutdown, size,
+                       synchronize)
 from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
                       InvalidArgumentError, MismatchError, UnsupportedError,
                       library_path)
@@ -39,6 +41,8 @@ __all__ = [
     "broadcast_object", "allgather_object", "HvdError",
     "HorovodInternalError", "MismatchError", "InvalidArgumentError",
     "UnsupportedError", "HvdMemoryError", "library_path", "mpi_threads_supported",
+    "mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built",
+    "ddl_built", "ccl_built", "is_homogeneous",
 ]
 
 

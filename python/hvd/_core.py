@@ -137,6 +137,50 @@ def is_initialized():
     return bool(L.lib().hvd_initialized())
 
 
+def _built(part):
+    return bool(L.lib().hvd_built(part.encode()))
+
+
+def mpi_built():
+    """True if libhvd was built with its MPI transport (Open MPI)."""
+    return _built("mpi")
+
+
+def gloo_built():
+    """False: hvd has no Gloo; its own TCP transport does that job."""
+    return False
+
+
+def nccl_built():
+    """True if libhvd was built with NCCL (loaded at run time)."""
+    return _built("nccl")
+
+
+def cuda_built():
+    """True if libhvd was built with CUDA (device tensors)."""
+    return _built("cuda")
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def is_homogeneous():
+    """True if every host runs the same number of ranks."""
+    value = L.lib().hvd_is_homogeneous()
+    if value < 0:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    return bool(value)
+
+
 def _shape_query(fn):
     value = getattr(L.lib(), fn)()
     if value < 0:

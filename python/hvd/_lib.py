@@ -163,6 +163,8 @@ def _declare(lib):
         "hvd_barrier": (c_int, []),
         "hvd_join": (c_int, [ctypes.POINTER(c_int)]),
         "hvd_dtype_size": (c_size, [c_int]),
+        "hvd_built": (c_int, [c_char_p]),
+        "hvd_is_homogeneous": (c_int, []),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)

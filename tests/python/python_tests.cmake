@@ -4,6 +4,15 @@
 # skip (77) when HVD_PYTHON (cmake/python.cmake) lacks pytest, numpy or
 # torch.
 set(HVD_PY_TESTS ${CMAKE_CURRENT_LIST_DIR})
+# The parts this build has, which hvd.mpi_built() and friends must report.
+set(hvd_py_built tcp shm)
+foreach(part MPI VERBS CUDA NCCL)
+  if(HVD_WITH_${part})
+    string(TOLOWER ${part} p)
+    list(APPEND hvd_py_built ${p})
+  endif()
+endforeach()
+string(REPLACE ";" "," hvd_py_built "${hvd_py_built}")
 foreach(case "numpy;1;numpy,pytest" "numpy;2;numpy,pytest"
         "torch;1;torch,numpy,pytest" "torch;2;torch,numpy,pytest")
   list(GET case 0 file)
@@ -15,7 +24,8 @@ foreach(case "numpy;1;numpy,pytest" "numpy;2;numpy,pytest"
                    -m pytest -q -x -p no:cacheprovider
                    ${HVD_PY_TESTS}/test_${file}.py)
   set_tests_properties(python.${file}.np${np} PROPERTIES
-                       LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77)
+                       LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "HVD_TEST_BUILT=${hvd_py_built}")
 endforeach()
 
 # The example trainer, briefly, on 2 ranks.

@@ -377,3 +377,56 @@ def test_join():
     assert 0 <= last < n
     if n > 1:
         assert last != 0
+
+
+def _job_of_one_env(**extra):
+    """The environment of a fresh job of one: this test's, less the
+    launcher's variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HVD_", "HOROVOD_", "OMPI_", "PMI_",
+                                "PMIX_", "SLURM_"))
+           or k == "HVD_LIBRARY"}
+    env.update(extra)
+    return env
+
+
+def test_horovod_variables_are_honoured():
+    # A bad value in Horovod's name fails init with a sentence naming it.
+    code = ("import hvd\n"
+            "try:\n"
+            "    hvd.init()\n"
+            "except ValueError as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code],
+                         env=_job_of_one_env(HOROVOD_CACHE_CAPACITY="many"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout, out.stdout
+    assert "HOROVOD_CACHE_CAPACITY=many" in out.stdout, out.stdout
+    # A good one is taken, and hvd's own name wins over it.
+    code = ("import hvd, numpy as np\n"
+            "hvd.init()\n"
+            "print(hvd.allreduce(np.ones(2), op=hvd.Sum).tolist())\n"
+            "hvd.shutdown()\n")
+    out = subprocess.run([sys.executable, "-c", code],
+                         env=_job_of_one_env(HOROVOD_CACHE_CAPACITY="many",
+                                             HVD_CACHE_CAPACITY="16",
+                                             HOROVOD_FUSION_THRESHOLD="1048576"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "[1.0, 1.0]" in out.stdout, out.stdout
+
+
+def test_build_facts():
+    # HVD_TEST_BUILT (set by ctest from the configure step) lists the parts
+    # this build has; the functions must say the same.
+    built = set(os.environ.get("HVD_TEST_BUILT", "").split(","))
+    if not os.environ.get("HVD_TEST_BUILT"):
+        pytest.skip("HVD_TEST_BUILT is not set (run through ctest)")
+    assert hvd.mpi_built() == ("mpi" in built)
+    assert hvd.nccl_built() == ("nccl" in built)
+    assert hvd.cuda_built() == ("cuda" in built)
+    assert hvd.gloo_built() is False
+    assert hvd.rocm_built() is False
+    # One host here: every host runs the same number of ranks.
+    assert hvd.is_homogeneous() is True

@@ -560,3 +560,13 @@ def test_join():
         last = hvd.join()
     assert 0 <= last < n
     hvd.barrier()
+
+
+def test_build_facts():
+    # The same answers as hvd's (tests/python/test_numpy.py checks them
+    # against the configure step).
+    import hvd as core
+    for fn in ("mpi_built", "gloo_built", "nccl_built", "cuda_built",
+               "rocm_built", "is_homogeneous"):
+        assert getattr(hvd, fn)() == getattr(core, fn)(), fn
+    assert hvd.is_homogeneous() is True

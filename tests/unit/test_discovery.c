@@ -264,6 +264,47 @@ static void config_malformed(void **state) {
     }
 }
 
+/* Horovod's names are honoured where hvd's are unset; hvd's win; a bad
+ * value fails with a sentence naming the variable that was set. */
+static void horovod_aliases(void **state) {
+    (void)state;
+    var horovod[] = {{"HOROVOD_FUSION_THRESHOLD", "33554432"},
+                     {"HOROVOD_CACHE_CAPACITY", "7"},
+                     {"HOROVOD_TIMELINE", "/tmp/tl.json"},
+                     {"HOROVOD_STALL_CHECK_TIME_SECONDS", "11"},
+                     {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "12"},
+                     {NULL, NULL}};
+    var both[] = {{"HOROVOD_FUSION_THRESHOLD", "1M"},
+                  {"HVD_FUSION_THRESHOLD", "2M"},
+                  {"HOROVOD_CACHE_CAPACITY", "9"},
+                  {NULL, NULL}};
+    var bad[] = {{"HOROVOD_CACHE_CAPACITY", "many"}, {NULL, NULL}};
+    hvd_config c;
+    const char *name = "HVD_TIMELINE";
+
+    assert_int_equal(hvd_config_load(table_get, horovod, &c), HVD_OK);
+    assert_int_equal(c.fusion_threshold, 32 << 20);
+    assert_int_equal(c.cache_capacity, 7);
+    assert_string_equal(c.timeline, "/tmp/tl.json");
+    assert_int_equal(c.stall_check_s, 11);
+    assert_int_equal(c.stall_shutdown_s, 12);
+
+    assert_int_equal(hvd_config_load(table_get, both, &c), HVD_OK);
+    assert_int_equal(c.fusion_threshold, 2 << 20);
+    assert_int_equal(c.cache_capacity, 9);
+
+    hvd_error_clear();
+    assert_int_equal(hvd_config_load(table_get, bad, &c), HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(hvd_error_get(), "HOROVOD_CACHE_CAPACITY=many"));
+
+    assert_string_equal(hvd_env_horovod_name("HVD_LOG_LEVEL"),
+                        "HOROVOD_LOG_LEVEL");
+    assert_null(hvd_env_horovod_name("HVD_TRANSPORT"));
+    assert_string_equal(hvd_env_lookup(table_get, horovod, &name),
+                        "/tmp/tl.json");
+    assert_string_equal(name, "HOROVOD_TIMELINE");
+}
+
 static void env_parsers(void **state) {
     (void)state;
     uint64_t b;
@@ -293,6 +334,7 @@ int main(void) {
         cmocka_unit_test(malformed),
         cmocka_unit_test(config_defaults_and_values),
         cmocka_unit_test(config_malformed),
+        cmocka_unit_test(horovod_aliases),
         cmocka_unit_test(env_parsers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "transport/base/error.h"
@@ -9,6 +10,46 @@
 const char *hvd_env_getenv(const char *name, void *ctx) {
     (void)ctx;
     return getenv(name);
+}
+
+/* Horovod's variables that hvd honours, each beside ours. Only those of the
+ * same meaning and units are here; a trainer moving from Horovod keeps its
+ * environment for these. */
+static const struct {
+    const char *hvd;
+    const char *horovod;
+} horovod_names[] = {
+    {"HVD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"},
+    {"HVD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"},
+    {"HVD_TIMELINE", "HOROVOD_TIMELINE"},
+    {"HVD_LOG_LEVEL", "HOROVOD_LOG_LEVEL"},
+    {"HVD_STALL_CHECK_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+    {"HVD_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+    {"HVD_HOSTNAME", "HOROVOD_HOSTNAME"},
+    {"HVD_GPU_DEVICE", "HOROVOD_GPU_DEVICE"},
+};
+
+const char *hvd_env_horovod_name(const char *name) {
+    for (size_t i = 0; i < sizeof(horovod_names) / sizeof(horovod_names[0]);
+         i++)
+        if (strcmp(name, horovod_names[i].hvd) == 0)
+            return horovod_names[i].horovod;
+    return NULL;
+}
+
+const char *hvd_env_lookup(hvd_env_get_fn get, void *ctx, const char **name) {
+    const char *value = get(*name, ctx);
+    const char *alias;
+
+    if (value != NULL)
+        return value;
+    alias = hvd_env_horovod_name(*name);
+    if (alias == NULL)
+        return NULL;
+    value = get(alias, ctx);
+    if (value != NULL)
+        *name = alias;
+    return value;
 }
 
 hvd_status hvd_env_parse_long(const char *name, const char *text, long min,

@@ -18,6 +18,17 @@ typedef const char *(*hvd_env_get_fn)(const char *name, void *ctx);
 /* getenv() with the signature above (ctx unused). */
 const char *hvd_env_getenv(const char *name, void *ctx);
 
+/* Horovod's name for the HVD_* variable name that means the same, in the
+ * same units (HOROVOD_FUSION_THRESHOLD for HVD_FUSION_THRESHOLD), or NULL
+ * when Horovod has none. */
+const char *hvd_env_horovod_name(const char *name);
+
+/* Looks up *name, and when it is unset, Horovod's name for it: the HVD_
+ * form wins. *name becomes the variable whose value is returned, so that
+ * a message about the value names what the user set. NULL when neither is
+ * set. */
+const char *hvd_env_lookup(hvd_env_get_fn get, void *ctx, const char **name);
+
 /* Decimal integer in [min, max]. */
 hvd_status hvd_env_parse_long(const char *name, const char *text, long min,
                               long max, long *value_out);

@@ -7,6 +7,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "transport/base/env.h"
+
 hvd_log_level hvd_log_current = HVD_LOG_WARN;
 static int log_rank = -1;
 
@@ -26,6 +28,12 @@ int hvd_log_parse_level(const char *text, hvd_log_level *level_out) {
         *level_out = HVD_LOG_WARN;
         return 0;
     }
+    /* Horovod's HOROVOD_LOG_LEVEL has fatal above error; hvd logs no
+     * fatal messages, so it is error here. */
+    if (strcasecmp(text, "fatal") == 0) {
+        *level_out = HVD_LOG_ERROR;
+        return 0;
+    }
     if (text[0] >= '0' && text[0] <= '4' && text[1] == '\0') {
         *level_out = (hvd_log_level)(text[0] - '0');
         return 0;
@@ -34,7 +42,8 @@ int hvd_log_parse_level(const char *text, hvd_log_level *level_out) {
 }
 
 void hvd_log_init_from_env(void) {
-    const char *text = getenv("HVD_LOG_LEVEL");
+    const char *name = "HVD_LOG_LEVEL";
+    const char *text = hvd_env_lookup(hvd_env_getenv, NULL, &name);
     hvd_log_level level;
 
     if (text == NULL || *text == '\0')
@@ -43,9 +52,9 @@ void hvd_log_init_from_env(void) {
         hvd_log_current = level;
     else
         HVD_WARN("log",
-                 "HVD_LOG_LEVEL=%s is not one of error, warn, info, debug, "
+                 "%s=%s is not one of error, warn, info, debug, "
                  "trace; keeping %s",
-                 text, level_names[hvd_log_current]);
+                 name, text, level_names[hvd_log_current]);
 }
 
 void hvd_log_set_rank(int rank) { log_rank = rank; }

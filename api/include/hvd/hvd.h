@@ -210,6 +210,22 @@ HVD_EXPORT hvd_status hvd_wait(hvd_handle handle);
  */
 HVD_EXPORT hvd_status hvd_test(hvd_handle handle, int *done);
 
+/**
+ * Tells whether this build of libhvd has a part: "tcp", "shm" (always),
+ * "mpi", "verbs", "cuda", "nccl" (when found at build time). Says nothing
+ * about this machine: a built part may still be unusable here (no RDMA
+ * device, no GPU). Works before hvd_init().
+ * @param [in] part one of the names above.
+ * @return 1 if built in, 0 if not or if part is unknown.
+ */
+HVD_EXPORT int hvd_built(const char *part);
+
+/**
+ * 1 if every host of the job runs the same number of ranks, 0 if not, -1
+ * before hvd_init(). Every rank gets the same answer.
+ */
+HVD_EXPORT int hvd_is_homogeneous(void);
+
 /** Size in bytes of one element of dtype, 0 for an invalid dtype. */
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
 

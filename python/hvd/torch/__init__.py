@@ -13,7 +13,9 @@ alltoall, no Adasum, no process sets, GPU tensors staged through host
 memory).
 """
 
-from hvd._core import mpi_threads_supported
+from hvd._core import (ccl_built, cuda_built, ddl_built, gloo_built,
+                       is_homogeneous, mpi_built, mpi_threads_supported,
+                       nccl_built, rocm_built)
 from hvd._lib import (HorovodInternalError, HvdError,
                       HvdMemoryError, InvalidArgumentError, MismatchError,
                       UnsupportedError, library_path)
@@ -47,19 +49,6 @@ __all__ = [
     "HvdError", "HorovodInternalError", "MismatchError",
     "InvalidArgumentError", "UnsupportedError", "HvdMemoryError",
     "library_path", "mpi_threads_supported", "nccl_built", "cuda_built",
-    "rocm_built",
+    "rocm_built", "mpi_built", "gloo_built", "ddl_built", "ccl_built",
+    "is_homogeneous",
 ]
-
-
-def nccl_built():
-    """hvd has no NCCL in this release."""
-    return False
-
-
-def cuda_built():
-    """libhvd reduces in host memory; GPU tensors are staged through it."""
-    return False
-
-
-def rocm_built():
-    return False
