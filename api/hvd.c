@@ -959,9 +959,7 @@ out:
 
 int hvd_initialized(void) { return g.initialized; }
 
-int hvd_is_homogeneous(void) {
-    return g.initialized ? g.homogeneous : -1;
-}
+int hvd_is_homogeneous(void) { return g.initialized ? g.homogeneous : -1; }
 
 int hvd_built(const char *part) {
     if (part == NULL)
