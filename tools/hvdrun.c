@@ -51,6 +51,7 @@
 #include <openssl/rand.h>
 
 #include "hvd/hvd.h"
+#include "tools/check_build.h"
 #include "tools/hostfile.h"
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
@@ -261,6 +262,8 @@ static const char usage_text[] =
     "  -v, --verbose      log what hvdrun does (info level)\n"
     "  --help             print this text\n"
     "  --version          print hvdrun's version\n"
+    "  --check-build      print the frameworks (with HVD_PYTHON, else\n"
+    "                     python3), transports and GPU support of this hvd\n"
     "\n"
     "Every rank gets HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK, HVD_LOCAL_SIZE,\n"
     "HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR, "
@@ -496,6 +499,8 @@ static int parse_options(int argc, char **argv, struct options *opt) {
             write_all(STDOUT_FILENO, usage_text, sizeof(usage_text) - 1);
             return 0;
         }
+        if (strcmp(arg, "--check-build") == 0)
+            return hvd_check_build() == 0 ? 0 : 1;
         if (strcmp(arg, "--version") == 0) {
             printf("hvdrun (hvd) %s\n", HVD_VERSION_STRING);
             return 0;

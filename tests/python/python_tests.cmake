@@ -44,3 +44,9 @@ add_test(NAME python.install
                  "${HVD_PYTHON}" "${HVD_PYTHON_INSTALL_DIR}")
 set_tests_properties(python.install PROPERTIES
                      LABELS "python;install" TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# hvdrun --check-build tells the truth about this build.
+add_test(NAME python.check_build
+         COMMAND sh ${HVD_PY_TESTS}/run_check_build.sh $<TARGET_FILE:hvdrun>
+                 "${HVD_PYTHON}" $<TARGET_FILE:hvd> "${hvd_py_built}")
+set_tests_properties(python.check_build PROPERTIES LABELS python TIMEOUT 120)
