@@ -26,8 +26,8 @@
 # end has that name in both namespaces); ranks 0 and 1 run in A, ranks 2
 # and 3 are moved to namespace B by `ip netns exec` before they start, so
 # every pair of ranks but (0,1) and (2,3) talks over the link. While the
-# job runs, the listening sockets of both namespaces are checked: only on
-# A's link address (hvdrun's rendezvous; the ranks' own listeners are
+# job runs (once every rank's hvd_init has returned), the listening
+# sockets of both namespaces are checked: only on A's link address (hvdrun's rendezvous; the ranks' own listeners are
 # closed once the mesh is up). Each namespace is a host of its own to hvd
 # (HVD_HOSTNAME), so its two ranks share memory and only the traffic
 # between the hosts crosses the link. Needs root, ip netns and, for netem, tc;
@@ -196,14 +196,20 @@ if [ $mode != linkcut ]; then
         "$soak" $ops --kinds mixed --seed $$ \
         >"$dir/out" 2>&1 &
     job=$!
-    # While it runs: who listens where.
+    # Once every rank's hvd_init has returned (the mesh is up, the ranks'
+    # own listeners closed; over a lossy link a SYN may be resent after a
+    # second or more), and while the job still runs: who listens where.
     n=0
-    until grep -q 'PASS soak' "$dir/out" || ! kill -0 $job 2>/dev/null ||
-        [ $n -gt 20 ]; do
+    until [ "$(grep -c 'READY soak rank' "$dir/out")" -ge 4 ] ||
+        ! kill -0 $job 2>/dev/null || [ $n -gt 600 ]; do
         n=$((n + 1))
         sleep 0.1
     done
-    kill -0 $job 2>/dev/null && check_listeners
+    if kill -0 $job 2>/dev/null; then
+        [ "$(grep -c 'READY soak rank' "$dir/out")" -ge 4 ] ||
+            fail "the ranks' hvd_init had not all returned after 60 s"
+        check_listeners
+    fi
     wait $job
     rc=$?
     cat "$dir/out"

@@ -440,6 +440,10 @@ int main(int argc, char **argv) {
     }
     g_rank = hvd_rank();
     g_size = hvd_size();
+    /* The mesh is up (hvd_init returns after it): run_badnet.sh waits for
+     * this line before it looks at who listens where. */
+    printf("READY soak rank %d\n", g_rank);
+    fflush(stdout);
     rng_state = 0x9E3779B97F4A7C15ULL ^ (uint64_t)seed;
 
     /* Touched once, so that they are resident before the first reading. */
