@@ -218,17 +218,34 @@ static void retire(hvd_engine *eng, hvd_request *req) {
     hvd_namemap_remove(&eng->by_name, req->name);
 }
 
+/* Runs req's completion function, if it has one, and frees req: nobody
+ * waits for it (outside the lock). */
+static void call_back(hvd_request *req) {
+    req->on_done(req->status,
+                 req->status != HVD_OK
+                     ? (req->error != NULL ? req->error
+                                           : hvd_strerror(req->status))
+                     : NULL,
+                 req->on_done_arg);
+    hvd_request_free(req);
+}
+
 /* Tells req's waiter the outcome (engine thread). */
 static void finish(hvd_engine *eng, hvd_request *req, hvd_status status,
                    const char *error) {
+    int called_back;
+
     pthread_mutex_lock(&lock);
     req->status = status;
     if (status != HVD_OK)
         req->error = strdup(error != NULL ? error : hvd_strerror(status));
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
     hvd_namemap_remove(&eng->inflight, req->name);
+    called_back = req->on_done != NULL;
     pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
+    if (called_back)
+        call_back(req);
 }
 
 /* Finishes req (engine thread). */
@@ -250,13 +267,7 @@ static void fail_all(hvd_engine *eng, hvd_status status, const char *text) {
     pthread_mutex_unlock(&lock);
     while (queued != NULL) {
         hvd_request *next = queued->next;
-        pthread_mutex_lock(&lock);
-        queued->status = status;
-        queued->error = strdup(text);
-        __atomic_store_n(&queued->done, 1, __ATOMIC_RELEASE);
-        hvd_namemap_remove(&eng->inflight, queued->name);
-        pthread_cond_broadcast(&cond);
-        pthread_mutex_unlock(&lock);
+        finish(eng, queued, status, text);
         queued = next;
     }
 }
@@ -332,6 +343,20 @@ hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out) {
         *last_rank_out = req->last_rank;
     hvd_request_free(req);
     return st;
+}
+
+void hvd_engine_on_done(hvd_request *req,
+                        void (*fn)(hvd_status, const char *, void *),
+                        void *arg) {
+    int done;
+
+    pthread_mutex_lock(&lock);
+    req->on_done_arg = arg;
+    req->on_done = fn;
+    done = req->done;
+    pthread_mutex_unlock(&lock);
+    if (done)
+        call_back(req);
 }
 
 hvd_status hvd_engine_test(hvd_request *req, int *done) {

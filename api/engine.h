@@ -79,6 +79,11 @@ typedef struct hvd_request {
     int inval; /* its cache slot must be invalidated on every rank */
     int voted; /* the others have heard of it (vote or coordinator) */
 
+    /* Called once it has finished instead of being waited for
+     * (hvd_engine_on_done), outside the engine's lock. */
+    void (*on_done)(hvd_status status, const char *error, void *arg);
+    void *on_done_arg;
+
     /* The outcome, under the engine's lock. */
     int done;
     hvd_status status;
@@ -124,5 +129,12 @@ hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out);
 
 /* *done = 1 if req has finished; returns its status then. */
 hvd_status hvd_engine_test(hvd_request *req, int *done);
+
+/* Instead of hvd_engine_wait: fn(status, error, arg) runs once req has
+ * finished (on the engine thread, or here at once if it already has), and
+ * req is freed after it. error is NULL on success. */
+void hvd_engine_on_done(hvd_request *req,
+                        void (*fn)(hvd_status, const char *, void *),
+                        void *arg);
 
 #endif

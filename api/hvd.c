@@ -1275,6 +1275,14 @@ hvd_status hvd_wait(hvd_handle handle) {
     return wait_named("hvd_wait", handle, NULL);
 }
 
+hvd_status hvd_on_done(hvd_handle handle, hvd_done_fn fn, void *arg) {
+    if (handle == NULL || fn == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_on_done: handle or fn is NULL");
+    hvd_engine_on_done(handle, fn, arg);
+    return HVD_OK;
+}
+
 hvd_status hvd_test(hvd_handle handle, int *done) {
     if (handle == NULL || done == NULL)
         return hvd_error_set(HVD_ERR_INVALID_ARG,

@@ -9,7 +9,7 @@ target_include_directories(test_engine PRIVATE
 target_compile_options(test_engine PRIVATE ${HVD_WARNINGS})
 
 foreach(subtest order threads fusion cache mismatch join stall stall_shutdown
-        timeline)
+        timeline callback)
   if(subtest MATCHES "^(stall|stall_shutdown|timeline)$")
     set(nps 2 3)
   else()

@@ -14,6 +14,7 @@
 #                   "stall: 'late' waits ... for rank(s) 1".
 #   stall_shutdown  HVD_STALL_SHUTDOWN_SECONDS=2, HVD_STALL_CHECK_SECONDS=1.
 #   timeline        HVD_TIMELINE=file, then check_timeline.py on the file.
+#   callback        completion through hvd_on_done (no extra checks).
 # The runs of one call take 120 s at most in all. Exit status: 0 pass,
 # 1 fail, 77 skip. The output of every run is printed on failure.
 
@@ -82,7 +83,7 @@ cached_counts() {
 }
 
 case $subtest in
-order | threads | mismatch | join)
+order | threads | mismatch | join | callback)
     run run.log 120
     ;;
 fusion)

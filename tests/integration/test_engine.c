@@ -994,6 +994,139 @@ static void test_timeline(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* callback: operations completed through hvd_on_done                  */
+
+#define CB_OPS 24
+
+static pthread_mutex_t cb_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cb_cond = PTHREAD_COND_INITIALIZER;
+
+struct cb_slot {
+    int calls; /* how often the function ran: must end at exactly 1 */
+    hvd_status status;
+    char error[1024];
+    pthread_t thread;
+};
+
+static void cb_done(hvd_status status, const char *error, void *arg) {
+    struct cb_slot *slot = arg;
+
+    pthread_mutex_lock(&cb_lock);
+    slot->calls++;
+    slot->status = status;
+    slot->thread = pthread_self();
+    snprintf(slot->error, sizeof(slot->error), "%s",
+             error != NULL ? error : "(null)");
+    pthread_cond_broadcast(&cb_cond);
+    pthread_mutex_unlock(&cb_lock);
+}
+
+/* Waits (bounded) until every one of n slots has been called back. */
+static void cb_wait_all(struct cb_slot *slots, int n) {
+    struct timespec until;
+    int left;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)POLL_LIMIT_S;
+    pthread_mutex_lock(&cb_lock);
+    for (;;) {
+        left = 0;
+        for (int i = 0; i < n; i++)
+            left += slots[i].calls == 0;
+        if (left == 0 ||
+            pthread_cond_timedwait(&cb_cond, &cb_lock, &until) != 0)
+            break;
+    }
+    pthread_mutex_unlock(&cb_lock);
+    if (left != 0)
+        fail("%d of %d completion functions not called after %.0f s", left, n,
+             POLL_LIMIT_S);
+}
+
+/*
+ * CB_OPS allreduces of every size class submitted in a rank-dependent
+ * order, each handed to hvd_on_done at once: every function runs exactly
+ * once, with HVD_OK and a NULL sentence, and the results are exact; then
+ * one whose operation had already finished (hvd_test said so), whose
+ * function runs before hvd_on_done returns, on the calling thread; with
+ * two ranks or more a mismatch, whose function gets HVD_ERR_MISMATCH and
+ * the sentence. Bad arguments are refused.
+ */
+static void test_callback(void) {
+    static struct cb_slot slots[CB_OPS + 2];
+    struct arop ops[CB_OPS], late;
+    size_t order[CB_OPS];
+    char name[NAME_LEN];
+    int i, done = 0;
+    double deadline;
+
+    expect_status("hvd_on_done(NULL)", hvd_on_done(NULL, cb_done, NULL),
+                  HVD_ERR_INVALID_ARG);
+    for (i = 0; i < CB_OPS; i++) {
+        snprintf(name, sizeof(name), "cb.%d", i);
+        arop_init(&ops[i], name, i, i % 2 ? HVD_FLOAT64 : HVD_INT32, HVD_SUM,
+                  order_count(i), order_count(i), i % 3 == 0);
+        arop_fill(&ops[i], 0);
+    }
+    make_order(g_rank, order, CB_OPS);
+    for (i = 0; i < CB_OPS; i++) {
+        struct arop *a = &ops[order[i]];
+        arop_submit(a);
+        expect_call_ok("hvd_on_done", a->name,
+                       hvd_on_done(a->handle, cb_done, &slots[order[i]]));
+        a->handle = NULL;
+    }
+    cb_wait_all(slots, CB_OPS);
+    for (i = 0; i < CB_OPS; i++) {
+        if (slots[i].calls != 1 || slots[i].status != HVD_OK ||
+            strcmp(slots[i].error, "(null)") != 0)
+            fail("'%s': called %d times, status %s, sentence \"%s\"",
+                 ops[i].name, slots[i].calls, status_name(slots[i].status),
+                 slots[i].error);
+        arop_check(&ops[i], 0);
+        arop_free(&ops[i]);
+    }
+
+    arop_init(&late, "cb.late", 99, HVD_FLOAT32, HVD_SUM, 1000, 1000, 0);
+    arop_fill(&late, 0);
+    arop_submit(&late);
+    deadline = now_s() + POLL_LIMIT_S;
+    while (!done) {
+        expect_call_ok("hvd_test", late.name, hvd_test(late.handle, &done));
+        if (!done && now_s() > deadline)
+            fail("'cb.late' not done after %.0f s", POLL_LIMIT_S);
+        if (!done)
+            sleep_s(0.0002);
+    }
+    expect_call_ok("hvd_on_done", late.name,
+                   hvd_on_done(late.handle, cb_done, &slots[CB_OPS]));
+    if (slots[CB_OPS].calls != 1 ||
+        !pthread_equal(slots[CB_OPS].thread, pthread_self()))
+        fail("'cb.late': finished before hvd_on_done, but its function was "
+             "not called once on the calling thread before it returned");
+    arop_check(&late, 0);
+    arop_free(&late);
+
+    if (g_size >= 2) {
+        float buf[MISMATCH_COUNT + 1];
+        hvd_handle h;
+
+        memset(buf, 0, sizeof(buf));
+        expect_call_ok("hvd_allreduce_async", "cb.mm",
+                       hvd_allreduce_async("cb.mm", buf, buf,
+                                           MISMATCH_COUNT +
+                                               (size_t)(g_rank == 1),
+                                           HVD_FLOAT32, HVD_SUM, &h));
+        expect_call_ok("hvd_on_done", "cb.mm",
+                       hvd_on_done(h, cb_done, &slots[CB_OPS + 1]));
+        cb_wait_all(&slots[CB_OPS + 1], 1);
+        expect_mismatch("cb.mm", slots[CB_OPS + 1].status,
+                        slots[CB_OPS + 1].error);
+        agreed_after(9);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 
 struct subtest {
     const char *name;
@@ -1006,7 +1139,7 @@ static const struct subtest subtests[] = {
     {"fusion", test_fusion, 1},     {"cache", test_cache, 1},
     {"mismatch", test_mismatch, 2}, {"join", test_join, 2},
     {"stall", test_stall, 2},       {"stall_shutdown", test_stall_shutdown, 2},
-    {"timeline", test_timeline, 1},
+    {"timeline", test_timeline, 1}, {"callback", test_callback, 1},
 };
 #define NUM_SUBTESTS (sizeof(subtests) / sizeof(subtests[0]))
 

@@ -210,6 +210,25 @@ HVD_EXPORT hvd_status hvd_wait(hvd_handle handle);
  */
 HVD_EXPORT hvd_status hvd_test(hvd_handle handle, int *done);
 
+/** What hvd_on_done calls: the operation's status, on failure its
+ *  sentence (NULL on success; valid during the call only), and arg. */
+typedef void (*hvd_done_fn)(hvd_status status, const char *error, void *arg);
+
+/**
+ * Instead of hvd_wait: fn(status, error, arg) is called once the operation
+ * has finished, on hvd's engine thread, or at once on the calling thread if
+ * it already has; the handle is released when fn returns and must not be
+ * used after this call. Its buffers are the caller's again when fn runs.
+ * fn must return quickly and must not call hvd functions (it runs on the
+ * thread that drives every operation): hand longer work to a thread of
+ * your own. For frameworks whose kernels complete through a callback
+ * (TensorFlow's asynchronous kernels).
+ * @return HVD_OK, or HVD_ERR_INVALID_ARG for a NULL handle or fn (the
+ *         handle is then untouched).
+ */
+HVD_EXPORT hvd_status hvd_on_done(hvd_handle handle, hvd_done_fn fn,
+                                  void *arg);
+
 /**
  * Tells whether this build of libhvd has a part: "tcp", "shm" (always),
  * "mpi", "verbs", "cuda", "nccl" (when found at build time). Says nothing
