@@ -221,12 +221,12 @@ static void retire(hvd_engine *eng, hvd_request *req) {
 /* Runs req's completion function, if it has one, and frees req: nobody
  * waits for it (outside the lock). */
 static void call_back(hvd_request *req) {
-    req->on_done(req->status,
-                 req->status != HVD_OK
-                     ? (req->error != NULL ? req->error
-                                           : hvd_strerror(req->status))
-                     : NULL,
-                 req->on_done_arg);
+    req->on_done(
+        req->status,
+        req->status != HVD_OK
+            ? (req->error != NULL ? req->error : hvd_strerror(req->status))
+            : NULL,
+        req->on_done_arg);
     hvd_request_free(req);
 }
 

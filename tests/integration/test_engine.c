@@ -1112,11 +1112,11 @@ static void test_callback(void) {
         hvd_handle h;
 
         memset(buf, 0, sizeof(buf));
-        expect_call_ok("hvd_allreduce_async", "cb.mm",
-                       hvd_allreduce_async("cb.mm", buf, buf,
-                                           MISMATCH_COUNT +
-                                               (size_t)(g_rank == 1),
-                                           HVD_FLOAT32, HVD_SUM, &h));
+        expect_call_ok(
+            "hvd_allreduce_async", "cb.mm",
+            hvd_allreduce_async("cb.mm", buf, buf,
+                                MISMATCH_COUNT + (size_t)(g_rank == 1),
+                                HVD_FLOAT32, HVD_SUM, &h));
         expect_call_ok("hvd_on_done", "cb.mm",
                        hvd_on_done(h, cb_done, &slots[CB_OPS + 1]));
         cb_wait_all(&slots[CB_OPS + 1], 1);

@@ -226,8 +226,7 @@ typedef void (*hvd_done_fn)(hvd_status status, const char *error, void *arg);
  * @return HVD_OK, or HVD_ERR_INVALID_ARG for a NULL handle or fn (the
  *         handle is then untouched).
  */
-HVD_EXPORT hvd_status hvd_on_done(hvd_handle handle, hvd_done_fn fn,
-                                  void *arg);
+HVD_EXPORT hvd_status hvd_on_done(hvd_handle handle, hvd_done_fn fn, void *arg);
 
 /**
  * Tells whether this build of libhvd has a part: "tcp", "shm" (always),
