@@ -1,0 +1,124 @@
+"""hvd.tensorflow: a drop-in for horovod.tensorflow over libhvd.
+
+    import hvd.tensorflow as hvd   # instead of: import horovod.tensorflow as hvd
+
+    hvd.init()
+    tape = hvd.DistributedGradientTape(tape)            # TF2
+    opt = hvd.DistributedOptimizer(opt)                 # TF1 (tf.compat.v1)
+    hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+
+The collectives are TensorFlow ops (python/tensorflow/hvd_tf_ops.c),
+asynchronous kernels over libhvd; they run eagerly, in tf.function and in
+TF1 graphs. docs/tensorflow.md lists what is there and what differs from
+Horovod.
+"""
+
+import tensorflow as tf
+
+from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
+                      InvalidArgumentError, MismatchError, UnsupportedError,
+                      library_path)
+from hvd.tensorflow.compression import Compression
+from hvd.tensorflow.functions import (allgather_object, broadcast_object,
+                                      broadcast_variables)
+from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
+                                    _allreduce, _grouped_allreduce,
+                                    allgather, barrier, broadcast,
+                                    ccl_built, cross_rank, cross_size,
+                                    cuda_built, ddl_built, gloo_built, init,
+                                    is_homogeneous, is_initialized, join,
+                                    local_rank, local_rank_op, local_size,
+                                    local_size_op, mpi_built,
+                                    mpi_threads_supported, nccl_built, rank,
+                                    rank_op, resolve_op, rocm_built,
+                                    shutdown, size, size_op)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, name=None, ignore_name_scope=False):
+    """Reduces a tf.Tensor, tf.Variable or tf.IndexedSlices over every
+    rank (default op: Average). An IndexedSlices is allgathered (values
+    and indices) instead, as Horovod does; then only Sum and Average are
+    possible. device_dense and device_sparse place the op, as Horovod's."""
+    op = resolve_op(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (Sum, Average):
+            raise NotImplementedError(
+                "Only Sum and Average ops are supported with tf.IndexedSlices")
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise NotImplementedError(
+                "Pre/postscale_factor are not supported with tf.IndexedSlices")
+        with tf.device(device_sparse):
+            values = allgather(tensor.values, ignore_name_scope=ignore_name_scope)
+            indices = allgather(tensor.indices,
+                                ignore_name_scope=ignore_name_scope)
+            if op == Average:
+                values = values / tf.cast(size(), values.dtype)
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    with tf.device(device_dense):
+        compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+        reduced = _allreduce(compressed, name=name, op=op,
+                             prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor,
+                             ignore_name_scope=ignore_name_scope)
+        return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="",
+                      device_sparse="", compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, name=None,
+                      ignore_name_scope=False):
+    """Reduces a list of tensors as one operation per element type (one
+    negotiation, fused whatever the fusion threshold). IndexedSlices are
+    allgathered one by one, as allreduce does."""
+    op = resolve_op(op, average)
+    tensors = list(tensors)
+    results = [None] * len(tensors)
+    by_type = {}
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            results[i] = allreduce(t, device_dense=device_dense,
+                                   device_sparse=device_sparse,
+                                   compression=compression, op=op,
+                                   prescale_factor=prescale_factor,
+                                   postscale_factor=postscale_factor,
+                                   ignore_name_scope=ignore_name_scope)
+        else:
+            t, ctx = compression.compress(tf.convert_to_tensor(t))
+            by_type.setdefault(t.dtype, []).append((i, t, ctx))
+    with tf.device(device_dense):
+        for k, (dtype, group) in enumerate(sorted(by_type.items(),
+                                                  key=lambda kv: kv[0].name)):
+            gname = None
+            if name is not None:
+                gname = name if len(by_type) == 1 else "%s.%s" % (name,
+                                                                  dtype.name)
+            outs = _grouped_allreduce([t for _, t, _ in group], name=gname,
+                                      op=op, prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor,
+                                      ignore_name_scope=ignore_name_scope)
+            for (i, _, ctx), o in zip(group, outs):
+                results[i] = compression.decompress(o, ctx)
+    return results
+
+
+from hvd.tensorflow.gradient_tape import DistributedGradientTape  # noqa: E402
+from hvd.tensorflow.optimizer import (  # noqa: E402
+    BroadcastGlobalVariablesHook, DistributedOptimizer,
+    broadcast_global_variables)
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
+    "local_size", "cross_rank", "cross_size", "size_op", "rank_op",
+    "local_size_op", "local_rank_op", "Sum", "Average", "Min", "Max",
+    "Product", "Adasum", "Compression", "allreduce", "grouped_allreduce",
+    "allgather", "broadcast", "join", "barrier", "broadcast_variables",
+    "broadcast_global_variables", "broadcast_object", "allgather_object",
+    "DistributedGradientTape", "DistributedOptimizer",
+    "BroadcastGlobalVariablesHook", "HvdError", "HorovodInternalError",
+    "MismatchError", "InvalidArgumentError", "UnsupportedError",
+    "HvdMemoryError", "library_path", "mpi_threads_supported", "mpi_built",
+    "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
+    "ccl_built", "is_homogeneous",
+]

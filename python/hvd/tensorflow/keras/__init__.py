@@ -1,0 +1,193 @@
+"""hvd.tensorflow.keras: a drop-in for ``horovod.tensorflow.keras`` on the
+Keras that TensorFlow ships (Keras 3, ``import keras`` / ``tf.keras``)::
+
+    import hvd.tensorflow.keras as hvd
+
+    hvd.init()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(
+                      0.01 * hvd.size())), loss="mse")
+    model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                               hvd.callbacks.MetricAverageCallback()])
+
+``hvd.keras`` is the same module under Horovod's other name.
+"""
+
+import tensorflow as tf
+
+import hvd.tensorflow as _hvd
+from hvd.tensorflow import (Average, Sum, Min, Max, Product, Compression,
+                            init, shutdown, is_initialized, size, local_size,
+                            cross_size, rank, local_rank, cross_rank,
+                            mpi_built, nccl_built)
+
+# The rest of what horovod.tensorflow.keras re-exports, where this
+# hvd.tensorflow has it.
+_OPTIONAL = ("Adasum", "start_timeline", "stop_timeline",
+             "mpi_threads_supported", "mpi_enabled", "gloo_enabled",
+             "gloo_built", "ddl_built", "ccl_built", "cuda_built",
+             "rocm_built", "is_homogeneous", "ProcessSet",
+             "global_process_set", "add_process_set", "remove_process_set",
+             "join", "barrier", "broadcast_object", "allgather_object",
+             "broadcast_variables")
+for _n in _OPTIONAL:
+    if hasattr(_hvd, _n):
+        globals()[_n] = getattr(_hvd, _n)
+del _n
+
+from hvd.tensorflow.keras import callbacks  # noqa: E402
+from hvd.tensorflow.keras import _optimizer as _impl  # noqa: E402
+
+
+def DistributedOptimizer(optimizer, name=None,
+                         device_dense='', device_sparse='',
+                         compression=Compression.none,
+                         sparse_as_dense=False,
+                         gradient_predivide_factor=1.0,
+                         op=Average,
+                         backward_passes_per_step=1,
+                         average_aggregated_gradients=False,
+                         num_groups=0,
+                         groups=None):
+    """Wraps a keras.optimizers.Optimizer so that the gradients it applies
+    are first combined (averaged by default) over all ranks.
+
+    Args:
+        optimizer: the Keras optimizer to wrap. The result is an instance of
+            a subclass of its class (same name and config), made afresh
+            from its config; a built optimizer's state is copied over.
+        name: prefix of the allreduce operations' names (default
+            "Distributed" + the optimizer's class name).
+        device_dense, device_sparse: devices for dense and sparse
+            allreduces, passed to hvd.tensorflow.allreduce.
+        compression: Compression.none or Compression.fp16 (gradients are
+            sent as float16).
+        sparse_as_dense: allreduce IndexedSlices gradients as dense tensors.
+        gradient_predivide_factor: with op=Average, gradients are scaled by
+            1/gradient_predivide_factor before the sum and
+            gradient_predivide_factor/size after it.
+        op: Average or Sum.
+        backward_passes_per_step: gradients are summed locally over this
+            many calls; the sums are allreduced and applied on every
+            backward_passes_per_step-th call only (the others just count
+            the iteration).
+        average_aggregated_gradients: divide those sums by
+            backward_passes_per_step.
+        num_groups: deprecated spelling of an integer ``groups``.
+        groups: an integer n (the gradients go in n grouped allreduces) or a
+            list of lists of variables (each list one grouped allreduce, a
+            variable in none a group of its own).
+    """
+    if op != Average and op != Sum:
+        raise ValueError('op currently only supports Average and Sum')
+    if num_groups != 0:
+        import warnings
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
+                      'and will be removed in v0.23.0.', DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None:
+        if not (isinstance(groups, list) or groups > 0):
+            raise ValueError('groups should be a non-negative integer or '
+                             'a list of list of tf.Variable.')
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    return _impl.create_distributed_optimizer(
+        optimizer=optimizer, name=name, device_dense=device_dense,
+        device_sparse=device_sparse, compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups)
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's: broadcasts TF1 global variables, which TensorFlow 2 in
+    eager mode does not have; use BroadcastGlobalVariablesCallback or
+    hvd.broadcast_variables(model.variables, root_rank) instead."""
+    fn = getattr(_hvd, "broadcast_global_variables", None)
+    if fn is None:
+        raise NotImplementedError(
+            "broadcast_global_variables() needs TF1 global variables; in "
+            "TensorFlow 2 use callbacks.BroadcastGlobalVariablesCallback("
+            "root_rank) or broadcast_variables(model.variables, root_rank)")
+    return fn(root_rank)
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0,
+              postscale_factor=1.0, op=None, compression=Compression.none):
+    """Allreduces a tensor-compatible value (default op: Average) and
+    returns the result as a tensor."""
+    return _hvd.allreduce(tf.constant(value, name=name), average=average,
+                          prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, op=op,
+                          compression=compression)
+
+
+def allgather(value, name=None):
+    """Concatenates a tensor-compatible value from every rank along its
+    first dimension."""
+    return _hvd.allgather(tf.constant(value, name=name))
+
+
+def broadcast(value, root_rank, name=None):
+    """Returns root_rank's value of a tensor-compatible value."""
+    return _hvd.broadcast(tf.constant(value, name=name), root_rank)
+
+
+if hasattr(_hvd, "reducescatter"):
+    def reducescatter(value, name=None, op=Average):
+        """Reduces a tensor-compatible value and scatters the result."""
+        return _hvd.reducescatter(tf.constant(value, name=name), op=op)
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none, legacy_opts=False):
+    """Loads a saved Keras model (.keras or .h5) and wraps its optimizer in
+    DistributedOptimizer(compression=compression), keeping the optimizer's
+    saved state (slots, iterations, learning rate).
+
+    Args:
+        filepath: the saved model's path.
+        custom_optimizers: Optimizer subclasses (not keras built-ins) the
+            file may name; they are wrapped as the built-ins are.
+        custom_objects: other classes or functions to deserialize with.
+        compression: the DistributedOptimizer's compression.
+        legacy_opts: Horovod's switch for keras.optimizers.legacy, which
+            Keras 3 does not have: True is refused.
+    """
+    import keras
+
+    if legacy_opts:
+        raise ValueError("legacy_opts=True: Keras 3 has no "
+                         "keras.optimizers.legacy optimizers")
+    objects = {}
+    for cls in custom_optimizers or ():
+        objects[cls.__name__] = cls
+        try:
+            objects[keras.saving.get_registered_name(cls)] = cls
+        except Exception:  # pragma: no cover
+            pass
+    if custom_objects:
+        objects.update(custom_objects)
+    model = keras.models.load_model(filepath, custom_objects=objects or None)
+    opt = getattr(model, "optimizer", None)
+    if opt is not None and not isinstance(opt, _impl._DistributedMixin):
+        new = DistributedOptimizer(opt, compression=compression)
+        model.optimizer = new
+        # What a later model.save() writes as the compiled optimizer.
+        compile_config = getattr(model, "_compile_config", None)
+        config = getattr(compile_config, "config", None)
+        if isinstance(config, dict) and config.get("optimizer") is opt:
+            config["optimizer"] = new
+    return model
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "local_size", "cross_size",
+    "rank", "local_rank", "cross_rank", "mpi_built", "nccl_built", "Average",
+    "Sum", "Min", "Max", "Product", "Compression", "callbacks",
+    "DistributedOptimizer", "broadcast_global_variables", "allreduce",
+    "allgather", "broadcast", "load_model",
+] + [n for n in _OPTIONAL if n in globals()] + (
+    ["reducescatter"] if "reducescatter" in globals() else [])

@@ -1,0 +1,427 @@
+"""DistributedOptimizer for Keras 3 (the Keras that TensorFlow 2.16+ ships).
+
+Keras 3's TensorFlow trainer computes the gradients itself
+(``tape.gradient`` in ``train_step``) and hands them to
+``optimizer.apply_gradients(zip(grads, vars))``, which calls
+``optimizer.apply(grads, vars)``; a user's loop calls either. The Keras 2
+hooks that Horovod overrides (``get_gradients``, ``_compute_gradients``,
+``_aggregate_gradients``) are never called by Keras 3. So the class built
+here overrides ``apply``, the one method both paths go through: the
+gradients are allreduced there (or accumulated locally, and allreduced and
+applied every ``backward_passes_per_step``-th call) before the wrapped
+optimizer's own ``apply`` updates the weights. ``apply_gradients`` is
+overridden only to accept (and ignore) Keras 2 keyword arguments such as
+``experimental_aggregate_gradients``.
+
+As Horovod's, the class is made at run time as a subclass of the user's
+optimizer class, with the same name, so ``isinstance`` and
+``get_config``/``from_config`` behave as the user's optimizer, and a model
+saved with it loads without hvd as the plain optimizer.
+"""
+
+import tensorflow as tf
+
+import hvd.tensorflow as _hvd
+
+
+def _is_sparse(grad):
+    return isinstance(grad, tf.IndexedSlices)
+
+
+def _split_evenly(items, n):
+    """n consecutive groups of items whose sizes differ by at most one."""
+    n = max(1, min(int(n), len(items))) if items else 1
+    q, r = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + q + (1 if i < r else 0)
+        out.append(items[start:end])
+        start = end
+    return [g for g in out if g]
+
+
+class _Reducer:
+    """Allreduces a list of gradients (None entries stay None), as
+    Horovod's _make_allreduce_grads_fn: Average is split into a prescale of
+    1/gradient_predivide_factor and a postscale of gradient_predivide_factor
+    (the runtime divides by size), sparse_as_dense densifies IndexedSlices,
+    groups asks for grouped allreduces."""
+
+    def __init__(self, name, device_dense, device_sparse, compression,
+                 sparse_as_dense, op, gradient_predivide_factor, groups):
+        self.name = name
+        self.device_dense = device_dense
+        self.device_sparse = device_sparse
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        if op == _hvd.Average:
+            self.prescale = 1.0 / gradient_predivide_factor
+            self.postscale = gradient_predivide_factor
+        else:
+            self.prescale = 1.0
+            self.postscale = 1.0
+        # A list of lists of variables is kept as lists of refs.
+        if isinstance(groups, list):
+            self.groups = [[v.ref() if hasattr(v, "ref") else v for v in g]
+                           for g in groups]
+        else:
+            self.groups = groups
+
+    def _one(self, grad):
+        return _hvd.allreduce(grad, device_dense=self.device_dense,
+                              device_sparse=self.device_sparse,
+                              compression=self.compression, op=self.op,
+                              prescale_factor=self.prescale,
+                              postscale_factor=self.postscale)
+
+    def _group(self, grads):
+        return _hvd.grouped_allreduce(grads, device_dense=self.device_dense,
+                                      device_sparse=self.device_sparse,
+                                      compression=self.compression,
+                                      op=self.op,
+                                      prescale_factor=self.prescale,
+                                      postscale_factor=self.postscale)
+
+    def __call__(self, grads, variables):
+        grads = list(grads)
+        if self.sparse_as_dense:
+            grads = [tf.convert_to_tensor(g) if _is_sparse(g) else g
+                     for g in grads]
+        out = [None] * len(grads)
+        with tf.name_scope(self.name + "_Allreduce"):
+            if self.groups is None or self.groups == 0:
+                for i, g in enumerate(grads):
+                    if g is not None:
+                        out[i] = self._one(g)
+                return out
+            present = [i for i, g in enumerate(grads) if g is not None]
+            if isinstance(self.groups, list):
+                index_of = {}
+                for i in present:
+                    v = variables[i]
+                    index_of[v.ref() if hasattr(v, "ref") else v] = i
+                split = []
+                for group in self.groups:
+                    idx = [index_of.pop(r) for r in group if r in index_of]
+                    if idx:
+                        split.append(idx)
+                # A variable in no group forms a group of its own.
+                split.extend([i] for i in sorted(index_of.values()))
+            else:
+                split = _split_evenly(present, self.groups)
+            for idx in split:
+                dense = [i for i in idx if not _is_sparse(grads[i])]
+                for i in idx:
+                    if _is_sparse(grads[i]):
+                        out[i] = self._one(grads[i])
+                if dense:
+                    for i, r in zip(dense, self._group([grads[i]
+                                                        for i in dense])):
+                        out[i] = r
+        return out
+
+
+class _AggregationHelper:
+    """Horovod's LocalGradientAggregationHelper(Eager) for Keras 3: each
+    call adds the local gradients into accumulators; every
+    backward_passes_per_step-th call allreduces the sums (divided by
+    backward_passes_per_step if average_aggregated_gradients), clears the
+    accumulators and sets ``counter`` back to 0. The optimizer applies only
+    when ``counter`` is 0 and otherwise just counts the iteration.
+
+    The accumulators and the counter are plain tf.Variables on this plain
+    object: they are not optimizer variables, so a saved model's optimizer
+    state is that of the wrapped optimizer and loads into it."""
+
+    def __init__(self, backward_passes_per_step, reducer, sparse_as_dense,
+                 average_aggregated_gradients):
+        if backward_passes_per_step <= 0:
+            raise ValueError("backward_passes_per_step must be > 0")
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.reducer = reducer
+        self.sparse_as_dense = sparse_as_dense
+        self.average_aggregated_gradients = average_aggregated_gradients
+        with tf.init_scope():
+            self.counter = tf.Variable(0, dtype=tf.int32, trainable=False,
+                                       name="aggregation_counter")
+        self.locally_aggregated_grads = {}  # variable index -> tf.Variable
+
+    def build(self, variables):
+        with tf.init_scope():
+            for i, v in enumerate(variables):
+                if i not in self.locally_aggregated_grads:
+                    self.locally_aggregated_grads[i] = tf.Variable(
+                        tf.zeros(v.shape, dtype=v.dtype), trainable=False,
+                        name="aggregated_grad_%d" % i)
+
+    def _dense(self, grad):
+        if _is_sparse(grad):
+            if not self.sparse_as_dense:
+                raise ValueError(
+                    "IndexedSlices are not supported when "
+                    "`backward_passes_per_step` > 1 and "
+                    "`sparse_as_dense` is False.")
+            return tf.convert_to_tensor(grad)
+        return grad
+
+    def compute_gradients(self, grads, variables, indices):
+        """grads[k] is the gradient of variables[k], which is the
+        optimizer's variable number indices[k]. Returns the allreduced sums
+        on a communicating step, the local sums on the others."""
+        accs = []
+        for g, i in zip(grads, indices):
+            if g is None:
+                accs.append(None)
+                continue
+            acc = self.locally_aggregated_grads[i]
+            acc.assign_add(tf.cast(self._dense(g), acc.dtype))
+            accs.append(acc)
+        self.counter.assign_add(1)
+        summed = [a.read_value() if a is not None else None for a in accs]
+        present = [k for k, s in enumerate(summed) if s is not None]
+
+        def reduce_and_clear():
+            reduced = self.reducer([summed[k] for k in present],
+                                   [variables[k] for k in present])
+            if self.average_aggregated_gradients:
+                reduced = [r / self.backward_passes_per_step for r in reduced]
+            with tf.control_dependencies([tf.identity(r) for r in reduced]):
+                for k in present:
+                    accs[k].assign(tf.zeros_like(accs[k]))
+                self.counter.assign(0)
+                return [tf.identity(r) for r in reduced]
+
+        def keep():
+            return [tf.identity(summed[k]) for k in present]
+
+        if present:
+            result = tf.cond(
+                tf.equal(self.counter, self.backward_passes_per_step),
+                reduce_and_clear, keep)
+            if not isinstance(result, (list, tuple)):
+                result = [result]
+        else:
+            result = []
+        out = [None] * len(summed)
+        for k, r in zip(present, result):
+            out[k] = r
+        return out
+
+    def apply_gradients(self, apply_fn, count_fn):
+        """Runs apply_fn on the step that just communicated, count_fn
+        (which only counts the iteration) on the others."""
+        def run_apply():
+            apply_fn()
+            return tf.constant(True)
+
+        def run_count():
+            count_fn()
+            return tf.constant(False)
+
+        return tf.cond(tf.equal(self.counter, 0), run_apply, run_count)
+
+
+class _DistributedMixin:
+    """Placed before the user's optimizer class in the dynamic subclass.
+    The Horovod options live on the class (``_hvd_options``), so that
+    ``from_config`` copies distribute the same way; the per-instance state
+    is made on first use."""
+
+    _hvd_options = None
+
+    # -- state ---------------------------------------------------------
+
+    def _hvd_state(self):
+        d = self.__dict__
+        if "_hvd_reducer" not in d:
+            o = self._hvd_options
+            reducer = _Reducer(o["name"], o["device_dense"],
+                               o["device_sparse"], o["compression"],
+                               o["sparse_as_dense"], o["op"],
+                               o["gradient_predivide_factor"], o["groups"])
+            helper = None
+            if o["backward_passes_per_step"] > 1:
+                helper = _AggregationHelper(
+                    o["backward_passes_per_step"], reducer,
+                    o["sparse_as_dense"], o["average_aggregated_gradients"])
+            # object.__setattr__: no Keras variable tracking of these.
+            object.__setattr__(self, "_hvd_reducer", reducer)
+            object.__setattr__(self, "_hvd_agg", helper)
+            object.__setattr__(self, "_hvd_local_vars", set())
+            object.__setattr__(self, "_hvd_reduced", None)
+        return self.__dict__["_hvd_reducer"]
+
+    @property
+    def _agg_helper(self):
+        """Horovod's name for the gradient aggregation helper (None when
+        backward_passes_per_step is 1); its ``counter`` is the number of
+        backward passes since the last allreduce."""
+        self._hvd_state()
+        return self.__dict__["_hvd_agg"]
+
+    @property
+    def lr(self):
+        """Keras 2's alias of learning_rate, which Horovod users read."""
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, value):
+        self.learning_rate = value
+
+    def register_local_var(self, var):
+        """Registers a variable as worker local: its gradient is not
+        allreduced (it is divided by size, as Horovod's
+        scale_local_gradients=True does)."""
+        self._hvd_state()
+        self.__dict__["_hvd_local_vars"].add(var.ref())
+
+    # -- Keras 3 hooks ----------------------------------------------------
+
+    def build(self, variables):
+        super().build(variables)
+        helper = self._agg_helper
+        if helper is not None:
+            helper.build(list(self._trainable_variables))
+
+    def apply_gradients(self, grads_and_vars, **kwargs):
+        # Keras 2 callers pass experimental_aggregate_gradients= and
+        # friends, which mean nothing here; the base method calls apply().
+        for key in kwargs:
+            if key not in ("experimental_aggregate_gradients", "name",
+                           "skip_gradients_aggregation"):
+                raise TypeError("apply_gradients() got an unexpected "
+                                "keyword argument %r" % key)
+        return super().apply_gradients(grads_and_vars)
+
+    def apply(self, grads, trainable_variables=None):
+        self._hvd_state()
+        grads = list(grads)
+        if not grads:
+            return super().apply(grads, trainable_variables)
+        if trainable_variables is None:
+            if not self.built:
+                return super().apply(grads, trainable_variables)  # errors
+            variables = list(self._trainable_variables)
+        else:
+            variables = list(trainable_variables)
+            if not self.built:
+                # Built here, outside any tf.cond below.
+                self.build(variables)
+                self.built = True
+        already = self.__dict__["_hvd_reduced"]
+        object.__setattr__(self, "_hvd_reduced", None)
+        if already is not None and len(already) == len(grads) and all(
+                a is b for a, b in zip(already, grads)):
+            reduced = grads  # from our compute_gradients: reduced already
+        else:
+            reduced = self._hvd_reduce(grads, variables)
+        base_apply = super().apply
+        helper = self.__dict__["_hvd_agg"]
+        if helper is None:
+            return base_apply(reduced, trainable_variables)
+        helper.apply_gradients(
+            lambda: base_apply(reduced, trainable_variables),
+            lambda: self._iterations.assign_add(1))
+        return None
+
+    # -- Horovod's API ------------------------------------------------------
+
+    def _hvd_reduce(self, grads, variables):
+        reducer = self._hvd_state()
+        helper = self.__dict__["_hvd_agg"]
+        local = self.__dict__["_hvd_local_vars"]
+        if helper is not None:
+            indices = [self._get_variable_index(v) for v in variables]
+            return helper.compute_gradients(grads, variables, indices)
+        keep = [k for k, v in enumerate(variables)
+                if not (local and v.ref() in local)]
+        out = list(grads)
+        red = reducer([grads[k] for k in keep], [variables[k] for k in keep])
+        for k, r in zip(keep, red):
+            out[k] = r
+        if local:
+            n = float(_hvd.size())
+            for k, v in enumerate(variables):
+                g = out[k]
+                if v.ref() in local and g is not None:
+                    if _is_sparse(g):
+                        out[k] = tf.IndexedSlices(g.values / n, g.indices,
+                                                  g.dense_shape)
+                    else:
+                        out[k] = g / n
+        return out
+
+    def compute_gradients(self, loss, var_list, tape=None):
+        return self._compute_gradients(loss, var_list, None, tape)
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        """Horovod's: the gradients of loss (a tensor, with tape, or a
+        callable) for var_list, allreduced (or aggregated), as a list of
+        (gradient, variable). Passing them to apply_gradients does not
+        reduce them again."""
+        if callable(var_list):
+            var_list = var_list()
+        var_list = list(var_list)
+        if tape is None:
+            if not callable(loss):
+                raise ValueError("`tape` is required when a `Tensor` loss "
+                                 "is passed.")
+            tape = tf.GradientTape()
+        if callable(loss):
+            with tape:
+                tape.watch(var_list)
+                loss = loss()
+        grads = tape.gradient(loss, var_list, grad_loss)
+        if not self.built:
+            self.build(var_list)
+            self.built = True
+        reduced = self._hvd_reduce(list(grads), var_list)
+        object.__setattr__(self, "_hvd_reduced", list(reduced))
+        return list(zip(reduced, var_list))
+
+
+def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
+                                 compression, sparse_as_dense,
+                                 gradient_predivide_factor, op,
+                                 backward_passes_per_step,
+                                 average_aggregated_gradients, groups):
+    import keras
+
+    if isinstance(optimizer, _DistributedMixin):
+        raise ValueError("the optimizer is a DistributedOptimizer already")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError("DistributedOptimizer wraps a keras.optimizers."
+                        "Optimizer (Keras 3); got %r" % type(optimizer))
+    base = optimizer.__class__
+    options = dict(
+        name=name or "Distributed%s" % base.__name__,
+        device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=int(backward_passes_per_step),
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups)
+    cls = type(base.__name__, (_DistributedMixin, base),
+               {"_hvd_options": options, "__module__": base.__module__,
+                "__qualname__": base.__qualname__,
+                "__doc__": base.__doc__})
+    # A registered custom optimizer keeps its registered name in configs.
+    try:
+        from keras.src.saving import object_registration
+        reg = object_registration.GLOBAL_CUSTOM_NAMES.get(base)
+        if reg is not None:
+            object_registration.GLOBAL_CUSTOM_NAMES[cls] = reg
+    except Exception:  # pragma: no cover - private module moved
+        pass
+
+    new = cls.from_config(optimizer.get_config())
+    if optimizer.built:
+        # Keep the wrapped optimizer's state (slots, iterations, learning
+        # rate): same class and config, so the same variables in the same
+        # order.
+        new.build(list(optimizer._trainable_variables))
+        new.built = True
+        for dst, src in zip(new.variables, optimizer.variables):
+            dst.assign(src)
+    return new

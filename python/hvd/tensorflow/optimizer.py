@@ -1,0 +1,185 @@
+"""TF1-style training through tf.compat.v1: DistributedOptimizer,
+broadcast_global_variables and BroadcastGlobalVariablesHook, as
+horovod.tensorflow's."""
+
+import tensorflow as tf
+
+from hvd.tensorflow.compression import Compression
+from hvd.tensorflow.functions import broadcast_variables
+from hvd.tensorflow.gradient_tape import make_allreduce_grads_fn
+from hvd.tensorflow.mpi_ops import Average
+
+_v1 = tf.compat.v1
+
+
+def broadcast_global_variables(root_rank):
+    """The op that assigns rank root_rank's values to every global
+    variable (TF1 graphs; eagerly use broadcast_variables)."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager "
+            "execution. Please use `hvd.broadcast_variables(<model/optimizer "
+            "variables>)` instead.")
+    return broadcast_variables(_v1.global_variables(), root_rank)
+
+
+class BroadcastGlobalVariablesHook(_v1.train.SessionRunHook):
+    """Broadcasts rank root_rank's global variables once the session is
+    made (after their initialization or restore), so that every rank
+    starts from the same state. device: where the broadcasts run."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.bcast_op = None
+        self.device = device
+
+    def begin(self):
+        if not self.bcast_op or self.bcast_op.graph != _v1.get_default_graph():
+            with tf.device(self.device):
+                self.bcast_op = broadcast_global_variables(self.root_rank)
+
+    def after_create_session(self, session, coord):
+        session.run(self.bcast_op)
+
+
+class _LocalAggregation:
+    """backward_passes_per_step > 1: gradients are summed locally and
+    allreduced, then applied, every n-th step only (Horovod's
+    LocalGradientAggregationHelper for graphs)."""
+
+    def __init__(self, n, allreduce_grads, average_aggregated):
+        self.n = n
+        self.allreduce_grads = allreduce_grads
+        self.average = average_aggregated
+        self.counter = None
+        self.sums = None
+
+    def compute_gradients(self, grads, variables):
+        if self.counter is None:
+            with tf.init_scope():
+                self.counter = _v1.Variable(0, dtype=tf.int32,
+                                            trainable=False,
+                                            name="hvd_aggregation_counter",
+                                            collections=[
+                                                _v1.GraphKeys.LOCAL_VARIABLES])
+                self.sums = [
+                    None if g is None else _v1.Variable(
+                        tf.zeros(v.shape, g.dtype), trainable=False,
+                        name="hvd_aggregated_%d" % i,
+                        collections=[_v1.GraphKeys.LOCAL_VARIABLES])
+                    for i, (g, v) in enumerate(zip(grads, variables))]
+        adds = [s.assign_add(tf.convert_to_tensor(g))
+                for s, g in zip(self.sums, grads) if g is not None]
+        with tf.control_dependencies(adds):
+            count = self.counter.assign_add(1)
+
+        def reduce_and_clear():
+            summed = [None if s is None else tf.identity(s) for s in self.sums]
+            if self.average:
+                summed = [None if s is None else s / self.n for s in summed]
+            reduced = self.allreduce_grads(summed, variables)
+            with tf.control_dependencies([r for r in reduced
+                                          if r is not None]):
+                clears = [s.assign(tf.zeros_like(s)) for s in self.sums
+                          if s is not None]
+                with tf.control_dependencies(clears):
+                    reset = self.counter.assign(0)
+            with tf.control_dependencies([reset]):
+                return [tf.zeros((), tf.float32) if r is None
+                        else tf.identity(r) for r in reduced]
+
+        def keep():
+            return [tf.zeros((), tf.float32) if s is None
+                    else tf.zeros_like(s) for s in self.sums]
+
+        out = tf.cond(tf.equal(count, self.n), reduce_and_clear, keep)
+        return [None if g is None else o for g, o in zip(grads, out)]
+
+    def apply_gradients(self, apply_fn, grads_and_vars):
+        deps = [g for g, _ in grads_and_vars if g is not None]
+        with tf.control_dependencies(deps):
+            return tf.cond(tf.equal(self.counter, 0), lambda: tf.group(
+                apply_fn()), tf.no_op)
+
+
+class _DistributedOptimizer(_v1.train.Optimizer):
+    """Wraps a tf.compat.v1.train.Optimizer: compute_gradients returns the
+    gradients averaged over every rank; the rest is the wrapped
+    optimizer's."""
+
+    def __init__(self, optimizer, name=None, use_locking=False,
+                 device_dense="", device_sparse="",
+                 compression=Compression.none, sparse_as_dense=False,
+                 op=Average, gradient_predivide_factor=1.0,
+                 backward_passes_per_step=1,
+                 average_aggregated_gradients=False, num_groups=0,
+                 groups=None):
+        if name is None:
+            name = "Distributed{}".format(type(optimizer).__name__)
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._allreduce_grads = make_allreduce_grads_fn(
+            name, device_dense, device_sparse, compression, sparse_as_dense,
+            op, gradient_predivide_factor, num_groups, groups)
+        self._agg = None
+        if backward_passes_per_step > 1:
+            self._agg = _LocalAggregation(backward_passes_per_step,
+                                          self._allreduce_grads,
+                                          average_aggregated_gradients)
+
+    def compute_gradients(self, *args, **kwargs):
+        gradients = self._optimizer.compute_gradients(*args, **kwargs)
+        if not gradients:
+            return gradients
+        grads, variables = zip(*gradients)
+        if self._agg is not None:
+            reduced = self._agg.compute_gradients(list(grads), list(variables))
+        else:
+            reduced = self._allreduce_grads(list(grads), list(variables))
+        return list(zip(reduced, variables))
+
+    def apply_gradients(self, *args, **kwargs):
+        if self._agg is not None:
+            grads_and_vars = list(args[0] if args
+                                  else kwargs["grads_and_vars"])
+            return self._agg.apply_gradients(
+                lambda: self._optimizer.apply_gradients(*args, **kwargs),
+                grads_and_vars)
+        return self._optimizer.apply_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False,
+                         device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average,
+                         gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0,
+                         groups=None):
+    """Horovod's DistributedOptimizer: a TF1 optimizer
+    (tf.compat.v1.train.Optimizer) is wrapped here; a Keras optimizer is
+    handed to hvd.tensorflow.keras.DistributedOptimizer."""
+    if isinstance(optimizer, _v1.train.Optimizer):
+        return _DistributedOptimizer(
+            optimizer, name, use_locking, device_dense, device_sparse,
+            compression, sparse_as_dense, op, gradient_predivide_factor,
+            backward_passes_per_step, average_aggregated_gradients,
+            num_groups, groups)
+    from hvd.tensorflow import keras as hvd_keras
+    return hvd_keras.DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense,
+        device_sparse=device_sparse, compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        num_groups=num_groups, groups=groups)

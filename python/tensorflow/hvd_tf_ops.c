@@ -1,0 +1,933 @@
+/*
+ * TensorFlow ops over libhvd: HvdAllreduce, HvdGroupedAllreduce,
+ * HvdBroadcast, HvdAllgather (asynchronous kernels), HvdJoin, HvdBarrier,
+ * HvdSize, HvdRank, HvdLocalSize, HvdLocalRank (synchronous ones).
+ *
+ * Written against TensorFlow's C API only (tensorflow/c/kernels.h,
+ * tensorflow/c/ops.h), so one source builds for any TensorFlow 2 with
+ * those headers and needs no C++ ABI match. python/hvd/tensorflow loads
+ * the library with tf.load_op_library; the registrations run when it is
+ * loaded (a constructor function).
+ *
+ * An asynchronous kernel hands the tensors' memory to libhvd's _async call
+ * and returns; libhvd calls back (hvd_on_done) on its engine thread when
+ * the operation has finished, and the callback ends the kernel
+ * (through python/tensorflow/keep_done.cc). TensorFlow's executor runs other ops
+ * meanwhile, so every gradient of a step is in flight at once and the
+ * engine fuses them. Work that is more than a few instructions (the second
+ * step of an allgather, copying a padded allgather into place) is not
+ * done on the engine thread but on this library's one helper thread.
+ *
+ * A failure ends the kernel with a TensorFlow error whose message is
+ * "hvd <op> '<name>' on rank R: <libhvd's sentence> [HVD_ERR_...]".
+ */
+#include <hvd/hvd.h>
+
+#include <tensorflow/c/kernels.h>
+/* ops.h declares these as C++ does (struct tags only); C needs the names. */
+typedef struct TF_DimensionHandle TF_DimensionHandle;
+typedef struct TF_OpDefinitionBuilder TF_OpDefinitionBuilder;
+typedef struct TF_ShapeHandle TF_ShapeHandle;
+typedef struct TF_ShapeInferenceContext TF_ShapeInferenceContext;
+#include <tensorflow/c/ops.h>
+#include <tensorflow/c/tf_status.h>
+#include <tensorflow/c/tf_tensor.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* python/tensorflow/keep_done.cc: the kernel's completion, kept past the
+ * compute function (TensorFlow's C API gives a pointer that dies with
+ * it). */
+void *hvd_tf_keep_done(void *done);
+void hvd_tf_run_done(void *kept);
+
+#define NAME_MAX_LEN 512
+#define MAX_DIMS 16
+
+/* ------------------------------------------------------------------ */
+/* Types, names, errors                                                */
+
+/* The element types an allreduce can reduce. */
+#define REDUCIBLE "{uint8, int8, int32, int64, half, bfloat16, float, double}"
+/* What a broadcast or an allgather can move (as bytes, when libhvd has no
+ * type of that width and kind). */
+#define MOVABLE                                                                \
+    "{uint8, int8, uint16, int16, uint32, int32, uint64, int64, half, "        \
+    "bfloat16, float, double, bool}"
+
+/* hvd's type for a TensorFlow one; -1 when hvd has none. */
+static int hvd_type_of(TF_DataType t) {
+    switch (t) {
+    case TF_UINT8:
+        return HVD_UINT8;
+    case TF_INT8:
+        return HVD_INT8;
+    case TF_INT32:
+        return HVD_INT32;
+    case TF_INT64:
+        return HVD_INT64;
+    case TF_HALF:
+        return HVD_FLOAT16;
+    case TF_BFLOAT16:
+        return HVD_BFLOAT16;
+    case TF_FLOAT:
+        return HVD_FLOAT32;
+    case TF_DOUBLE:
+        return HVD_FLOAT64;
+    default:
+        return -1;
+    }
+}
+
+static TF_Code tf_code_of(hvd_status s) {
+    switch (s) {
+    case HVD_OK:
+        return TF_OK;
+    case HVD_ERR_INVALID_ARG:
+        return TF_INVALID_ARGUMENT;
+    case HVD_ERR_NOT_INITIALIZED:
+    case HVD_ERR_MISMATCH:
+        return TF_FAILED_PRECONDITION;
+    case HVD_ERR_PEER_LOST:
+    case HVD_ERR_TRANSPORT:
+        return TF_UNAVAILABLE;
+    case HVD_ERR_TIMEOUT:
+        return TF_DEADLINE_EXCEEDED;
+    case HVD_ERR_AUTH:
+        return TF_UNAUTHENTICATED;
+    case HVD_ERR_NO_MEMORY:
+        return TF_RESOURCE_EXHAUSTED;
+    case HVD_ERR_UNSUPPORTED:
+        return TF_UNIMPLEMENTED;
+    case HVD_ERR_SHUTDOWN:
+        return TF_ABORTED;
+    default:
+        return TF_INTERNAL;
+    }
+}
+
+static const char *status_name(hvd_status s) {
+    static const char *const names[] = {
+        "HVD_OK",           "HVD_ERR_INVALID_ARG", "HVD_ERR_NOT_INITIALIZED",
+        "HVD_ERR_MISMATCH", "HVD_ERR_PEER_LOST",   "HVD_ERR_TIMEOUT",
+        "HVD_ERR_TRANSPORT", "HVD_ERR_AUTH",       "HVD_ERR_NO_MEMORY",
+        "HVD_ERR_UNSUPPORTED", "HVD_ERR_SHUTDOWN", "HVD_ERR_INTERNAL"};
+
+    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s]
+                                                          : "HVD_ERR_INTERNAL";
+}
+
+/* Fails the kernel of ctx with hvd's status and sentence. */
+static void fail_ctx(TF_OpKernelContext *ctx, const char *what,
+                     const char *name, hvd_status st, const char *sentence) {
+    char msg[4096];
+    TF_Status *s = TF_NewStatus();
+
+    snprintf(msg, sizeof(msg), "hvd %s '%s' on rank %d: %s [%s]", what,
+             name[0] != '\0' ? name : "(unnamed)", hvd_rank(),
+             sentence != NULL && sentence[0] != '\0' ? sentence
+                                                     : hvd_strerror(st),
+             status_name(st));
+    TF_SetStatus(s, tf_code_of(st), msg);
+    TF_OpKernelContext_Failure(ctx, s);
+    TF_DeleteStatus(s);
+}
+
+/* A failure of TensorFlow's own (an allocation): passed on as it is. */
+static int tf_failed(TF_OpKernelContext *ctx, TF_Status *s) {
+    if (TF_GetCode(s) == TF_OK)
+        return 0;
+    TF_OpKernelContext_Failure(ctx, s);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* The helper thread                                                   */
+
+/* A piece of work for the helper thread, embedded in what it works on. */
+typedef struct job {
+    struct job *next;
+    void (*run)(struct job *);
+} job;
+
+static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t jobs_cond = PTHREAD_COND_INITIALIZER;
+static job *jobs_head, *jobs_tail;
+static int helper_started;
+
+static void *helper_main(void *unused) {
+    (void)unused;
+    for (;;) {
+        job *j;
+
+        pthread_mutex_lock(&jobs_lock);
+        while (jobs_head == NULL)
+            pthread_cond_wait(&jobs_cond, &jobs_lock);
+        j = jobs_head;
+        jobs_head = j->next;
+        if (jobs_head == NULL)
+            jobs_tail = NULL;
+        pthread_mutex_unlock(&jobs_lock);
+        j->run(j);
+    }
+    return NULL;
+}
+
+/* Queues j for the helper thread (any thread, the engine's included).
+ * Returns nonzero if the thread could not be started. */
+static int post_job(job *j) {
+    int err = 0;
+
+    j->next = NULL;
+    pthread_mutex_lock(&jobs_lock);
+    if (!helper_started) {
+        pthread_t t;
+        pthread_attr_t attr;
+
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        err = pthread_create(&t, &attr, helper_main, NULL);
+        pthread_attr_destroy(&attr);
+        helper_started = err == 0;
+    }
+    if (err == 0) {
+        if (jobs_tail != NULL)
+            jobs_tail->next = j;
+        else
+            jobs_head = j;
+        jobs_tail = j;
+        pthread_cond_signal(&jobs_cond);
+    }
+    pthread_mutex_unlock(&jobs_lock);
+    return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* Kernels' common parts                                               */
+
+/* What every kernel remembers from its construction. */
+typedef struct kernel {
+    char name[NAME_MAX_LEN]; /* the tensor_name attr: "" means unnamed */
+    int reduce_op;
+    int root_rank;
+} kernel;
+
+static void get_string_attr(TF_OpKernelConstruction *c, const char *attr,
+                            char *out, size_t outlen, TF_Status *s) {
+    int32_t list_size = 0, total = 0;
+
+    out[0] = '\0';
+    TF_OpKernelConstruction_GetAttrSize(c, attr, &list_size, &total, s);
+    if (TF_GetCode(s) != TF_OK)
+        return;
+    if ((size_t)total >= outlen) {
+        TF_SetStatus(s, TF_INVALID_ARGUMENT,
+                     "hvd: the name of an operation is limited to 511 bytes");
+        return;
+    }
+    TF_OpKernelConstruction_GetAttrString(c, attr, out, outlen, s);
+    out[total] = '\0';
+}
+
+static void *kernel_create(TF_OpKernelConstruction *c) {
+    kernel *k = calloc(1, sizeof(*k));
+    TF_Status *s = TF_NewStatus();
+
+    if (k == NULL) {
+        TF_SetStatus(s, TF_RESOURCE_EXHAUSTED, "hvd: out of memory");
+        TF_OpKernelConstruction_Failure(c, s);
+        TF_DeleteStatus(s);
+        return NULL;
+    }
+    if (TF_OpKernelConstruction_HasAttr(c, "tensor_name", s))
+        get_string_attr(c, "tensor_name", k->name, sizeof(k->name), s);
+    if (TF_GetCode(s) == TF_OK &&
+        TF_OpKernelConstruction_HasAttr(c, "reduce_op", s))
+        TF_OpKernelConstruction_GetAttrInt32(c, "reduce_op", &k->reduce_op, s);
+    if (TF_GetCode(s) == TF_OK &&
+        TF_OpKernelConstruction_HasAttr(c, "root_rank", s))
+        TF_OpKernelConstruction_GetAttrInt32(c, "root_rank", &k->root_rank, s);
+    if (TF_GetCode(s) != TF_OK)
+        TF_OpKernelConstruction_Failure(c, s);
+    TF_DeleteStatus(s);
+    return k;
+}
+
+static void kernel_delete(void *k) { free(k); }
+
+/* libhvd's name for an operation: NULL for an unnamed one (matched by
+ * order, which is program order in eager mode). */
+static const char *op_name(const kernel *k) {
+    return k->name[0] != '\0' ? k->name : NULL;
+}
+
+static int dims_of(TF_Tensor *t, int64_t *dims) {
+    int n = TF_NumDims(t);
+
+    for (int i = 0; i < n && i < MAX_DIMS; i++)
+        dims[i] = TF_Dim(t, i);
+    return n;
+}
+
+/* A buffer libhvd accepts for a tensor that may be empty (TensorFlow may
+ * give NULL for no elements). */
+static void *data_of(TF_Tensor *t) {
+    static char empty[8];
+    void *p = TF_TensorData(t);
+
+    return p != NULL ? p : empty;
+}
+
+/* ------------------------------------------------------------------ */
+/* Allreduce, grouped allreduce, broadcast: one libhvd call each       */
+
+/* One running kernel: what its end needs. */
+typedef struct pending {
+    TF_OpKernelContext *ctx;
+    void *done; /* hvd_tf_keep_done's copy */
+    const char *what;
+    char name[NAME_MAX_LEN];
+    int ntensors;
+    TF_Tensor **tensors; /* inputs and outputs to release at the end */
+} pending;
+
+static pending *pending_new(TF_OpKernelContext *ctx,
+                            TF_AsyncOpKernelDoneCallback *done,
+                            const char *what, const kernel *k, int ntensors) {
+    pending *p = calloc(1, sizeof(*p) + (size_t)ntensors * sizeof(TF_Tensor *));
+
+    if (p == NULL)
+        return NULL;
+    p->done = hvd_tf_keep_done(done);
+    if (p->done == NULL) {
+        free(p);
+        return NULL;
+    }
+    p->ctx = ctx;
+    p->what = what;
+    snprintf(p->name, sizeof(p->name), "%s", k->name);
+    p->tensors = (TF_Tensor **)(p + 1);
+    return p;
+}
+
+/* Releases p's tensors and ends its kernel. */
+static void pending_end(pending *p) {
+    void *done = p->done;
+
+    for (int i = 0; i < p->ntensors; i++)
+        TF_DeleteTensor(p->tensors[i]);
+    free(p);
+    hvd_tf_run_done(done);
+}
+
+/* hvd_on_done's function (engine thread): ends the kernel. */
+static void on_done(hvd_status st, const char *error, void *arg) {
+    pending *p = arg;
+
+    if (st != HVD_OK)
+        fail_ctx(p->ctx, p->what, p->name, st, error);
+    pending_end(p);
+}
+
+/* Hands h to on_done, or fails the kernel with the submission's st. */
+static void submitted(pending *p, hvd_status st, hvd_handle h) {
+    if (st == HVD_OK)
+        st = hvd_on_done(h, on_done, p);
+    if (st != HVD_OK) {
+        fail_ctx(p->ctx, p->what, p->name, st, hvd_last_error());
+        pending_end(p);
+    }
+}
+
+/* An output shaped as input i, in input i's memory where TensorFlow can
+ * give it (nobody else reads that input), else new. */
+static TF_Tensor *output_like(TF_OpKernelContext *ctx, int i, TF_Tensor *in,
+                              TF_Status *s) {
+    int64_t dims[MAX_DIMS];
+    int n = dims_of(in, dims);
+    int forwarded = -1;
+
+    return TF_ForwardInputOrAllocateOutput(ctx, &i, 1, i, dims, n, &forwarded,
+                                           s);
+}
+
+static void allreduce_compute(void *kp, TF_OpKernelContext *ctx,
+                              TF_AsyncOpKernelDoneCallback *done) {
+    const kernel *k = kp;
+    TF_Status *s = TF_NewStatus();
+    TF_Tensor *in = NULL, *out = NULL;
+    pending *p = pending_new(ctx, done, "allreduce", k, 2);
+    hvd_handle h = NULL;
+    hvd_status st;
+
+    if (p == NULL) {
+        fail_ctx(ctx, "allreduce", k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        TF_DeleteStatus(s);
+        TF_RunAsyncOpKernelDoneCallback(done);
+        return;
+    }
+    TF_GetInput(ctx, 0, &in, s);
+    if (!tf_failed(ctx, s)) {
+        p->tensors[p->ntensors++] = in;
+        out = output_like(ctx, 0, in, s);
+    }
+    if (tf_failed(ctx, s)) {
+        TF_DeleteStatus(s);
+        pending_end(p);
+        return;
+    }
+    p->tensors[p->ntensors++] = out;
+    TF_DeleteStatus(s);
+    st = hvd_allreduce_async(op_name(k), data_of(in), data_of(out),
+                             (size_t)TF_TensorElementCount(in),
+                             (hvd_dtype)hvd_type_of(TF_TensorType(in)),
+                             (hvd_op)k->reduce_op, &h);
+    submitted(p, st, h);
+}
+
+static void grouped_compute(void *kp, TF_OpKernelContext *ctx,
+                            TF_AsyncOpKernelDoneCallback *done) {
+    const kernel *k = kp;
+    int n = TF_NumInputs(ctx);
+    TF_Status *s = TF_NewStatus();
+    pending *p = pending_new(ctx, done, "grouped_allreduce", k, 2 * n);
+    const void **sends = calloc((size_t)n + 1, sizeof(*sends));
+    void **recvs = calloc((size_t)n + 1, sizeof(*recvs));
+    size_t *counts = calloc((size_t)n + 1, sizeof(*counts));
+    TF_DataType type = TF_FLOAT;
+    hvd_handle h = NULL;
+    hvd_status st;
+
+    if (p == NULL || sends == NULL || recvs == NULL || counts == NULL) {
+        fail_ctx(ctx, "grouped_allreduce", k->name, HVD_ERR_NO_MEMORY,
+                 "out of memory");
+        free(sends);
+        free(recvs);
+        free(counts);
+        TF_DeleteStatus(s);
+        if (p != NULL)
+            pending_end(p);
+        else
+            TF_RunAsyncOpKernelDoneCallback(done);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        TF_Tensor *in = NULL, *out;
+
+        TF_GetInput(ctx, i, &in, s);
+        if (tf_failed(ctx, s))
+            break;
+        p->tensors[p->ntensors++] = in;
+        out = output_like(ctx, i, in, s);
+        if (tf_failed(ctx, s))
+            break;
+        p->tensors[p->ntensors++] = out;
+        type = TF_TensorType(in);
+        sends[i] = data_of(in);
+        recvs[i] = data_of(out);
+        counts[i] = (size_t)TF_TensorElementCount(in);
+    }
+    if (TF_GetCode(s) != TF_OK) {
+        free(sends);
+        free(recvs);
+        free(counts);
+        TF_DeleteStatus(s);
+        pending_end(p);
+        return;
+    }
+    TF_DeleteStatus(s);
+    st = hvd_grouped_allreduce_async(
+        op_name(k), n, (const void *const *)sends, (void *const *)recvs, counts,
+        (hvd_dtype)hvd_type_of(type), (hvd_op)k->reduce_op, &h);
+    free(sends);
+    free(recvs);
+    free(counts);
+    submitted(p, st, h);
+}
+
+/* Element count and hvd type of a tensor moved as it is, or as bytes when
+ * hvd has no type for it. */
+static void moved_as(TF_Tensor *t, size_t *count, hvd_dtype *type) {
+    int ht = hvd_type_of(TF_TensorType(t));
+
+    if (ht >= 0) {
+        *count = (size_t)TF_TensorElementCount(t);
+        *type = (hvd_dtype)ht;
+    } else {
+        *count = TF_TensorByteSize(t);
+        *type = HVD_UINT8;
+    }
+}
+
+static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
+                              TF_AsyncOpKernelDoneCallback *done) {
+    const kernel *k = kp;
+    TF_Status *s = TF_NewStatus();
+    TF_Tensor *in = NULL, *out = NULL;
+    pending *p = pending_new(ctx, done, "broadcast", k, 2);
+    hvd_handle h = NULL;
+    hvd_dtype type;
+    size_t count;
+    hvd_status st;
+
+    if (p == NULL) {
+        fail_ctx(ctx, "broadcast", k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        TF_DeleteStatus(s);
+        TF_RunAsyncOpKernelDoneCallback(done);
+        return;
+    }
+    TF_GetInput(ctx, 0, &in, s);
+    if (!tf_failed(ctx, s)) {
+        p->tensors[p->ntensors++] = in;
+        out = output_like(ctx, 0, in, s);
+    }
+    if (tf_failed(ctx, s)) {
+        TF_DeleteStatus(s);
+        pending_end(p);
+        return;
+    }
+    p->tensors[p->ntensors++] = out;
+    TF_DeleteStatus(s);
+    /* The root sends its input; the others' output is overwritten. */
+    if (TF_TensorData(out) != TF_TensorData(in) && hvd_rank() == k->root_rank)
+        memcpy(data_of(out), data_of(in), TF_TensorByteSize(in));
+    moved_as(in, &count, &type);
+    st = hvd_broadcast_async(op_name(k), data_of(out), count, type,
+                             k->root_rank, &h);
+    submitted(p, st, h);
+}
+
+/* ------------------------------------------------------------------ */
+/* Allgather: the shapes first, then the data                          */
+
+/* Per rank: the number of dimensions, the type, then each dimension. */
+#define META (2 + MAX_DIMS)
+
+typedef struct gather {
+    job job;
+    pending *p;
+    kernel k;
+    TF_Tensor *in;
+    int nranks;
+    int64_t mine[META];
+    int64_t *metas;  /* META per rank */
+    size_t row;      /* elements (or bytes) per first-dimension slice */
+    size_t esize;    /* bytes of one moved element */
+    int64_t most;    /* the largest first dimension */
+    void *send_pad;  /* padded copies, when the first dimensions differ */
+    void *recv_pad;
+    void *out_data;
+    hvd_status st;   /* of the step that just finished */
+    char error[2048];
+    int step;        /* 1: shapes gathered; 2: data gathered */
+} gather;
+
+static void gather_free(gather *g) {
+    free(g->metas);
+    free(g->send_pad);
+    free(g->recv_pad);
+    free(g);
+}
+
+static void gather_fail(gather *g, hvd_status st, const char *sentence) {
+    fail_ctx(g->p->ctx, "allgather", g->k.name, st, sentence);
+    pending_end(g->p);
+    gather_free(g);
+}
+
+/* hvd_on_done's function for both steps (engine thread): the rest is the
+ * helper thread's. */
+static void gather_step_done(hvd_status st, const char *error, void *arg) {
+    gather *g = arg;
+
+    g->st = st;
+    snprintf(g->error, sizeof(g->error), "%s", error != NULL ? error : "");
+    if (post_job(&g->job) != 0)
+        gather_fail(g, HVD_ERR_INTERNAL, "could not start a thread");
+}
+
+/* A sub-name for one step: "<name>.shape", "<name>.data" (NULL stays NULL:
+ * unnamed steps match by order like their op). */
+static const char *step_name(const gather *g, const char *suffix, char *buf,
+                             size_t len) {
+    if (g->k.name[0] == '\0')
+        return NULL;
+    snprintf(buf, len, "%s.%s", g->k.name, suffix);
+    return buf;
+}
+
+static void describe_meta(const int64_t *m, char *out, size_t len) {
+    size_t off = 0;
+
+    off += (size_t)snprintf(out + off, len - off, "type %lld, shape [",
+                            (long long)m[1]);
+    for (int64_t d = 0; d < m[0] && d < MAX_DIMS && off < len; d++)
+        off += (size_t)snprintf(out + off, len - off, "%s%lld", d ? ", " : "",
+                                (long long)m[2 + d]);
+    if (off < len)
+        snprintf(out + off, len - off, "]");
+}
+
+/* The shapes are in: checks that they agree after the first dimension,
+ * makes the output and gathers the data (helper thread). */
+static void gather_data(gather *g) {
+    TF_Status *s;
+    TF_Tensor *out;
+    int64_t dims[MAX_DIMS], total = 0;
+    char nbuf[NAME_MAX_LEN + 8];
+    int same = 1, nd = (int)g->mine[0];
+    hvd_handle h = NULL;
+    hvd_dtype type;
+    size_t count;
+    hvd_status st;
+
+    for (int r = 0; r < g->nranks; r++) {
+        const int64_t *m = g->metas + (size_t)r * META;
+        int agree = m[0] == g->mine[0] && m[1] == g->mine[1];
+
+        for (int d = 1; agree && d < nd; d++)
+            agree = m[2 + d] == g->mine[2 + d];
+        if (!agree) {
+            char text[2048], a[256], b[256];
+
+            describe_meta(g->metas, a, sizeof(a));
+            describe_meta(m, b, sizeof(b));
+            snprintf(text, sizeof(text),
+                     "ranks disagree on the type or the dimensions after the "
+                     "first: rank 0: %s; rank %d: %s",
+                     a, r, b);
+            gather_fail(g, HVD_ERR_MISMATCH, text);
+            return;
+        }
+        total += m[2];
+        if (m[2] > g->most)
+            g->most = m[2];
+        same = same && m[2] == g->mine[2];
+    }
+    for (int d = 0; d < nd; d++)
+        dims[d] = g->mine[2 + d];
+    dims[0] = total;
+    /* One first-dimension slice, in moved elements. */
+    g->row = 1;
+    for (int d = 1; d < nd; d++)
+        g->row *= (size_t)dims[d];
+    if (hvd_type_of(TF_TensorType(g->in)) >= 0) {
+        type = (hvd_dtype)hvd_type_of(TF_TensorType(g->in));
+    } else {
+        type = HVD_UINT8;
+        g->row *= TF_DataTypeSize(TF_TensorType(g->in));
+    }
+    g->esize = hvd_dtype_size(type);
+    count = (size_t)g->mine[2] * g->row;
+    s = TF_NewStatus();
+    out = TF_AllocateOutput(g->p->ctx, 0, TF_TensorType(g->in), dims, nd,
+                            (size_t)total * g->row * g->esize, s);
+    if (TF_GetCode(s) != TF_OK) {
+        TF_OpKernelContext_Failure(g->p->ctx, s);
+        TF_DeleteStatus(s);
+        pending_end(g->p);
+        gather_free(g);
+        return;
+    }
+    TF_DeleteStatus(s);
+    g->p->tensors[g->p->ntensors++] = out;
+    g->out_data = data_of(out);
+    g->step = 2;
+    if (same) {
+        st = hvd_allgather_async(step_name(g, "data", nbuf, sizeof(nbuf)),
+                                 data_of(g->in), g->out_data, count, type, &h);
+    } else {
+        size_t slot = (size_t)g->most * g->row;
+
+        g->send_pad = calloc(slot ? slot : 1, g->esize);
+        g->recv_pad = calloc(slot * (size_t)g->nranks + 1, g->esize);
+        if (g->send_pad == NULL || g->recv_pad == NULL) {
+            gather_fail(g, HVD_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        memcpy(g->send_pad, data_of(g->in), count * g->esize);
+        st = hvd_allgather_async(step_name(g, "data", nbuf, sizeof(nbuf)),
+                                 g->send_pad, g->recv_pad, slot, type, &h);
+    }
+    if (st == HVD_OK)
+        st = hvd_on_done(h, gather_step_done, g);
+    if (st != HVD_OK)
+        gather_fail(g, st, hvd_last_error());
+}
+
+/* The data are in: unpads them if needed and ends the kernel. */
+static void gather_finish(gather *g) {
+    if (g->recv_pad != NULL) {
+        char *dst = g->out_data;
+        size_t slot = (size_t)g->most * g->row * g->esize;
+
+        for (int r = 0; r < g->nranks; r++) {
+            size_t n = (size_t)g->metas[(size_t)r * META + 2] * g->row *
+                       g->esize;
+            memcpy(dst, (char *)g->recv_pad + (size_t)r * slot, n);
+            dst += n;
+        }
+    }
+    pending_end(g->p);
+    gather_free(g);
+}
+
+static void gather_run(job *j) {
+    gather *g = (gather *)j;
+
+    if (g->st != HVD_OK)
+        gather_fail(g, g->st, g->error);
+    else if (g->step == 1)
+        gather_data(g);
+    else
+        gather_finish(g);
+}
+
+static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
+                              TF_AsyncOpKernelDoneCallback *done) {
+    const kernel *k = kp;
+    TF_Status *s = TF_NewStatus();
+    TF_Tensor *in = NULL;
+    pending *p = pending_new(ctx, done, "allgather", k, 2);
+    gather *g = calloc(1, sizeof(*g));
+    char nbuf[NAME_MAX_LEN + 8];
+    hvd_handle h = NULL;
+    hvd_status st;
+    int nd;
+
+    if (p == NULL || g == NULL) {
+        fail_ctx(ctx, "allgather", k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        free(g);
+        TF_DeleteStatus(s);
+        if (p != NULL)
+            pending_end(p);
+        else
+            TF_RunAsyncOpKernelDoneCallback(done);
+        return;
+    }
+    g->p = p;
+    g->k = *k;
+    g->job.run = gather_run;
+    g->step = 1;
+    TF_GetInput(ctx, 0, &in, s);
+    if (tf_failed(ctx, s)) {
+        TF_DeleteStatus(s);
+        pending_end(p);
+        gather_free(g);
+        return;
+    }
+    TF_DeleteStatus(s);
+    p->tensors[p->ntensors++] = in;
+    g->in = in;
+    nd = TF_NumDims(in);
+    if (nd < 1 || nd > MAX_DIMS) {
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "an allgathered tensor needs 1 to %d dimensions; this one "
+                 "has %d",
+                 MAX_DIMS, nd);
+        gather_fail(g, HVD_ERR_INVALID_ARG, text);
+        return;
+    }
+    g->nranks = hvd_size() > 0 ? hvd_size() : 1;
+    g->metas = calloc((size_t)g->nranks * META, sizeof(int64_t));
+    if (g->metas == NULL) {
+        gather_fail(g, HVD_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    g->mine[0] = nd;
+    g->mine[1] = (int64_t)TF_TensorType(in);
+    dims_of(in, &g->mine[2]);
+    st = hvd_allgather_async(step_name(g, "shape", nbuf, sizeof(nbuf)),
+                             g->mine, g->metas, META, HVD_INT64, &h);
+    if (st == HVD_OK)
+        st = hvd_on_done(h, gather_step_done, g);
+    if (st != HVD_OK)
+        gather_fail(g, st, hvd_last_error());
+}
+
+/* ------------------------------------------------------------------ */
+/* Synchronous kernels: join, barrier, the job's facts                 */
+
+static void scalar_out(TF_OpKernelContext *ctx, int32_t v) {
+    TF_Status *s = TF_NewStatus();
+    TF_Tensor *t = TF_AllocateOutput(ctx, 0, TF_INT32, NULL, 0, sizeof(v), s);
+
+    if (TF_GetCode(s) == TF_OK) {
+        memcpy(TF_TensorData(t), &v, sizeof(v));
+        TF_DeleteTensor(t);
+    } else {
+        TF_OpKernelContext_Failure(ctx, s);
+    }
+    TF_DeleteStatus(s);
+}
+
+static void join_compute(void *k, TF_OpKernelContext *ctx) {
+    int last = -1;
+    hvd_status st = hvd_join(&last);
+
+    (void)k;
+    if (st != HVD_OK)
+        fail_ctx(ctx, "join", "", st, hvd_last_error());
+    else
+        scalar_out(ctx, last);
+}
+
+static void barrier_compute(void *k, TF_OpKernelContext *ctx) {
+    hvd_status st = hvd_barrier();
+
+    (void)k;
+    if (st != HVD_OK)
+        fail_ctx(ctx, "barrier", "", st, hvd_last_error());
+}
+
+#define FACT_KERNEL(fn, call)                                                  \
+    static void fn(void *k, TF_OpKernelContext *ctx) {                         \
+        int v = call();                                                        \
+        (void)k;                                                               \
+        if (v < 0)                                                             \
+            fail_ctx(ctx, #call, "", HVD_ERR_NOT_INITIALIZED,                  \
+                     "hvd is not initialized: call hvd.init() first");         \
+        else                                                                   \
+            scalar_out(ctx, v);                                                \
+    }
+FACT_KERNEL(size_compute, hvd_size)
+FACT_KERNEL(rank_compute, hvd_rank)
+FACT_KERNEL(local_size_compute, hvd_local_size)
+FACT_KERNEL(local_rank_compute, hvd_local_rank)
+
+/* ------------------------------------------------------------------ */
+/* Shapes                                                              */
+
+/* Every output i has input i's shape. */
+static void shape_same(TF_ShapeInferenceContext *c, TF_Status *s) {
+    int64_t n = TF_ShapeInferenceContextNumInputs(c);
+    TF_ShapeHandle *h = TF_NewShapeHandle();
+
+    for (int64_t i = 0; i < n && TF_GetCode(s) == TF_OK; i++) {
+        TF_ShapeInferenceContextGetInput(c, (int)i, h, s);
+        if (TF_GetCode(s) == TF_OK)
+            TF_ShapeInferenceContextSetOutput(c, (int)i, h, s);
+    }
+    TF_DeleteShapeHandle(h);
+}
+
+/* No outputs. */
+static void shape_none(TF_ShapeInferenceContext *c, TF_Status *s) {
+    (void)c;
+    (void)s;
+}
+
+static void shape_scalar(TF_ShapeInferenceContext *c, TF_Status *s) {
+    TF_ShapeHandle *h = TF_ShapeInferenceContextScalar(c);
+
+    TF_ShapeInferenceContextSetOutput(c, 0, h, s);
+    TF_DeleteShapeHandle(h);
+}
+
+/* The first dimension is known only when it runs (python/hvd/tensorflow
+ * sets the others on the result). */
+static void shape_unknown(TF_ShapeInferenceContext *c, TF_Status *s) {
+    TF_ShapeInferenceContextSetUnknownShape(c, s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Registration                                                        */
+
+typedef struct op_spec {
+    const char *name;
+    const char *attrs[4];
+    const char *inputs[2];
+    const char *outputs[2];
+    void (*shape)(TF_ShapeInferenceContext *, TF_Status *);
+    void (*async_fn)(void *, TF_OpKernelContext *,
+                     TF_AsyncOpKernelDoneCallback *);
+    void (*sync_fn)(void *, TF_OpKernelContext *);
+} op_spec;
+
+static const op_spec specs[] = {
+    {"HvdAllreduce",
+     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''"},
+     {"tensor: T"},
+     {"sum: T"},
+     shape_same,
+     allreduce_compute,
+     NULL},
+    {"HvdGroupedAllreduce",
+     {"T: " REDUCIBLE, "N: int >= 1", "reduce_op: int",
+      "tensor_name: string = ''"},
+     {"tensors: N * T"},
+     {"sums: N * T"},
+     shape_same,
+     grouped_compute,
+     NULL},
+    {"HvdBroadcast",
+     {"T: " MOVABLE, "root_rank: int", "tensor_name: string = ''"},
+     {"tensor: T"},
+     {"output: T"},
+     shape_same,
+     broadcast_compute,
+     NULL},
+    {"HvdAllgather",
+     {"T: " MOVABLE, "tensor_name: string = ''"},
+     {"tensor: T"},
+     {"output: T"},
+     shape_unknown,
+     allgather_compute,
+     NULL},
+    {"HvdJoin", {NULL}, {NULL}, {"last_rank: int32"}, shape_scalar, NULL,
+     join_compute},
+    {"HvdBarrier", {NULL}, {NULL}, {NULL}, shape_none, NULL, barrier_compute},
+    {"HvdSize", {NULL}, {NULL}, {"size: int32"}, shape_scalar, NULL,
+     size_compute},
+    {"HvdRank", {NULL}, {NULL}, {"rank: int32"}, shape_scalar, NULL,
+     rank_compute},
+    {"HvdLocalSize", {NULL}, {NULL}, {"local_size: int32"}, shape_scalar,
+     NULL, local_size_compute},
+    {"HvdLocalRank", {NULL}, {NULL}, {"local_rank: int32"}, shape_scalar,
+     NULL, local_rank_compute},
+};
+
+static void register_op(const op_spec *o) {
+    TF_Status *s = TF_NewStatus();
+    TF_OpDefinitionBuilder *b = TF_NewOpDefinitionBuilder(o->name);
+    TF_KernelBuilder *kb;
+
+    for (int i = 0; i < 4 && o->attrs[i] != NULL; i++)
+        TF_OpDefinitionBuilderAddAttr(b, o->attrs[i]);
+    for (int i = 0; i < 2 && o->inputs[i] != NULL; i++)
+        TF_OpDefinitionBuilderAddInput(b, o->inputs[i]);
+    for (int i = 0; i < 2 && o->outputs[i] != NULL; i++)
+        TF_OpDefinitionBuilderAddOutput(b, o->outputs[i]);
+    /* Never folded, pruned or merged: each run is a collective. */
+    TF_OpDefinitionBuilderSetIsStateful(b, true);
+    if (o->shape != NULL)
+        TF_OpDefinitionBuilderSetShapeInferenceFunction(b, o->shape);
+    TF_RegisterOpDefinition(b, s);
+    if (TF_GetCode(s) != TF_OK) {
+        fprintf(stderr, "hvd: registering the op %s failed: %s\n", o->name,
+                TF_Message(s));
+        TF_DeleteStatus(s);
+        return;
+    }
+    if (o->async_fn != NULL)
+        kb = TF_NewAsyncKernelBuilder(o->name, "CPU", kernel_create,
+                                      o->async_fn, kernel_delete);
+    else
+        kb = TF_NewKernelBuilder(o->name, "CPU", kernel_create, o->sync_fn,
+                                 kernel_delete);
+    TF_RegisterKernelBuilder(o->name, kb, s);
+    if (TF_GetCode(s) != TF_OK)
+        fprintf(stderr, "hvd: registering the kernel of %s failed: %s\n",
+                o->name, TF_Message(s));
+    TF_DeleteStatus(s);
+}
+
+__attribute__((constructor)) static void register_all(void) {
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
+        register_op(&specs[i]);
+}

@@ -1,0 +1,69 @@
+# The TensorFlow op library (python/tensorflow/hvd_tf_ops.c) that
+# hvd.tensorflow loads: built when HVD_TF_PYTHON imports TensorFlow, against
+# that TensorFlow's headers and library (tf.sysconfig). Included by the
+# top-level CMakeLists.txt; sets HVD_WITH_TENSORFLOW and HVD_TF_NOTE.
+#
+# HVD_TF_PYTHON defaults to the suite's own virtual environment
+# (.venv-tf, made by tools/install-tf) when there is one, else HVD_PYTHON.
+# The probe runs Python with -I, so that under pip's isolated build the
+# TensorFlow of the environment being installed into is the one found.
+#
+# The library leaves libhvd's symbols undefined: hvd.tensorflow loads the
+# libhvd the hvd package uses with RTLD_GLOBAL first, so the ops and
+# hvd.init() share one runtime whichever libhvd that is.
+if(EXISTS ${CMAKE_SOURCE_DIR}/.venv-tf/bin/python)
+  set(hvd_tf_python_default ${CMAKE_SOURCE_DIR}/.venv-tf/bin/python)
+else()
+  set(hvd_tf_python_default "${HVD_PYTHON}")
+endif()
+if(SKBUILD AND DEFINED Python_EXECUTABLE)
+  set(hvd_tf_python_default "${Python_EXECUTABLE}")
+endif()
+set(HVD_TF_PYTHON "${hvd_tf_python_default}" CACHE FILEPATH
+    "Python interpreter with TensorFlow, for the TensorFlow ops and tests")
+option(HVD_ENABLE_TENSORFLOW "Build the TensorFlow ops when TensorFlow is found" ON)
+
+set(HVD_WITH_TENSORFLOW OFF)
+set(HVD_TF_NOTE "disabled by HVD_ENABLE_TENSORFLOW=OFF")
+if(HVD_ENABLE_TENSORFLOW AND (HVD_ASAN OR HVD_TSAN))
+  set(HVD_TF_NOTE "not in sanitizer builds (TensorFlow is not instrumented)")
+elseif(HVD_ENABLE_TENSORFLOW)
+  set(hvd_tf_rc 1)
+  if(HVD_TF_PYTHON)
+    execute_process(
+      COMMAND ${HVD_TF_PYTHON} -I -c
+              "import tensorflow as tf; print(tf.sysconfig.get_include()); print(tf.sysconfig.get_lib()); print(tf.__version__)"
+      OUTPUT_VARIABLE hvd_tf_out OUTPUT_STRIP_TRAILING_WHITESPACE
+      RESULT_VARIABLE hvd_tf_rc ERROR_QUIET)
+  endif()
+  if(hvd_tf_rc EQUAL 0)
+    string(REPLACE "\n" ";" hvd_tf_out "${hvd_tf_out}")
+    list(GET hvd_tf_out 0 HVD_TF_INCLUDE)
+    list(GET hvd_tf_out 1 HVD_TF_LIBDIR)
+    list(GET hvd_tf_out 2 HVD_TF_VERSION)
+    find_library(HVD_TF_FRAMEWORK NAMES libtensorflow_framework.so.2
+                 tensorflow_framework PATHS ${HVD_TF_LIBDIR} NO_DEFAULT_PATH)
+  endif()
+  if(HVD_TF_FRAMEWORK AND EXISTS ${HVD_TF_INCLUDE}/tensorflow/c/kernels.h)
+    set(HVD_WITH_TENSORFLOW ON)
+    set(HVD_TF_NOTE "TensorFlow ${HVD_TF_VERSION} of ${HVD_TF_PYTHON}")
+    # C++ for one thing only (keep_done.cc): keeping a kernel's completion.
+    enable_language(CXX)
+    add_library(hvd_tensorflow SHARED
+                ${CMAKE_CURRENT_LIST_DIR}/hvd_tf_ops.c
+                ${CMAKE_CURRENT_LIST_DIR}/keep_done.cc)
+    target_include_directories(hvd_tensorflow SYSTEM PRIVATE ${HVD_TF_INCLUDE})
+    target_include_directories(hvd_tensorflow PRIVATE
+                               ${CMAKE_SOURCE_DIR}/api/include)
+    target_link_libraries(hvd_tensorflow PRIVATE ${HVD_TF_FRAMEWORK}
+                          Threads::Threads)
+    target_compile_options(hvd_tensorflow PRIVATE
+                           $<$<COMPILE_LANGUAGE:C>:${HVD_WARNINGS}>)
+    set_target_properties(hvd_tensorflow PROPERTIES
+                          LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
+                          BUILD_RPATH "${HVD_TF_LIBDIR}"
+                          INSTALL_RPATH "${HVD_TF_LIBDIR}")
+  else()
+    set(HVD_TF_NOTE "TensorFlow not importable by ${HVD_TF_PYTHON}: tools/install-tf makes .venv-tf with it, or pip install tensorflow-cpu and reconfigure (-DHVD_TF_PYTHON=...)")
+  endif()
+endif()
