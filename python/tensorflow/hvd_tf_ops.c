@@ -12,8 +12,8 @@
  * An asynchronous kernel hands the tensors' memory to libhvd's _async call
  * and returns; libhvd calls back (hvd_on_done) on its engine thread when
  * the operation has finished, and the callback ends the kernel
- * (through python/tensorflow/keep_done.cc). TensorFlow's executor runs other ops
- * meanwhile, so every gradient of a step is in flight at once and the
+ * (through python/tensorflow/keep_done.cc). TensorFlow's executor runs other
+ * ops meanwhile, so every gradient of a step is in flight at once and the
  * engine fuses them. Work that is more than a few instructions (the second
  * step of an allgather, copying a padded allgather into place) is not
  * done on the engine thread but on this library's one helper thread.
@@ -111,11 +111,18 @@ static TF_Code tf_code_of(hvd_status s) {
 }
 
 static const char *status_name(hvd_status s) {
-    static const char *const names[] = {
-        "HVD_OK",           "HVD_ERR_INVALID_ARG", "HVD_ERR_NOT_INITIALIZED",
-        "HVD_ERR_MISMATCH", "HVD_ERR_PEER_LOST",   "HVD_ERR_TIMEOUT",
-        "HVD_ERR_TRANSPORT", "HVD_ERR_AUTH",       "HVD_ERR_NO_MEMORY",
-        "HVD_ERR_UNSUPPORTED", "HVD_ERR_SHUTDOWN", "HVD_ERR_INTERNAL"};
+    static const char *const names[] = {"HVD_OK",
+                                        "HVD_ERR_INVALID_ARG",
+                                        "HVD_ERR_NOT_INITIALIZED",
+                                        "HVD_ERR_MISMATCH",
+                                        "HVD_ERR_PEER_LOST",
+                                        "HVD_ERR_TIMEOUT",
+                                        "HVD_ERR_TRANSPORT",
+                                        "HVD_ERR_AUTH",
+                                        "HVD_ERR_NO_MEMORY",
+                                        "HVD_ERR_UNSUPPORTED",
+                                        "HVD_ERR_SHUTDOWN",
+                                        "HVD_ERR_INTERNAL"};
 
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s]
                                                           : "HVD_ERR_INTERNAL";
@@ -514,16 +521,16 @@ typedef struct gather {
     TF_Tensor *in;
     int nranks;
     int64_t mine[META];
-    int64_t *metas;  /* META per rank */
-    size_t row;      /* elements (or bytes) per first-dimension slice */
-    size_t esize;    /* bytes of one moved element */
-    int64_t most;    /* the largest first dimension */
-    void *send_pad;  /* padded copies, when the first dimensions differ */
+    int64_t *metas; /* META per rank */
+    size_t row;     /* elements (or bytes) per first-dimension slice */
+    size_t esize;   /* bytes of one moved element */
+    int64_t most;   /* the largest first dimension */
+    void *send_pad; /* padded copies, when the first dimensions differ */
     void *recv_pad;
     void *out_data;
-    hvd_status st;   /* of the step that just finished */
+    hvd_status st; /* of the step that just finished */
     char error[2048];
-    int step;        /* 1: shapes gathered; 2: data gathered */
+    int step; /* 1: shapes gathered; 2: data gathered */
 } gather;
 
 static void gather_free(gather *g) {
@@ -666,8 +673,8 @@ static void gather_finish(gather *g) {
         size_t slot = (size_t)g->most * g->row * g->esize;
 
         for (int r = 0; r < g->nranks; r++) {
-            size_t n = (size_t)g->metas[(size_t)r * META + 2] * g->row *
-                       g->esize;
+            size_t n =
+                (size_t)g->metas[(size_t)r * META + 2] * g->row * g->esize;
             memcpy(dst, (char *)g->recv_pad + (size_t)r * slot, n);
             dst += n;
         }
@@ -742,8 +749,8 @@ static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
     g->mine[0] = nd;
     g->mine[1] = (int64_t)TF_TensorType(in);
     dims_of(in, &g->mine[2]);
-    st = hvd_allgather_async(step_name(g, "shape", nbuf, sizeof(nbuf)),
-                             g->mine, g->metas, META, HVD_INT64, &h);
+    st = hvd_allgather_async(step_name(g, "shape", nbuf, sizeof(nbuf)), g->mine,
+                             g->metas, META, HVD_INT64, &h);
     if (st == HVD_OK)
         st = hvd_on_done(h, gather_step_done, g);
     if (st != HVD_OK)
@@ -879,17 +886,42 @@ static const op_spec specs[] = {
      shape_unknown,
      allgather_compute,
      NULL},
-    {"HvdJoin", {NULL}, {NULL}, {"last_rank: int32"}, shape_scalar, NULL,
+    {"HvdJoin",
+     {NULL},
+     {NULL},
+     {"last_rank: int32"},
+     shape_scalar,
+     NULL,
      join_compute},
     {"HvdBarrier", {NULL}, {NULL}, {NULL}, shape_none, NULL, barrier_compute},
-    {"HvdSize", {NULL}, {NULL}, {"size: int32"}, shape_scalar, NULL,
+    {"HvdSize",
+     {NULL},
+     {NULL},
+     {"size: int32"},
+     shape_scalar,
+     NULL,
      size_compute},
-    {"HvdRank", {NULL}, {NULL}, {"rank: int32"}, shape_scalar, NULL,
+    {"HvdRank",
+     {NULL},
+     {NULL},
+     {"rank: int32"},
+     shape_scalar,
+     NULL,
      rank_compute},
-    {"HvdLocalSize", {NULL}, {NULL}, {"local_size: int32"}, shape_scalar,
-     NULL, local_size_compute},
-    {"HvdLocalRank", {NULL}, {NULL}, {"local_rank: int32"}, shape_scalar,
-     NULL, local_rank_compute},
+    {"HvdLocalSize",
+     {NULL},
+     {NULL},
+     {"local_size: int32"},
+     shape_scalar,
+     NULL,
+     local_size_compute},
+    {"HvdLocalRank",
+     {NULL},
+     {NULL},
+     {"local_rank: int32"},
+     shape_scalar,
+     NULL,
+     local_rank_compute},
 };
 
 static void register_op(const op_spec *o) {

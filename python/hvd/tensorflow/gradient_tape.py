@@ -90,6 +90,25 @@ def make_allreduce_grads_fn(name, device_dense="", device_sparse="",
     return allreduce_grads
 
 
+_eager_fns = {}
+
+
+def cached_allreduce_grads_fn(*args):
+    """make_allreduce_grads_fn(*args), one per set of arguments when eager:
+    a training loop makes a new tape every step, and each new tf.function
+    would be traced again."""
+    if not tf.executing_eagerly():
+        return make_allreduce_grads_fn(*args)
+    try:
+        key = tuple(args)
+        hash(key)
+    except TypeError:  # groups as lists of variables
+        return make_allreduce_grads_fn(*args)
+    if key not in _eager_fns:
+        _eager_fns[key] = make_allreduce_grads_fn(*args)
+    return _eager_fns[key]
+
+
 def mpi_ops_allreduce(grad, device_dense, device_sparse, compression, op,
                       prescale, postscale):
     from hvd.tensorflow import allreduce
@@ -106,7 +125,7 @@ class _DistributedGradientTape(tf.GradientTape):
         super(self.__class__, self).__init__(persistent,
                                              watch_accessed_variables)
         self._tape = tape._tape
-        self._allreduce_grads = make_allreduce_grads_fn(
+        self._allreduce_grads = cached_allreduce_grads_fn(
             "DistributedGradientTape", device_dense, device_sparse,
             compression, sparse_as_dense, op, gradient_predivide_factor,
             num_groups, groups)

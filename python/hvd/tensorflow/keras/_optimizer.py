@@ -416,12 +416,25 @@ def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
         pass
 
     new = cls.from_config(optimizer.get_config())
-    if optimizer.built:
-        # Keep the wrapped optimizer's state (slots, iterations, learning
-        # rate): same class and config, so the same variables in the same
-        # order.
-        new.build(list(optimizer._trainable_variables))
-        new.built = True
-        for dst, src in zip(new.variables, optimizer.variables):
-            dst.assign(src)
+    _copy_state(optimizer, new)
     return new
+
+
+def _copy_state(src, dst):
+    """Keeps src's state in dst (same class and config, so the same
+    variables in the same order once built on the same variables): slots,
+    iterations, learning rate. An optimizer built on no variables (what
+    Keras 3 makes of an .h5 file's) gives its iterations and learning rate
+    only, and dst is left to build on first use."""
+    if src.built and list(src._trainable_variables):
+        dst.build(list(src._trainable_variables))
+        dst.built = True
+    pairs = list(zip(dst.variables, src.variables))
+    if len(dst.variables) != len(src.variables):
+        pairs = [(dst._iterations, src._iterations)]
+        if hasattr(dst._learning_rate, "assign") and \
+                hasattr(src._learning_rate, "assign"):
+            pairs.append((dst._learning_rate, src._learning_rate))
+    for d, s in pairs:
+        if tuple(d.shape) == tuple(s.shape):
+            d.assign(s)

@@ -1,0 +1,415 @@
+"""hvd.tensorflow under hvdrun at np 1 and 2 (tests/tensorflow/run_tf.sh).
+
+Every rank runs the same tests in the same order. Inputs are small
+integers (in every type), so that sums, averages, products, minima and
+maxima are exact and compared with ==; the training equivalences compare
+2 ranks with half the global batch each against this process training
+alone on the whole batch (within 1e-5).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hvd.tensorflow as hvd
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+
+REDUCIBLE = [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16,
+             tf.float32, tf.float64]
+MOVABLE = REDUCIBLE + [tf.uint16, tf.int16, tf.bool]
+SIZES = [0, 1, 7, 1000, 65537]
+OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product]
+OP_NAMES = {hvd.Sum: "sum", hvd.Average: "average", hvd.Min: "min",
+            hvd.Max: "max", hvd.Product: "product"}
+
+
+def f64(t):
+    return tf.cast(t, tf.float64).numpy()
+
+
+def base(count):
+    return (np.arange(count) % 5 + 1).astype(np.float64)
+
+
+def contribution(op, count, r):
+    """Rank r's input for op (as float64), chosen so that every result is
+    exact in every type at N <= 2."""
+    b = base(count)
+    if op in (hvd.Sum, hvd.Average):
+        return b * (2 * r + 1)  # sum b*N^2, average b*N
+    if op == hvd.Product:
+        return (np.arange(count) % 2 + 1).astype(np.float64)  # <= 2^N
+    sign = np.where(np.arange(count) % 2 == 0, 1.0, -1.0)
+    return b + 10 + sign * r  # stays positive for uint8
+
+
+def expected(op, count):
+    parts = [contribution(op, count, r) for r in range(N)]
+    if op == hvd.Sum:
+        return np.sum(parts, axis=0)
+    if op == hvd.Average:
+        return np.sum(parts, axis=0) / N
+    if op == hvd.Min:
+        return np.min(parts, axis=0)
+    if op == hvd.Max:
+        return np.max(parts, axis=0)
+    return np.prod(parts, axis=0)
+
+
+# ---------------------------------------------------------------------
+# Allreduce
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("op", OPS, ids=lambda o: OP_NAMES[o])
+@pytest.mark.parametrize("dtype", REDUCIBLE, ids=lambda d: d.name)
+def test_allreduce(dtype, op, mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    for count in SIZES:
+        x = tf.cast(contribution(op, count, R), dtype)
+        got = run(lambda: hvd.allreduce(x, op=op))
+        assert got.dtype == dtype and got.shape == x.shape
+        np.testing.assert_array_equal(f64(got), expected(op, count))
+
+
+def test_allreduce_shapes_and_default_average():
+    x = tf.reshape(tf.range(24, dtype=tf.float32) * (R + 1), [2, 3, 4])
+    got = hvd.allreduce(x)
+    assert got.shape == (2, 3, 4)
+    np.testing.assert_array_equal(
+        got.numpy(), np.arange(24).reshape(2, 3, 4) * (N + 1) / 2)
+    scalar = hvd.allreduce(tf.constant(float(R)), op=hvd.Sum)
+    assert scalar.shape == () and scalar.numpy() == N * (N - 1) / 2
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64,
+                                   tf.int32], ids=lambda d: d.name)
+def test_prescale_postscale(dtype):
+    x = tf.cast(base(257) * (R + 1), dtype)
+    got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0,
+                        postscale_factor=0.5 if dtype.is_floating else 1.0)
+    want = base(257) * N * (N + 1) / 2 * (2.0 * (0.5 if dtype.is_floating
+                                                 else 1.0))
+    np.testing.assert_array_equal(f64(got), want)
+
+
+def test_allreduce_variable_and_names():
+    v = tf.Variable(tf.ones([5]) * (R + 1))
+    np.testing.assert_array_equal(hvd.allreduce(v, op=hvd.Sum, name="v.sum"),
+                                  np.full(5, N * (N + 1) / 2))
+
+
+def test_allreduce_indexed_slices():
+    values = tf.constant([[1.0 + R, 2.0], [3.0, 4.0]])
+    sl = tf.IndexedSlices(values, tf.constant([R, 3]),
+                          dense_shape=tf.constant([5, 2]))
+    out = hvd.allreduce(sl, op=hvd.Sum)
+    assert isinstance(out, tf.IndexedSlices)
+    assert out.values.shape == (2 * N, 2)
+    dense = tf.convert_to_tensor(out).numpy()
+    want = np.zeros((5, 2))
+    for r in range(N):
+        want[r] += [1.0 + r, 2.0]
+        want[3] += [3.0, 4.0]
+    np.testing.assert_array_equal(dense, want)
+    avg = tf.convert_to_tensor(hvd.allreduce(sl)).numpy()
+    np.testing.assert_array_equal(avg, want / N)
+    with pytest.raises(NotImplementedError):
+        hvd.allreduce(sl, op=hvd.Max)
+
+
+def test_compression_fp16():
+    x = tf.constant(base(100) * (R + 1), tf.float32)
+    got = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert got.dtype == tf.float32
+    np.testing.assert_array_equal(got.numpy(), base(100) * N * (N + 1) / 2)
+    i = tf.constant([1, 2, 3])
+    np.testing.assert_array_equal(
+        hvd.allreduce(i, op=hvd.Sum, compression=hvd.Compression.fp16),
+        np.array([1, 2, 3]) * N)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_grouped_allreduce(mode):
+    xs = [tf.constant(base(n) * (R + 1), tf.float32) for n in (0, 3, 1000)]
+    xs.append(tf.constant(base(9) * (R + 1), tf.float64))
+    xs.append(tf.constant((base(4) * (R + 1)).astype(np.int32)))
+    fn = lambda: hvd.grouped_allreduce(xs, op=hvd.Sum)  # noqa: E731
+    outs = fn() if mode == "eager" else tf.function(fn)()
+    assert len(outs) == len(xs)
+    for x, o in zip(xs, outs):
+        assert o.dtype == x.dtype and o.shape == x.shape
+        np.testing.assert_array_equal(
+            f64(o), f64(x) / (R + 1) * N * (N + 1) / 2)
+    avg = hvd.grouped_allreduce([xs[1]])
+    np.testing.assert_array_equal(avg[0].numpy(),
+                                  base(3) * (N + 1) / 2)
+
+
+def test_many_in_flight_in_one_function():
+    """Fifty allreduces of one tf.function are in flight together."""
+    xs = [tf.fill([i + 1], float(R + i)) for i in range(50)]
+
+    @tf.function
+    def step():
+        return [hvd.allreduce(x, op=hvd.Sum) for x in xs]
+
+    for _ in range(3):
+        for i, o in enumerate(step()):
+            np.testing.assert_array_equal(
+                o.numpy(), np.full(i + 1, N * i + N * (N - 1) / 2))
+
+
+def test_graph_mode_session():
+    """TF1: the ops in a tf.compat.v1 graph, run by a Session."""
+    with tf.Graph().as_default():
+        a = tf.constant(base(11) * (R + 1), tf.float32)
+        s = hvd.allreduce(a, op=hvd.Sum)
+        g = hvd.allgather(tf.fill([R + 1, 2], R))
+        b = hvd.broadcast(tf.fill([3], float(R)), 0)
+        assert g.shape.as_list() == [None, 2]
+        with tf.compat.v1.Session() as sess:
+            for _ in range(2):
+                sv, gv, bv = sess.run([s, g, b])
+                np.testing.assert_array_equal(sv,
+                                              base(11) * N * (N + 1) / 2)
+                np.testing.assert_array_equal(
+                    gv, np.concatenate([np.full([r + 1, 2], r)
+                                        for r in range(N)]))
+                np.testing.assert_array_equal(bv, np.zeros(3))
+
+
+# ---------------------------------------------------------------------
+# Allgather, broadcast
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("dtype", MOVABLE, ids=lambda d: d.name)
+def test_allgather(dtype, mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    # Ranks differ in the first dimension (rank r: r + 1 rows; rank 0 also
+    # once with none).
+    for rows_of in (lambda r: r + 1, lambda r: 3, lambda r: 0 if r == 0 else 2):
+        x = tf.cast(tf.fill([rows_of(R), 3, 2], R + 1), dtype)
+        got = run(lambda: hvd.allgather(x))
+        want = np.concatenate([np.full([rows_of(r), 3, 2], r + 1)
+                               for r in range(N)])
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_array_equal(f64(got), want.astype(np.float64)
+                                      if dtype != tf.bool else want != 0)
+
+
+def test_allgather_vector_and_large():
+    x = tf.range(100003, dtype=tf.int64) + R * 100003
+    np.testing.assert_array_equal(hvd.allgather(x).numpy(),
+                                  np.arange(100003 * N))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("dtype", MOVABLE, ids=lambda d: d.name)
+def test_broadcast(dtype, mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    for root in range(N):
+        for count in (0, 1, 17, 70001):
+            x = tf.cast(tf.fill([count], R + 1), dtype)
+            got = run(lambda: hvd.broadcast(x, root))
+            assert got.dtype == dtype and got.shape == x.shape
+            want = 1.0 if dtype == tf.bool else float(root + 1)
+            np.testing.assert_array_equal(f64(got), np.full(count, want))
+
+
+# ---------------------------------------------------------------------
+# Gradients
+
+
+def test_allreduce_gradient():
+    for op, factor in ((hvd.Sum, N), (hvd.Average, 1)):
+        x = tf.Variable(tf.ones([4, 3]) * (R + 1))
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(hvd.allreduce(x, op=op) * 3.0)
+        np.testing.assert_array_equal(tape.gradient(y, x).numpy(),
+                                      np.full([4, 3], 3.0 * factor))
+
+
+def test_allgather_gradient():
+    x = tf.Variable(tf.ones([R + 1, 2]))
+    with tf.GradientTape() as tape:
+        g = hvd.allgather(x)
+        # Row k of the gathered tensor has weight k + 1 on every rank.
+        w = tf.reshape(tf.range(1, g.shape[0] + 1, dtype=tf.float32), [-1, 1])
+        y = tf.reduce_sum(g * w)
+    grad = tape.gradient(y, x).numpy()
+    first = sum(r + 1 for r in range(R))
+    want = np.repeat(np.arange(first + 1, first + R + 2,
+                               dtype=np.float32).reshape(-1, 1), 2, axis=1)
+    np.testing.assert_array_equal(grad, want)
+
+
+def test_broadcast_gradient():
+    x = tf.Variable(tf.ones([3]) * (R + 1))
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(hvd.broadcast(x, 0) * (R + 2.0))
+    grad = tape.gradient(y, x).numpy()
+    want = np.full(3, sum(r + 2.0 for r in range(N)) / N if R == 0 else 0.0)
+    np.testing.assert_array_equal(grad, want)
+
+
+# ---------------------------------------------------------------------
+# Variables, objects
+
+
+def test_broadcast_variables_and_objects():
+    vs = [tf.Variable(tf.fill([3], float(R))),
+          tf.Variable(tf.constant([R, R + 1], tf.int64))]
+    hvd.broadcast_variables(vs, root_rank=N - 1)
+    np.testing.assert_array_equal(vs[0].numpy(), np.full(3, N - 1.0))
+    np.testing.assert_array_equal(vs[1].numpy(), [N - 1, N])
+    obj = hvd.broadcast_object({"rank": R, "list": [R] * 3}, root_rank=0)
+    assert obj == {"rank": 0, "list": [0, 0, 0]}
+    assert hvd.allgather_object(("r", R)) == [("r", r) for r in range(N)]
+
+
+def test_size_rank_ops():
+    assert int(hvd.size_op()) == N and int(hvd.rank_op()) == R
+    assert int(hvd.local_size_op()) == hvd.local_size()
+    assert int(hvd.local_rank_op()) == hvd.local_rank()
+
+
+# ---------------------------------------------------------------------
+# Training: 2 ranks with half the global batch == 1 rank with all of it
+
+BATCH = 8  # global
+
+
+def data():
+    rng = np.random.RandomState(7)
+    x = rng.randint(-4, 5, size=(BATCH * 6, 5)).astype(np.float32) / 4
+    y = rng.randint(-4, 5, size=(BATCH * 6, 1)).astype(np.float32) / 4
+    return x, y
+
+
+def shard(a, step):
+    """This rank's part of the global batch of step."""
+    batch = a[step * BATCH:(step + 1) * BATCH]
+    per = BATCH // N
+    return batch[R * per:(R + 1) * per]
+
+
+def init_weights():
+    rng = np.random.RandomState(3)
+    return [rng.randn(5, 4).astype(np.float32) / 3,
+            np.zeros(4, np.float32), rng.randn(4, 1).astype(np.float32) / 2]
+
+
+def loss_fn(ws, x, y):
+    h = tf.tanh(tf.matmul(x, ws[0]) + ws[1])
+    return tf.reduce_mean(tf.square(tf.matmul(h, ws[2]) - y))
+
+
+def train_reference(steps, lr, accumulate=1):
+    """This process alone on the global batches (no hvd)."""
+    x, y = data()
+    ws = [tf.Variable(w) for w in init_weights()]
+    opt = tf.keras.optimizers.SGD(lr)
+    pending = None
+    for step in range(steps):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(ws, x[step * BATCH:(step + 1) * BATCH],
+                           y[step * BATCH:(step + 1) * BATCH])
+        grads = tape.gradient(loss, ws)
+        pending = grads if pending is None else [a + b for a, b in
+                                                 zip(pending, grads)]
+        if (step + 1) % accumulate == 0:
+            opt.apply_gradients(zip(pending, ws))
+            pending = None
+    return [w.numpy() for w in ws]
+
+
+@pytest.mark.parametrize("compression", ["none", "fp16"])
+@pytest.mark.parametrize("in_function", [False, True])
+def test_distributed_gradient_tape_matches_one_rank(compression, in_function):
+    comp = getattr(hvd.Compression, compression)
+    x, y = data()
+    ws = [tf.Variable(w) for w in init_weights()]
+    opt = tf.keras.optimizers.SGD(0.1)
+
+    def step_fn(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(ws, xb, yb)
+        tape = hvd.DistributedGradientTape(tape, compression=comp)
+        opt.apply_gradients(zip(tape.gradient(loss, ws), ws))
+
+    step = tf.function(step_fn) if in_function else step_fn
+    for s in range(4):
+        step(shard(x, s), shard(y, s))
+    ref = train_reference(4, 0.1)
+    # fp16 rounds every gradient to 11 bits on the wire: its tolerance is
+    # that rounding, not 1e-5.
+    tol = 1e-5 if compression == "none" else 2e-3
+    for got, want in zip(ws, ref):
+        np.testing.assert_allclose(got.numpy(), want, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("bpps", [1, 2])
+def test_tf1_distributed_optimizer_matches_one_rank(bpps):
+    x, y = data()
+    steps = 4
+    with tf.Graph().as_default():
+        xp = tf.compat.v1.placeholder(tf.float32, [None, 5])
+        yp = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        ws = [tf.compat.v1.Variable(w) for w in init_weights()]
+        loss = loss_fn(ws, xp, yp)
+        opt = hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            backward_passes_per_step=bpps)
+        train = opt.minimize(loss)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(tf.compat.v1.local_variables_initializer())
+            for s in range(steps):
+                sess.run(train, {xp: shard(x, s), yp: shard(y, s)})
+            got = sess.run(ws)
+    ref = train_reference(steps, 0.1, accumulate=bpps)
+    for g, w in zip(got, ref):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
+
+
+def test_broadcast_global_variables_hook():
+    with tf.Graph().as_default():
+        v = tf.compat.v1.Variable(tf.fill([4], float(R + 5)))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                hooks=hooks, checkpoint_dir=None) as sess:
+            got = sess.run(v)
+            sess.run(step)
+    np.testing.assert_array_equal(got, np.full(4, 5.0))
+    with pytest.raises(RuntimeError):
+        hvd.broadcast_global_variables(0)  # eagerly
+
+
+# ---------------------------------------------------------------------
+# Errors carry the sentence
+
+
+@pytest.mark.skipif(N < 2, reason="a mismatch needs two ranks")
+def test_mismatch_raises_with_sentence():
+    x = tf.zeros([10 + R])
+    with pytest.raises(tf.errors.FailedPreconditionError) as e:
+        hvd.allreduce(x, op=hvd.Sum, name="tf.mismatch")
+    msg = str(e.value)
+    assert "ranks disagree on 'tf.mismatch'" in msg
+    assert "rank 0" in msg and "rank 1" in msg and "HVD_ERR_MISMATCH" in msg
+    with pytest.raises(tf.errors.FailedPreconditionError) as e:
+        hvd.allgather(tf.zeros([2, 3 + R]), name="tf.agmismatch")
+    assert "dimensions after the first" in str(e.value)
+    # Then the job goes on.
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones([3]), op=hvd.Sum),
+                                  np.full(3, N))
+
+
+def test_join():
+    assert int(hvd.join()) in range(N)
+    hvd.barrier()
