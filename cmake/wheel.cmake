@@ -14,4 +14,15 @@ install(FILES $<TARGET_FILE:hvd> DESTINATION ${SKBUILD_PLATLIB_DIR}/hvd
         RENAME libhvd.so)
 install(TARGETS hvdrun hvd-bench hvd-tune
         RUNTIME DESTINATION ${SKBUILD_SCRIPTS_DIR})
-message(STATUS "wheel: hvd package, hvd/libhvd.so, hvdrun, hvd-bench, hvd-tune")
+# The TensorFlow ops, beside hvd.tensorflow, which looks there first; built
+# only when the environment being installed into imports TensorFlow.
+if(HVD_WITH_TENSORFLOW)
+  install(TARGETS hvd_tensorflow
+          LIBRARY DESTINATION ${SKBUILD_PLATLIB_DIR}/hvd/tensorflow)
+  message(STATUS "wheel: hvd package, hvd/libhvd.so, hvd/tensorflow/libhvd_tensorflow.so, hvdrun, hvd-bench, hvd-tune")
+else()
+  message(STATUS "wheel: hvd package, hvd/libhvd.so, hvdrun, hvd-bench, hvd-tune")
+  message(WARNING "hvd: no TensorFlow ops in this wheel (${HVD_TF_NOTE}). "
+          "For hvd.tensorflow: pip install tensorflow-cpu (or tensorflow) "
+          "into this environment first, then pip install hvd again.")
+endif()

@@ -63,6 +63,11 @@ elseif(HVD_ENABLE_TENSORFLOW)
                           LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
                           BUILD_RPATH "${HVD_TF_LIBDIR}"
                           INSTALL_RPATH "${HVD_TF_LIBDIR}")
+    # cmake --install: beside libhvd, where hvd.tensorflow also looks.
+    if(NOT SKBUILD)
+      install(TARGETS hvd_tensorflow
+              LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    endif()
   else()
     set(HVD_TF_NOTE "TensorFlow not importable by ${HVD_TF_PYTHON}: tools/install-tf makes .venv-tf with it, or pip install tensorflow-cpu and reconfigure (-DHVD_TF_PYTHON=...)")
   endif()

@@ -1,14 +1,19 @@
 #!/bin/sh
 # pip install of a fresh clone into a new virtual environment, then a
 # 2-rank job from outside the source tree with the installed hvdrun and
-# package only (no HVD_LIBRARY, no PYTHONPATH).
+# package only (no HVD_LIBRARY, no PYTHONPATH). With TF_PYTHON (an
+# interpreter that imports TensorFlow: the suite's .venv-tf), the new
+# environment sees that TensorFlow (a .pth file naming its site-packages,
+# instead of a second download), so the wheel gets the TensorFlow ops, and
+# examples/tensorflow_seed.py runs on 2 ranks from outside the tree too.
 #
-#   run_pip_install.sh PYTHON
+#   run_pip_install.sh PYTHON [TF_PYTHON]
 #
 # Exit status: 0, 1 (failed), or 77 (skip) when PYTHON has no venv module
 # or pip cannot reach a package index for the build backend.
 set -eu
 python=$1
+tf_python=${2:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -19,6 +24,15 @@ if ! "$python" -m venv "$tmp/venv" >"$tmp/venv.log" 2>&1; then
     exit 77
 fi
 pip="$tmp/venv/bin/pip"
+with_tf=0
+if [ -n "$tf_python" ] && "$tf_python" -I -c "import tensorflow" >/dev/null 2>&1; then
+    tf_site=$("$tf_python" -I -c "import os, tensorflow; print(os.path.dirname(os.path.dirname(tensorflow.__file__)))")
+    site=$("$tmp/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    echo "$tf_site" >"$site/hvd-test-tensorflow.pth"
+    with_tf=1
+else
+    echo "packaging: no TensorFlow (${tf_python:-no TF_PYTHON}): the TensorFlow part is not checked"
+fi
 if ! timeout 300 "$pip" download -q --no-deps -d "$tmp/probe" \
         scikit-build-core >"$tmp/probe.log" 2>&1; then
     echo "SKIP: pip cannot fetch scikit-build-core (no package index here)"
@@ -65,4 +79,16 @@ if grep -q "hvd package is not importable" "$tmp/check.txt"; then
     exit 1
 fi
 [ -x "$tmp/venv/bin/hvd-bench" ] && [ -x "$tmp/venv/bin/hvd-tune" ]
+if [ $with_tf -eq 1 ]; then
+    grep -q "^    \[X\] TensorFlow" "$tmp/check.txt" ||
+        { echo "FAIL: --check-build does not show TensorFlow"; exit 1; }
+    ls "$tmp"/venv/lib/python*/site-packages/hvd/tensorflow/libhvd_tensorflow.so
+    cp "$src/examples/tensorflow_seed.py" "$tmp/seed.py"
+    env -u HVD_LIBRARY -u HVD_TF_LIBRARY -u PYTHONPATH \
+        PATH="$tmp/venv/bin:$PATH" HVD_START_TIMEOUT_SECONDS=60 \
+        TF_CPP_MIN_LOG_LEVEL=2 timeout 180 hvdrun -np 2 python "$tmp/seed.py" \
+        --steps 20 | tee "$tmp/seed.txt"
+    grep -q "tensorflow_seed: .* on 2 ranks" "$tmp/seed.txt"
+    echo "packaging: the wheel's TensorFlow ops ran examples/tensorflow_seed.py on 2 ranks"
+fi
 echo "packaging: pip install, hvdrun on PATH, 2 ranks from outside the tree: ok"

@@ -28,6 +28,16 @@ def _tf_variable(v):
     return inner if isinstance(inner, tf.Variable) else v
 
 
+def _assign_broadcasts(variables, root_rank):
+    for v in variables:
+        v.assign(_hvd.broadcast(v, root_rank))
+
+
+# One traced function broadcasts them all, every broadcast in flight at
+# once (in a graph each is keyed by its own name).
+_broadcast_group = tf.function(_assign_broadcasts)
+
+
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcasts the model's variables and its optimizer's from root_rank
     to every other rank at the end of the first batch (as Horovod's), so
@@ -68,8 +78,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if opt is not None:
             variables += _variables_of(opt)
         with tf.device(self.device):
-            _hvd.broadcast_variables([_tf_variable(v) for v in variables],
-                                     root_rank=self.root_rank)
+            _broadcast_group([_tf_variable(v) for v in variables],
+                             self.root_rank)
 
     def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
