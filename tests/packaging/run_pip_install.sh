@@ -26,9 +26,10 @@ fi
 pip="$tmp/venv/bin/pip"
 with_tf=0
 if [ -n "$tf_python" ] && "$tf_python" -I -c "import tensorflow" >/dev/null 2>&1; then
-    tf_site=$("$tf_python" -I -c "import os, tensorflow; print(os.path.dirname(os.path.dirname(tensorflow.__file__)))")
+    # Its site folders: the venv's and those it sees (Debian's, for six).
     site=$("$tmp/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    echo "$tf_site" >"$site/hvd-test-tensorflow.pth"
+    "$tf_python" -I -c "import sys; print('\n'.join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))" \
+        >"$site/hvd-test-tensorflow.pth"
     with_tf=1
 else
     echo "packaging: no TensorFlow (${tf_python:-no TF_PYTHON}): the TensorFlow part is not checked"
