@@ -46,3 +46,20 @@ if(HVD_WITH_TENSORFLOW AND HVD_MPIRUN)
                        LABELS "tensorflow;python;mpi" TIMEOUT 300
                        SKIP_RETURN_CODE 77)
 endif()
+
+# A rank dies: the other's collective raises a TF error with the sentence.
+foreach(mode eager function)
+  set(test_name tensorflow.kill_rank.${mode}.np2)
+  if(HVD_WITH_TENSORFLOW)
+    add_test(NAME ${test_name}
+             COMMAND sh ${HVD_TF_TESTS}/run_kill.sh $<TARGET_FILE:hvdrun>
+                     "${HVD_TF_PYTHON}" $<TARGET_FILE:hvd>
+                     $<TARGET_FILE:hvd_tensorflow> ${mode})
+  else()
+    add_test(NAME ${test_name}
+             COMMAND sh -c "echo 'SKIP: no TensorFlow ops in this build: ${HVD_TF_NOTE}'; exit 77")
+  endif()
+  set_tests_properties(${test_name} PROPERTIES
+                       LABELS "tensorflow;python;failure" TIMEOUT 120
+                       SKIP_RETURN_CODE 77)
+endforeach()
