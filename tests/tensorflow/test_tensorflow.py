@@ -7,6 +7,8 @@ maxima are exact and compared with ==; the training equivalences compare
 alone on the whole batch (within 1e-5).
 """
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -275,6 +277,27 @@ def test_size_rank_ops():
     assert int(hvd.size_op()) == N and int(hvd.rank_op()) == R
     assert int(hvd.local_size_op()) == hvd.local_size()
     assert int(hvd.local_rank_op()) == hvd.local_rank()
+    # hvdrun also sets what horovodrun's ranks see.
+    assert os.environ["HOROVOD_RANK"] == str(R)
+    assert os.environ["HOROVOD_SIZE"] == str(N)
+    assert os.environ["HOROVOD_LOCAL_RANK"] == str(hvd.local_rank())
+    assert hvd._executing_eagerly() and hvd.util._executing_eagerly()
+    assert not tf.function(lambda: tf.constant(hvd._executing_eagerly()))()
+
+
+def test_grouped_allgather_and_broadcast_in_place():
+    xs = [tf.fill([R + 1, 2], R), tf.fill([2], float(R))]
+    outs = hvd.grouped_allgather(xs)
+    np.testing.assert_array_equal(
+        outs[0].numpy(), np.concatenate([np.full([r + 1, 2], r)
+                                         for r in range(N)]))
+    np.testing.assert_array_equal(outs[1].numpy(),
+                                  np.repeat(np.arange(N, dtype=float), 2))
+    vs = [tf.Variable(tf.fill([3], float(R))), tf.Variable([R, R])]
+    hvd.broadcast_(vs, root_rank=N - 1)
+    np.testing.assert_array_equal(vs[0].numpy(), np.full(3, N - 1.0))
+    np.testing.assert_array_equal(vs[1].numpy(), [N - 1, N - 1])
+    assert hvd.broadcast_object_fn(root_rank=0)([R]) == [0]
 
 
 # ---------------------------------------------------------------------

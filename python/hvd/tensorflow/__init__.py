@@ -19,11 +19,14 @@ from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
                       InvalidArgumentError, MismatchError, UnsupportedError,
                       library_path)
 from hvd.tensorflow.compression import Compression
-from hvd.tensorflow.functions import (allgather_object, broadcast_object,
+from hvd.tensorflow import util
+from hvd.tensorflow.functions import (allgather_object, broadcast_,
+                                      broadcast_object, broadcast_object_fn,
                                       broadcast_variables)
 from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                     _allreduce, _grouped_allreduce,
                                     allgather, barrier, broadcast,
+                                    grouped_allgather,
                                     ccl_built, cross_rank, cross_size,
                                     cuda_built, ddl_built, gloo_built, init,
                                     is_homogeneous, is_initialized, join,
@@ -32,6 +35,7 @@ from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                     mpi_threads_supported, nccl_built, rank,
                                     rank_op, resolve_op, rocm_built,
                                     shutdown, size, size_op)
+from hvd.tensorflow.util import _executing_eagerly
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
@@ -113,7 +117,8 @@ __all__ = [
     "local_size", "cross_rank", "cross_size", "size_op", "rank_op",
     "local_size_op", "local_rank_op", "Sum", "Average", "Min", "Max",
     "Product", "Adasum", "Compression", "allreduce", "grouped_allreduce",
-    "allgather", "broadcast", "join", "barrier", "broadcast_variables",
+    "allgather", "grouped_allgather", "broadcast", "broadcast_", "join",
+    "barrier", "broadcast_variables", "broadcast_object_fn", "util",
     "broadcast_global_variables", "broadcast_object", "allgather_object",
     "DistributedGradientTape", "DistributedOptimizer",
     "BroadcastGlobalVariablesHook", "HvdError", "HorovodInternalError",

@@ -29,6 +29,24 @@ def broadcast_variables(variables, root_rank):
     return _assign_broadcasts(variables, root_rank)
 
 
+def broadcast_(variables, root_rank, name=None):
+    """Broadcasts rank root_rank's values into variables, in place, on
+    every rank; returns the variables' new values."""
+    variables = list(variables)
+    outs = []
+    for i, v in enumerate(variables):
+        vname = None if name is None else "%s.%d" % (name, i)
+        outs.append(v.assign(broadcast(v, root_rank, name=vname)))
+    return outs
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None):
+    """A function obj -> rank root_rank's obj (Horovod's TF1 form; here the
+    object goes through libhvd directly, so no session is needed)."""
+    del session
+    return lambda obj: broadcast_object(obj, root_rank, name=name)
+
+
 def broadcast_object(obj, root_rank=0, session=None, name=None):
     """Rank root_rank's picklable obj, on every rank. session is Horovod's
     argument for TF1 and not needed here: the object goes through libhvd

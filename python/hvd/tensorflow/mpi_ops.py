@@ -145,6 +145,15 @@ def allgather(tensor, name=None, ignore_name_scope=False):
     return out
 
 
+def grouped_allgather(tensors, name=None, ignore_name_scope=False):
+    """allgather of each tensor of a list; in a graph they are all in
+    flight together."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    return [allgather(t, name=None if name is None else "%s.%d" % (name, i),
+                      ignore_name_scope=ignore_name_scope)
+            for i, t in enumerate(tensors)]
+
+
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False):
     """Rank root_rank's tensor, on every rank."""
     tensor = tf.convert_to_tensor(tensor)
@@ -219,6 +228,7 @@ def _broadcast_grad(op, grad):
 __all__ = [
     "MPI_LIB", "init", "shutdown", "is_initialized", "size", "rank",
     "local_size", "local_rank", "cross_size", "cross_rank", "allgather",
+    "grouped_allgather",
     "broadcast", "join", "barrier", "size_op", "rank_op", "local_size_op",
     "local_rank_op", "Sum", "Average", "Min", "Max", "Product", "Adasum",
 ]
