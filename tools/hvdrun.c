@@ -272,7 +272,7 @@ static const char usage_text[] =
     "                     python3), transports and GPU support of this hvd\n"
     "\n"
     "Every rank gets HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK, HVD_LOCAL_SIZE,\n"
-    "HVD_CROSS_RANK, HVD_CROSS_SIZE (also as HOROVOD_RANK, HOROVOD_SIZE, ...),\n"
+    "HVD_CROSS_RANK, HVD_CROSS_SIZE (also as HOROVOD_RANK, ...),\n"
     "HVD_RENDEZVOUS_ADDR, HVD_RENDEZVOUS_PORT,\n"
     "HVD_SECRET and HVD_JOB_ID (fresh for each job), plus HVD_IFACE and\n"
     "HVD_START_TIMEOUT_SECONDS from the options above. OMPI_COMM_WORLD_*,\n"
