@@ -218,6 +218,9 @@ hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     if (st == HVD_OK)
         st = text(get, ctx, "HVD_TIMELINE", c.timeline, sizeof(c.timeline));
     if (st == HVD_OK)
+        st = integer(get, ctx, "HVD_TIMELINE_MARK_CYCLES", 0, 1,
+                     &c.timeline_mark_cycles);
+    if (st == HVD_OK)
         st = integer(get, ctx, "HVD_GPU_DEVICE", 0, 1023, &c.gpu_device);
     if (st == HVD_OK)
         st = bytes(get, ctx, "HVD_GPU_STAGE_BYTES", 4096, &c.gpu_stage_bytes);

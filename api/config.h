@@ -40,6 +40,7 @@ typedef struct hvd_config {
     double stall_check_s;         /* HVD_STALL_CHECK_SECONDS */
     double stall_shutdown_s;      /* HVD_STALL_SHUTDOWN_SECONDS */
     char timeline[512];           /* HVD_TIMELINE */
+    int timeline_mark_cycles;     /* HVD_TIMELINE_MARK_CYCLES: 0 or 1 */
     int gpu_device;               /* HVD_GPU_DEVICE, -1: the local rank */
     size_t gpu_stage_bytes;       /* HVD_GPU_STAGE_BYTES (same everywhere) */
     int gpu_stage_depth;          /* HVD_GPU_STAGE_DEPTH */

@@ -144,6 +144,11 @@ struct hvd_engine {
     void *fusion;
     size_t fusion_cap;
     hvd_timeline *timeline;
+    int mark_cycles; /* CYCLE_START marks in the timeline */
+    /* A timeline to switch to (hvd_engine_set_timeline), under the lock. */
+    hvd_timeline *tl_next;
+    int tl_next_marks;
+    int tl_swap;
     int64_t stop_deadline;
     /* Rank 0. */
     hvd_coord *coord;
@@ -281,6 +286,43 @@ static hvd_status engine_fail(hvd_engine *eng, hvd_status status) {
     }
     pthread_mutex_unlock(&lock);
     return status;
+}
+
+/* Takes a timeline handed over by hvd_engine_set_timeline (engine thread,
+ * rank 0): the old one is closed, a valid file. */
+static void swap_timeline(hvd_engine *eng) {
+    hvd_timeline *next;
+    int swap, marks;
+
+    pthread_mutex_lock(&lock);
+    swap = eng->tl_swap;
+    next = eng->tl_next;
+    marks = eng->tl_next_marks;
+    eng->tl_swap = 0;
+    eng->tl_next = NULL;
+    pthread_mutex_unlock(&lock);
+    if (!swap)
+        return;
+    hvd_timeline_close(eng->timeline);
+    eng->timeline = next;
+    eng->mark_cycles = next != NULL && marks;
+}
+
+void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
+                             int mark_cycles) {
+    hvd_timeline *replaced = NULL;
+
+    pthread_mutex_lock(&lock);
+    if (eng->tl_swap)
+        replaced = eng->tl_next; /* never taken: nothing was written */
+    eng->tl_next = tl;
+    eng->tl_next_marks = mark_cycles;
+    eng->tl_swap = 1;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+    hvd_timeline_close(replaced);
+    if (eng->tp != NULL)
+        eng->tp->ops->wake(eng->tp);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1328,6 +1370,8 @@ static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
 
     eng->cycle = c->number;
     eng->n_cached = eng->n_negotiated = eng->n_collectives = 0;
+    if (eng->mark_cycles)
+        hvd_timeline_mark(eng->timeline, "CYCLE_START", hvd_now_ns());
 
     /* Slots some rank invalidated are dropped everywhere. */
     for (size_t i = 0; i < c->n_erase; i++) {
@@ -1729,7 +1773,9 @@ static hvd_status engine_loop(hvd_engine *eng) {
 
         if (eng->rank == 0) {
             int ran = 0, last = 0;
-            int news = has_news(eng, stop);
+            int news;
+            swap_timeline(eng);
+            news = has_news(eng, stop);
             if (news && eng->cfg.cycle_time_ms > 0) {
                 /* Batching window: let more work arrive first. */
                 int64_t end =
@@ -1847,6 +1893,7 @@ static void engine_free(hvd_engine *eng) {
     hvd_namemap_destroy(&eng->inflight);
     hvd_namemap_destroy(&eng->by_name);
     hvd_timeline_close(eng->timeline);
+    hvd_timeline_close(eng->tl_next);
     free(eng->pending);
     free(eng->ports);
     free(eng->inval);
@@ -1911,6 +1958,7 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
             goto fail;
         if (cfg->timeline_path != NULL && cfg->timeline_path[0] != '\0') {
             st = hvd_timeline_open(cfg->timeline_path, &eng->timeline);
+            eng->mark_cycles = cfg->timeline_mark_cycles;
             if (st != HVD_OK)
                 goto fail;
         }

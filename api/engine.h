@@ -27,6 +27,7 @@
 
 #include "api/devexec.h"
 #include "api/opdesc.h"
+#include "api/timeline.h"
 #include "collectives/comm.h"
 #include "hvd/hvd.h"
 #include "transport/transport.h"
@@ -40,6 +41,7 @@ typedef struct hvd_engine_config {
     double stall_shutdown_s;   /* 0: stalled operations only warned about */
     int64_t timeout_ns;        /* bound on waiting for the others to stop */
     const char *timeline_path; /* NULL: no timeline (rank 0 only) */
+    int timeline_mark_cycles;  /* CYCLE_START marks in it */
     /* Device tensors: the GPU and NCCL settings, and the transport's
      * mem_types; the engine fills in rank, size, tp, its communicators
      * and the wake-up. */
@@ -126,6 +128,11 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req);
 
 /* Waits for req, copies its sentence to this thread on failure, frees it. */
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out);
+
+/* Rank 0: the engine writes tl from its next cycle on (NULL: none), with
+ * CYCLE_START marks if mark_cycles; the one before is closed. Takes tl. */
+void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
+                             int mark_cycles);
 
 /* *done = 1 if req has finished; returns its status then. */
 hvd_status hvd_engine_test(hvd_request *req, int *done);

@@ -16,6 +16,7 @@
 #include "api/discovery.h"
 #include "api/engine.h"
 #include "api/hvd_internal.h"
+#include "api/timeline.h"
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "collectives/select.h"
@@ -859,6 +860,7 @@ static void engine_config(hvd_engine_config *ec) {
     ec->stall_shutdown_s = g.cfg.stall_shutdown_s;
     ec->timeout_ns = g.cfg.timeout_ns;
     ec->timeline_path = g.cfg.timeline[0] != '\0' ? g.cfg.timeline : NULL;
+    ec->timeline_mark_cycles = g.cfg.timeline_mark_cycles;
     ec->dev.tp_mem_types = g.tp_mem_types;
     ec->dev.gpu.device = g.gpu_device;
     ec->dev.gpu.stage_bytes = g.cfg.gpu_stage_bytes;
@@ -960,6 +962,38 @@ out:
 int hvd_initialized(void) { return g.initialized; }
 
 int hvd_is_homogeneous(void) { return g.initialized ? g.homogeneous : -1; }
+
+hvd_status hvd_start_timeline(const char *path, int mark_cycles) {
+    hvd_timeline *tl = NULL;
+    hvd_status st = HVD_OK;
+
+    if (path == NULL || path[0] == '\0')
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_start_timeline: no file name");
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized)
+        st = hvd_error_set(HVD_ERR_NOT_INITIALIZED,
+                           "hvd_start_timeline: hvd is not initialized");
+    else if (g.info.rank == 0)
+        st = hvd_timeline_open(path, &tl);
+    if (st == HVD_OK && tl != NULL)
+        hvd_engine_set_timeline(g.engine, tl, mark_cycles != 0);
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
+hvd_status hvd_stop_timeline(void) {
+    hvd_status st = HVD_OK;
+
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized)
+        st = hvd_error_set(HVD_ERR_NOT_INITIALIZED,
+                           "hvd_stop_timeline: hvd is not initialized");
+    else if (g.info.rank == 0)
+        hvd_engine_set_timeline(g.engine, NULL, 0);
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
 
 int hvd_built(const char *part) {
     if (part == NULL)

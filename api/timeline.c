@@ -27,7 +27,7 @@ hvd_status hvd_timeline_open(const char *path, hvd_timeline **out) {
         int err = errno;
         free(tl);
         return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "HVD_TIMELINE=%s: cannot open it for writing: %s",
+                             "timeline %s: cannot open it for writing: %s",
                              path, strerror(err));
     }
     tl->t0 = hvd_now_ns();
@@ -102,6 +102,16 @@ void hvd_timeline_end(hvd_timeline *tl, const char *tensor, int64_t ts_ns) {
     sep(tl);
     fprintf(tl->f, "{\"ph\": \"E\", \"ts\": %.3f, \"pid\": %d, \"tid\": 0}",
             us(tl, ts_ns), pid);
+}
+
+void hvd_timeline_mark(hvd_timeline *tl, const char *event, int64_t ts_ns) {
+    if (tl == NULL)
+        return;
+    sep(tl);
+    fprintf(tl->f,
+            "{\"name\": \"%s\", \"ph\": \"i\", \"s\": \"g\", \"ts\": %.3f, "
+            "\"pid\": 0, \"tid\": 0}",
+            event, us(tl, ts_ns));
 }
 
 void hvd_timeline_flush(hvd_timeline *tl) {

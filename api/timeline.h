@@ -27,6 +27,9 @@ void hvd_timeline_begin(hvd_timeline *tl, const char *tensor, const char *event,
                         int64_t ts_ns, const char *args);
 void hvd_timeline_end(hvd_timeline *tl, const char *tensor, int64_t ts_ns);
 
+/* An instant event across every row (Horovod's CYCLE_START marks). */
+void hvd_timeline_mark(hvd_timeline *tl, const char *event, int64_t ts_ns);
+
 void hvd_timeline_flush(hvd_timeline *tl);
 
 #endif

@@ -23,7 +23,7 @@ from hvd._core import (Adasum, Average, Max, Min, Product, Sum,
                        is_initialized, join, local_rank, local_size,
                        mpi_built, mpi_threads_supported, nccl_built, poll,
                        rank, resolve_op, rocm_built, shutdown, size,
-                       synchronize)
+                       start_timeline, stop_timeline, synchronize)
 from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
                       InvalidArgumentError, MismatchError, UnsupportedError,
                       library_path)
@@ -42,7 +42,8 @@ __all__ = [
     "HorovodInternalError", "MismatchError", "InvalidArgumentError",
     "UnsupportedError", "HvdMemoryError", "library_path", "mpi_threads_supported",
     "mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built",
-    "ddl_built", "ccl_built", "is_homogeneous",
+    "ddl_built", "ccl_built", "is_homogeneous", "start_timeline",
+    "stop_timeline",
 ]
 
 

@@ -22,6 +22,7 @@ operation of a kind matches the k-th of every rank, as in Horovod.
 import atexit
 import ctypes
 import itertools
+import os
 import pickle
 import threading
 import warnings
@@ -171,6 +172,21 @@ def ddl_built():
 
 def ccl_built():
     return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing the timeline (Chrome trace JSON, as HVD_TIMELINE) to
+    file_path on rank 0, from the next cycle on; mark_cycles adds a
+    CYCLE_START mark at each cycle. Other ranks do nothing."""
+    _require_init("hvd.start_timeline")
+    L.check(L.lib().hvd_start_timeline(os.fsencode(file_path),
+                                       1 if mark_cycles else 0))
+
+
+def stop_timeline():
+    """Stops the timeline and closes its file (a complete JSON array)."""
+    _require_init("hvd.stop_timeline")
+    L.check(L.lib().hvd_stop_timeline())
 
 
 def is_homogeneous():

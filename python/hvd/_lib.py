@@ -165,6 +165,8 @@ def _declare(lib):
         "hvd_dtype_size": (c_size, [c_int]),
         "hvd_built": (c_int, [c_char_p]),
         "hvd_is_homogeneous": (c_int, []),
+        "hvd_start_timeline": (c_int, [c_char_p, c_int]),
+        "hvd_stop_timeline": (c_int, []),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)

@@ -430,3 +430,36 @@ def test_build_facts():
     assert hvd.rocm_built() is False
     # One host here: every host runs the same number of ranks.
     assert hvd.is_homogeneous() is True
+
+
+def test_start_stop_timeline(tmp_path_factory):
+    """start_timeline/stop_timeline on a running job: rank 0's file is a
+    complete JSON array with the operations started meanwhile, and
+    CYCLE_START marks when asked for; nothing after the stop."""
+    import json
+    r, n = hvd.rank(), hvd.size()
+    # Every rank names the same file; only rank 0 writes it.
+    path = hvd.broadcast_object(
+        str(tmp_path_factory.mktemp("tl") / "timeline.json"), root_rank=0)
+    x = np.ones(1000, np.float32)
+    hvd.allreduce(x, name="tl.before", op=hvd.Sum)
+    hvd.start_timeline(path, mark_cycles=True)
+    for i in range(3):
+        hvd.allreduce(x, name="tl.during.%d" % i, op=hvd.Sum)
+    hvd.stop_timeline()
+    hvd.barrier()
+    hvd.allreduce(x, name="tl.after", op=hvd.Sum)
+    hvd.barrier()
+    if r != 0:
+        assert not os.path.exists(path) or os.path.getsize(path) >= 0
+        return
+    with open(path) as f:
+        events = json.load(f)
+    # Rows are the operations' names as libhvd sees them ("allreduce.<name>").
+    rows = {e["args"]["name"].split(".", 1)[-1] for e in events
+            if e.get("ph") == "M"}
+    assert {"tl.during.0", "tl.during.1", "tl.during.2"} <= rows, rows
+    assert "tl.before" not in rows and "tl.after" not in rows, rows
+    assert any(e.get("name") == "CYCLE_START" for e in events)
+    with pytest.raises(hvd.InvalidArgumentError, match="cannot open"):
+        hvd.start_timeline(os.path.join(path, "no", "such", "dir.json"))

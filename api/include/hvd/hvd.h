@@ -244,6 +244,20 @@ HVD_EXPORT int hvd_built(const char *part);
  */
 HVD_EXPORT int hvd_is_homogeneous(void);
 
+/**
+ * Starts writing the timeline (as HVD_TIMELINE does from init) to path,
+ * from the engine's next cycle on; with mark_cycles, each cycle's start is
+ * an instant event CYCLE_START. A timeline already being written is
+ * closed first. Only rank 0 writes; other ranks return HVD_OK at once.
+ * @return HVD_ERR_INVALID_ARG (with the reason) when path cannot be
+ *         opened, HVD_ERR_NOT_INITIALIZED before hvd_init().
+ */
+HVD_EXPORT hvd_status hvd_start_timeline(const char *path, int mark_cycles);
+
+/** Stops writing the timeline and closes its file, a complete JSON array,
+ *  from the engine's next cycle on. HVD_OK when none is written. */
+HVD_EXPORT hvd_status hvd_stop_timeline(void);
+
 /** Size in bytes of one element of dtype, 0 for an invalid dtype. */
 HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
 

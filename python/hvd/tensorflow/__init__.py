@@ -34,7 +34,8 @@ from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                     local_size_op, mpi_built,
                                     mpi_threads_supported, nccl_built, rank,
                                     rank_op, resolve_op, rocm_built,
-                                    shutdown, size, size_op)
+                                    shutdown, size, size_op,
+                                    start_timeline, stop_timeline)
 from hvd.tensorflow.util import _executing_eagerly
 
 
@@ -125,5 +126,5 @@ __all__ = [
     "MismatchError", "InvalidArgumentError", "UnsupportedError",
     "HvdMemoryError", "library_path", "mpi_threads_supported", "mpi_built",
     "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
-    "ccl_built", "is_homogeneous",
+    "ccl_built", "is_homogeneous", "start_timeline", "stop_timeline",
 ]

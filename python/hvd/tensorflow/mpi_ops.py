@@ -30,7 +30,8 @@ from hvd._core import (Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                        ddl_built, gloo_built, init, is_homogeneous,
                        is_initialized, local_rank, local_size, mpi_built,
                        mpi_threads_supported, nccl_built, rank, resolve_op,
-                       rocm_built, shutdown, size)
+                       rocm_built, shutdown, size, start_timeline,
+                       stop_timeline)
 
 LIBRARY_NAME = "libhvd_tensorflow.so"
 

@@ -15,7 +15,8 @@ memory).
 
 from hvd._core import (ccl_built, cuda_built, ddl_built, gloo_built,
                        is_homogeneous, mpi_built, mpi_threads_supported,
-                       nccl_built, rocm_built)
+                       nccl_built, rocm_built, start_timeline,
+                       stop_timeline)
 from hvd._lib import (HorovodInternalError, HvdError,
                       HvdMemoryError, InvalidArgumentError, MismatchError,
                       UnsupportedError, library_path)
@@ -50,5 +51,5 @@ __all__ = [
     "InvalidArgumentError", "UnsupportedError", "HvdMemoryError",
     "library_path", "mpi_threads_supported", "nccl_built", "cuda_built",
     "rocm_built", "mpi_built", "gloo_built", "ddl_built", "ccl_built",
-    "is_homogeneous",
+    "is_homogeneous", "start_timeline", "stop_timeline",
 ]
