@@ -52,8 +52,10 @@
 
 #include "hvd/hvd.h"
 #include "tools/check_build.h"
+#include "tools/config_file.h"
 #include "tools/hostfile.h"
 #include "transport/base/clock.h"
+#include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/net.h"
@@ -105,9 +107,10 @@ struct options {
     int np;     /* 0 until given or taken from the slots */
     int prefix; /* 0 with --no-prefix */
     int grace_s;
-    long start_timeout_s; /* 0: not given */
-    long timeout_s;       /* 0: no job timeout */
-    const char *iface;    /* --network-interface, or NULL */
+    long start_timeout_s;    /* 0: not given */
+    long timeout_s;          /* 0: no job timeout */
+    const char *iface;       /* --network-interface, or NULL */
+    const char *config_file; /* --config-file, or NULL */
     int verbose;
     const char **exports; /* the -x arguments, pointing into argv */
     int nexports;
@@ -250,6 +253,10 @@ static const char usage_text[] =
     "  --ssh-opt OPT      pass -o OPT to ssh (repeatable)\n"
     "  -x NAME=VALUE      set NAME=VALUE for every rank (repeatable)\n"
     "  -x NAME            pass hvdrun's value of NAME to every rank\n"
+    "  --config-file FILE horovodrun's YAML configuration (params, timeline,\n"
+    "                     stall_check, logging): its settings become the\n"
+    "                     HVD_* variables of the same meaning, unless\n"
+    "                     already set or given with -x\n"
     "  --network-interface IFACE\n"
     "                     serve the rendezvous on the IPv4 address of IFACE\n"
     "                     and set HVD_IFACE=IFACE for the ranks (default:\n"
@@ -556,6 +563,11 @@ static int parse_options(int argc, char **argv, struct options *opt) {
                 return EXIT_USAGE;
             }
             opt->iface = val;
+        } else if ((m = value_option(argc, argv, &i, "--config-file", &val)) !=
+                   0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            opt->config_file = val;
         } else if ((m = value_option(argc, argv, &i, "-x", &val)) != 0) {
             if (m < 0 || check_export(val) != 0)
                 return EXIT_USAGE;
@@ -713,8 +725,9 @@ static void env_free(struct env *e) {
     memset(e, 0, sizeof(*e));
 }
 
-/* hvdrun's environment, less other launchers' variables, plus -x and the
- * options that set variables. */
+/* hvdrun's environment, less other launchers' variables, plus the
+ * configuration file, -x and the options that set variables. Returns 0, -1
+ * out of memory, -2 for a bad configuration file (said why). */
 static int env_build(struct env *e, const struct options *opt) {
     char *var;
 
@@ -730,6 +743,38 @@ static int env_build(struct env *e, const struct options *opt) {
             return -1;
         env_unset_prefix(e, var);
         free(var);
+    }
+
+    /* The configuration file: below hvdrun's own environment (a variable
+     * already set, in its HVD_ or HOROVOD_ form, wins) and below -x. */
+    if (opt->config_file != NULL) {
+        hvd_config_vars cv;
+        char err[512];
+
+        if (hvd_config_file_read(opt->config_file, &cv, err, sizeof(err)) !=
+            0) {
+            say("--config-file %s: %s", opt->config_file, err);
+            return -2;
+        }
+        for (size_t k = 0; k < cv.nnotes; k++)
+            HVD_WARN("hvdrun", "--config-file %s: %s", opt->config_file,
+                     cv.notes[k]);
+        for (size_t k = 0; k < cv.n; k++) {
+            char name[128];
+            const char *alias;
+
+            snprintf(name, sizeof(name), "%.*s", (int)strcspn(cv.vars[k], "="),
+                     cv.vars[k]);
+            alias = hvd_env_horovod_name(name);
+            if (env_get(e, name) != NULL ||
+                (alias != NULL && env_get(e, alias) != NULL))
+                continue;
+            if ((var = strdup(cv.vars[k])) == NULL || env_put(e, var) != 0) {
+                hvd_config_vars_free(&cv);
+                return -1;
+            }
+        }
+        hvd_config_vars_free(&cv);
     }
 
     for (int k = 0; k < opt->nexports; k++) {
@@ -1081,8 +1126,14 @@ static int job_setup(struct job *job, struct host *hosts, int nhosts) {
         }
     }
 
-    if (env_build(&job->env, opt) != 0)
+    switch (env_build(&job->env, opt)) {
+    case 0:
+        break;
+    case -2: /* a bad configuration file: said why */
+        return -1;
+    default:
         goto no_memory;
+    }
     if (choose_bind_addr(job, env_get(&job->env, "HVD_IFACE")) != 0)
         return -1;
 

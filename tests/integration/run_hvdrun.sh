@@ -63,6 +63,49 @@ kill -TERM $pid
 wait $pid
 check "SIGTERM forwarded" 143 $?
 
+# HOROVOD_* beside HVD_*, as horovodrun's ranks have them.
+out=$(timeout 30 "$hvdrun" -np 2 sh -c 'echo $HOROVOD_RANK/$HOROVOD_SIZE $HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE $HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE' | sort)
+check "HOROVOD_RANK and friends" "[0] 0/2 0/2 0/1
+[1] 1/2 1/2 0/1" "$out"
+
+# --config-file: horovodrun's YAML keys become HVD_* variables; hvdrun's
+# environment and -x win over it; a bad key or value is refused by name.
+cfg=$(mktemp)
+trap 'rm -f "$cfg"' EXIT
+cat >"$cfg" <<'YAML'
+params:
+  fusion_threshold_mb: 32
+  cycle_time_ms: 2
+  cache_capacity: 512
+  hierarchical_allreduce: true
+timeline:
+  filename: /tmp/hvd-config-test.json
+  mark_cycles: true
+stall_check:
+  warning_time_seconds: 30
+  shutdown_time_seconds: 90
+logging:
+  level: FATAL
+YAML
+vars='echo $HVD_FUSION_THRESHOLD $HVD_CYCLE_TIME_MS $HVD_CACHE_CAPACITY $HVD_ALGORITHM $HVD_TIMELINE $HVD_TIMELINE_MARK_CYCLES $HVD_STALL_CHECK_SECONDS $HVD_STALL_SHUTDOWN_SECONDS $HVD_LOG_LEVEL'
+out=$(env -u HVD_LOG_LEVEL timeout 30 "$hvdrun" --config-file "$cfg" -np 1 sh -c "$vars")
+check "--config-file" "[0] 33554432 2 512 hier /tmp/hvd-config-test.json 1 30 90 error" "$out"
+out=$(HOROVOD_CACHE_CAPACITY=7 timeout 30 "$hvdrun" --config-file "$cfg" -np 1 \
+    -x HVD_CYCLE_TIME_MS=9 sh -c 'echo ${HVD_CACHE_CAPACITY:-unset} $HOROVOD_CACHE_CAPACITY $HVD_CYCLE_TIME_MS')
+check "--config-file below the environment and -x" "[0] unset 7 9" "$out"
+printf 'stall_check:\n  enabled: false\n' >"$cfg"
+out=$(timeout 30 "$hvdrun" --config-file "$cfg" -np 1 sh -c 'echo $HVD_STALL_CHECK_SECONDS')
+check "--config-file stall_check.enabled false" "[0] 0" "$out"
+printf 'params:\n  fusion_treshold_mb: 3\n' >"$cfg"
+msg=$(timeout 30 "$hvdrun" --config-file "$cfg" -np 1 true 2>&1)
+check "--config-file unknown key exits 1" 1 $?
+check "--config-file unknown key named" "hvdrun: --config-file $cfg: params.fusion_treshold_mb: not a key of horovodrun's configuration file" "$msg"
+printf 'params:\n  cache_capacity: lots\n' >"$cfg"
+msg=$(timeout 30 "$hvdrun" --config-file "$cfg" -np 1 true 2>&1)
+check "--config-file bad value named" "hvdrun: --config-file $cfg: params.cache_capacity: 'lots' is not a whole number of entries" "$msg"
+msg=$(timeout 30 "$hvdrun" --config-file /nonexistent.yaml -np 1 true 2>&1)
+check "--config-file missing file" "hvdrun: --config-file /nonexistent.yaml: cannot open it: No such file or directory" "$msg"
+
 [ $fails -eq 0 ] && echo "run_hvdrun: PASS" && exit 0
 echo "run_hvdrun: $fails FAILED"
 exit 1
