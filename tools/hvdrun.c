@@ -2147,12 +2147,48 @@ static int is_hvd_name(const char *const *names, size_t n, const char *name,
  * variables of hvdrun's environment are passed with -x. Returns only on
  * failure, with hvdrun's exit status.
  */
+/* --mpi with --config-file: the file's variables go into hvdrun's own
+ * environment where not set there (in their HVD_ or HOROVOD_ form), so that
+ * they are passed on with -x like every HVD_* variable. */
+static int config_to_environ(const struct options *opt) {
+    hvd_config_vars cv;
+    char err[512];
+
+    if (opt->config_file == NULL)
+        return 0;
+    if (hvd_config_file_read(opt->config_file, &cv, err, sizeof(err)) != 0) {
+        say("--config-file %s: %s", opt->config_file, err);
+        return -1;
+    }
+    for (size_t k = 0; k < cv.nnotes; k++)
+        HVD_WARN("hvdrun", "--config-file %s: %s", opt->config_file,
+                 cv.notes[k]);
+    for (size_t k = 0; k < cv.n; k++) {
+        char *name = strndup(cv.vars[k], strcspn(cv.vars[k], "="));
+        const char *alias = name != NULL ? hvd_env_horovod_name(name) : NULL;
+
+        if (name == NULL ||
+            (getenv(name) == NULL && (alias == NULL || getenv(alias) == NULL) &&
+             setenv(name, strchr(cv.vars[k], '=') + 1, 0) != 0)) {
+            free(name);
+            hvd_config_vars_free(&cv);
+            say("--config-file %s: out of memory", opt->config_file);
+            return -1;
+        }
+        free(name);
+    }
+    hvd_config_vars_free(&cv);
+    return 0;
+}
+
 static int run_mpirun(const struct options *opt) {
     const char *iface = opt->iface != NULL ? opt->iface : getenv("HVD_IFACE");
     struct strv a = {0};
     struct sbuf hosts = {0};
     char num[32];
 
+    if (config_to_environ(opt) != 0)
+        return EXIT_USAGE;
     strv_push(&a, "mpirun");
     strv_push(&a, "-np");
     snprintf(num, sizeof(num), "%d", opt->np);

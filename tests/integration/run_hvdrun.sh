@@ -103,6 +103,12 @@ check "--config-file unknown key named" "hvdrun: --config-file $cfg: params.fusi
 printf 'params:\n  cache_capacity: lots\n' >"$cfg"
 msg=$(timeout 30 "$hvdrun" --config-file "$cfg" -np 1 true 2>&1)
 check "--config-file bad value named" "hvdrun: --config-file $cfg: params.cache_capacity: 'lots' is not a whole number of entries" "$msg"
+# --mpi passes the file's variables to mpirun's ranks (-x).
+if command -v mpirun >/dev/null 2>&1; then
+    printf 'params:\n  cache_capacity: 64\n' >"$cfg"
+    out=$(env -u HVD_CACHE_CAPACITY timeout 60 "$hvdrun" --mpi --config-file "$cfg" -np 1 sh -c 'echo $HVD_CACHE_CAPACITY' 2>/dev/null)
+    check "--mpi --config-file" "64" "$out"
+fi
 msg=$(timeout 30 "$hvdrun" --config-file /nonexistent.yaml -np 1 true 2>&1)
 check "--config-file missing file" "hvdrun: --config-file /nonexistent.yaml: cannot open it: No such file or directory" "$msg"
 
