@@ -99,9 +99,11 @@ def main(argv=None):
                    else hvd.Compression.none)
     # Horovod: average the gradients over the ranks.
     opt = hvd.DistributedOptimizer(opt, compression=compression)
+    # jit_compile=False: hvd's allreduce has no XLA kernel, and Keras 3
+    # compiles with XLA by default when it sees a GPU.
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        optimizer=opt)
+        optimizer=opt, jit_compile=False)
 
     # Synthetic data, different on every rank.
     rs = np.random.RandomState(1234 + hvd.rank())

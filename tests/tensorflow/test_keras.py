@@ -17,6 +17,7 @@ match):
 Models are tiny and float64 (Keras' floatx is float64 in this module).
 """
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -197,6 +198,27 @@ def test_fit_backward_passes_per_step(average):
     assert int(opt._agg_helper.counter.numpy()) == 0
 
 
+@pytest.mark.parametrize("passes", [1, 2])
+def test_fit_run_eagerly(passes):
+    # model.fit(run_eagerly=True): apply() runs eagerly, every step.
+    needs_even_split()
+    x, y = global_data()
+    want, _ = reference(x, y, lambda: keras.optimizers.SGD(LR, momentum=0.5),
+                        epochs=1, passes=passes)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=0.5),
+                                   backward_passes_per_step=passes)
+    model, _ = fit_distributed(x, y, opt, epochs=1, run_eagerly=True)
+    assert_weights_close(model.get_weights(), want, 1e-5)
+
+
+def test_fit_jit_compile_refused_clearly():
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(LR))
+    model = make_model()
+    model.compile(optimizer=opt, loss="mse", jit_compile=True)
+    with pytest.raises(ValueError, match="jit_compile=False"):
+        model.fit(*global_data(steps=1), batch_size=GB, verbose=0)
+
+
 def test_fit_fp16_compression():
     needs_even_split()
     x, y = global_data()
@@ -341,20 +363,12 @@ def test_groups_and_predivide():
         for v in (a, b, c):
             v.assign(tf.zeros_like(v))
         with pytest.warns(DeprecationWarning) if "num_groups" in kw else \
-                _nullcontext():
+                contextlib.nullcontext():
             opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), **kw)
         opt.apply_gradients([(ga, a), (gb, b), (gc, c)])
         for v, g in ((a, ga), (b, gb), (c, gc)):
             np.testing.assert_allclose(v.numpy(), -g.numpy() / (r + 1) * mean,
                                        rtol=1e-12)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def test_register_local_var():
@@ -368,6 +382,43 @@ def test_register_local_var():
     np.testing.assert_allclose(w.numpy(), -np.array([1.0, 2.0]) * (n + 1) / 2)
     # Horovod's scale_local_gradients: the local gradient divided by size.
     np.testing.assert_allclose(loc.numpy(), -g.numpy() / n)
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_partial_distributed_optimizer(passes):
+    # Horovod's test_partial_distributed_optimizer, on Keras 3: the
+    # gradients of the local layers' weights stay this rank's (divided by
+    # size), the others are averaged.
+    n, r = n_r()
+    model = keras.Sequential([
+        keras.Input((3,)),
+        keras.layers.Dense(2, kernel_initializer=keras.initializers.Constant(
+            r + 1.0)),
+        keras.layers.Dense(3)])
+    model.set_weights([w if i < 2 else np.full(w.shape, 0.5)
+                       for i, w in enumerate(model.get_weights())])
+    x = tf.constant(np.random.RandomState(r).uniform(size=(2, 3)))
+    y = tf.constant(np.ones((2, 3)))
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_mean((model(x) - y) ** 2)
+    tape_grads = tape.gradient(loss, model.trainable_weights)
+    local = model.layers[0]
+    opt = hvd.PartialDistributedOptimizer(
+        keras.optimizers.SGD(1.0), local_layers=local,
+        backward_passes_per_step=passes)
+    got = [None] * 4
+    for _ in range(passes):
+        gv = opt._compute_gradients(loss, model.trainable_weights, tape=tape)
+        got = [g.numpy() for g, _ in gv]
+    everyone = gathered([g.numpy() for g in tape_grads])
+    for i, g in enumerate(got):
+        if i < 2:   # local
+            np.testing.assert_allclose(
+                g, passes * tape_grads[i].numpy() / n, rtol=1e-12)
+        else:
+            np.testing.assert_allclose(
+                g, passes * np.mean([e[i] for e in everyone], axis=0),
+                rtol=1e-12)
 
 
 def test_options_and_errors():
@@ -419,13 +470,14 @@ def test_broadcast_global_variables_callback():
         0, local_variables=[local])
     fit_distributed(x, y, opt, epochs=1, callbacks=[cb], model=model)
     assert cb.broadcast_done
+    # Every rank checks every rank's weights (a failure is seen by all,
+    # and no rank skips the collectives that follow).
     want = make_model(seed=100).get_weights()
-    got = model.get_weights()
-    for i, (g, w) in enumerate(zip(got, want)):
-        if i == 3:
-            np.testing.assert_array_equal(g, local_before)
-        else:
-            np.testing.assert_array_equal(g, w)
+    everyone = gathered((model.get_weights(), local_before))
+    for r_got, (got, loc) in enumerate(everyone):
+        for i, (g, w) in enumerate(zip(got, want)):
+            np.testing.assert_array_equal(g, loc if i == 3 else w,
+                                          err_msg="rank %d" % r_got)
     # The optimizer's variables (iterations, momenta) too.
     for v in opt.variables:
         assert_same_on_all_ranks(v.numpy(), exact=True)

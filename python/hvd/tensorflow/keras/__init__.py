@@ -15,7 +15,8 @@ Keras that TensorFlow ships (Keras 3, ``import keras`` / ``tf.keras``)::
 import tensorflow as tf
 
 import hvd.tensorflow as _hvd
-from hvd.tensorflow import (Average, Sum, Min, Max, Product, Compression,
+from hvd.tensorflow import (  # noqa: F401 (re-exported)
+                            Average, Sum, Min, Max, Product, Compression,
                             init, shutdown, is_initialized, size, local_size,
                             cross_size, rank, local_rank, cross_rank,
                             mpi_built, nccl_built)
@@ -34,7 +35,7 @@ for _n in _OPTIONAL:
         globals()[_n] = getattr(_hvd, _n)
 del _n
 
-from hvd.tensorflow.keras import callbacks  # noqa: E402
+from hvd.tensorflow.keras import callbacks  # noqa: E402,F401
 from hvd.tensorflow.keras import _optimizer as _impl  # noqa: E402
 
 
@@ -47,7 +48,9 @@ def DistributedOptimizer(optimizer, name=None,
                          backward_passes_per_step=1,
                          average_aggregated_gradients=False,
                          num_groups=0,
-                         groups=None):
+                         groups=None,
+                         process_set=None,
+                         scale_local_gradients=True):
     """Wraps a keras.optimizers.Optimizer so that the gradients it applies
     are first combined (averaged by default) over all ranks.
 
@@ -76,7 +79,13 @@ def DistributedOptimizer(optimizer, name=None,
         groups: an integer n (the gradients go in n grouped allreduces) or a
             list of lists of variables (each list one grouped allreduce, a
             variable in none a group of its own).
+        process_set: Horovod's; hvd has the global set only (None).
+        scale_local_gradients: divide the gradients of variables registered
+            with opt.register_local_var (not allreduced) by size.
     """
+    if process_set is not None:
+        raise NotImplementedError("hvd has no process sets: process_set "
+                                  "must be None (all ranks)")
     if op != Average and op != Sum:
         raise ValueError('op currently only supports Average and Sum')
     if num_groups != 0:
@@ -98,7 +107,45 @@ def DistributedOptimizer(optimizer, name=None,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients,
-        groups=groups)
+        groups=groups, scale_local_gradients=scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer, name=None,
+                                device_dense='', device_sparse='',
+                                compression=Compression.none,
+                                sparse_as_dense=False,
+                                gradient_predivide_factor=1.0,
+                                op=Average,
+                                backward_passes_per_step=1,
+                                average_aggregated_gradients=False,
+                                groups=None, process_set=None,
+                                local_layers=None,
+                                scale_local_gradients=True):
+    """Horovod's (horovod.keras): a DistributedOptimizer whose gradients
+    for the trainable weights of local_layers (a keras Layer or a list of
+    them) are not allreduced but kept local (divided by size when
+    scale_local_gradients). process_set: only the global set (None)."""
+    import keras
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(l, keras.layers.Layer) for l in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer "
+                         "type.")
+    opt = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense,
+        device_sparse=device_sparse, compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups, process_set=process_set,
+        scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
 
 
 def broadcast_global_variables(root_rank):
@@ -187,7 +234,8 @@ __all__ = [
     "init", "shutdown", "is_initialized", "size", "local_size", "cross_size",
     "rank", "local_rank", "cross_rank", "mpi_built", "nccl_built", "Average",
     "Sum", "Min", "Max", "Product", "Compression", "callbacks",
-    "DistributedOptimizer", "broadcast_global_variables", "allreduce",
+    "DistributedOptimizer", "PartialDistributedOptimizer",
+    "broadcast_global_variables", "allreduce",
     "allgather", "broadcast", "load_model",
 ] + [n for n in _OPTIONAL if n in globals()] + (
     ["reducescatter"] if "reducescatter" in globals() else [])

@@ -28,6 +28,35 @@ def _is_sparse(grad):
     return isinstance(grad, tf.IndexedSlices)
 
 
+def _ref(v):
+    """A hashable key for a tf.Variable or a keras.Variable (whose
+    tf.Variable is its .value in the TensorFlow backend; keras.Variable has
+    no .ref())."""
+    inner = getattr(v, "value", None)
+    if not isinstance(inner, tf.Variable):
+        inner = getattr(v, "_value", None)
+    if isinstance(inner, tf.Variable):
+        v = inner
+    return v.ref() if hasattr(v, "ref") else id(v)
+
+
+def _check_not_xla():
+    """hvd's collectives have no XLA kernels: say so clearly, and how to
+    avoid it, instead of TensorFlow's 'unsupported operations'."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+        in_xla = control_flow_util.GraphOrParentsInXlaContext(
+            tf.compat.v1.get_default_graph())
+    except Exception:  # pragma: no cover - private API moved
+        return
+    if in_xla:
+        raise ValueError(
+            "hvd DistributedOptimizer: the gradients' allreduce cannot be "
+            "compiled by XLA; pass jit_compile=False to model.compile() "
+            "(Keras 3 turns XLA on by default when a GPU is visible) or to "
+            "tf.function()")
+
+
 def _split_evenly(items, n):
     """n consecutive groups of items whose sizes differ by at most one."""
     n = max(1, min(int(n), len(items))) if items else 1
@@ -63,8 +92,7 @@ class _Reducer:
             self.postscale = 1.0
         # A list of lists of variables is kept as lists of refs.
         if isinstance(groups, list):
-            self.groups = [[v.ref() if hasattr(v, "ref") else v for v in g]
-                           for g in groups]
+            self.groups = [[_ref(v) for v in g] for g in groups]
         else:
             self.groups = groups
 
@@ -84,6 +112,7 @@ class _Reducer:
                                       postscale_factor=self.postscale)
 
     def __call__(self, grads, variables):
+        _check_not_xla()
         grads = list(grads)
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if _is_sparse(g) else g
@@ -99,8 +128,7 @@ class _Reducer:
             if isinstance(self.groups, list):
                 index_of = {}
                 for i in present:
-                    v = variables[i]
-                    index_of[v.ref() if hasattr(v, "ref") else v] = i
+                    index_of[_ref(variables[i])] = i
                 split = []
                 for group in self.groups:
                     idx = [index_of.pop(r) for r in group if r in index_of]
@@ -134,12 +162,12 @@ class _AggregationHelper:
     object: they are not optimizer variables, so a saved model's optimizer
     state is that of the wrapped optimizer and loads into it."""
 
-    def __init__(self, backward_passes_per_step, reducer, sparse_as_dense,
+    def __init__(self, backward_passes_per_step, reduce_fn, sparse_as_dense,
                  average_aggregated_gradients):
         if backward_passes_per_step <= 0:
             raise ValueError("backward_passes_per_step must be > 0")
         self.backward_passes_per_step = int(backward_passes_per_step)
-        self.reducer = reducer
+        self.reduce_fn = reduce_fn  # (grads, variables) -> reduced grads
         self.sparse_as_dense = sparse_as_dense
         self.average_aggregated_gradients = average_aggregated_gradients
         with tf.init_scope():
@@ -182,8 +210,8 @@ class _AggregationHelper:
         present = [k for k, s in enumerate(summed) if s is not None]
 
         def reduce_and_clear():
-            reduced = self.reducer([summed[k] for k in present],
-                                   [variables[k] for k in present])
+            reduced = self.reduce_fn([summed[k] for k in present],
+                                     [variables[k] for k in present])
             if self.average_aggregated_gradients:
                 reduced = [r / self.backward_passes_per_step for r in reduced]
             with tf.control_dependencies([tf.identity(r) for r in reduced]):
@@ -243,7 +271,7 @@ class _DistributedMixin:
             helper = None
             if o["backward_passes_per_step"] > 1:
                 helper = _AggregationHelper(
-                    o["backward_passes_per_step"], reducer,
+                    o["backward_passes_per_step"], self._hvd_allreduce,
                     o["sparse_as_dense"], o["average_aggregated_gradients"])
             # object.__setattr__: no Keras variable tracking of these.
             object.__setattr__(self, "_hvd_reducer", reducer)
@@ -274,7 +302,7 @@ class _DistributedMixin:
         allreduced (it is divided by size, as Horovod's
         scale_local_gradients=True does)."""
         self._hvd_state()
-        self.__dict__["_hvd_local_vars"].add(var.ref())
+        self.__dict__["_hvd_local_vars"].add(_ref(var))
 
     # -- Keras 3 hooks ----------------------------------------------------
 
@@ -328,23 +356,32 @@ class _DistributedMixin:
     # -- Horovod's API ------------------------------------------------------
 
     def _hvd_reduce(self, grads, variables):
-        reducer = self._hvd_state()
+        """This step's gradients as they are to be applied: allreduced, or
+        (backward_passes_per_step > 1) accumulated and allreduced on every
+        backward_passes_per_step-th step."""
+        self._hvd_state()
         helper = self.__dict__["_hvd_agg"]
-        local = self.__dict__["_hvd_local_vars"]
         if helper is not None:
             indices = [self._get_variable_index(v) for v in variables]
             return helper.compute_gradients(grads, variables, indices)
-        keep = [k for k, v in enumerate(variables)
-                if not (local and v.ref() in local)]
+        return self._hvd_allreduce(grads, variables)
+
+    def _hvd_allreduce(self, grads, variables):
+        """Allreduces grads but those of registered local variables, which
+        are divided by size (Horovod's scale_local_gradients)."""
+        reducer = self._hvd_state()
+        local = self.__dict__["_hvd_local_vars"]
+        is_local = [bool(local) and _ref(v) in local for v in variables]
+        keep = [k for k in range(len(variables)) if not is_local[k]]
         out = list(grads)
         red = reducer([grads[k] for k in keep], [variables[k] for k in keep])
         for k, r in zip(keep, red):
             out[k] = r
-        if local:
+        if any(is_local) and self._hvd_options["scale_local_gradients"]:
             n = float(_hvd.size())
-            for k, v in enumerate(variables):
+            for k in range(len(variables)):
                 g = out[k]
-                if v.ref() in local and g is not None:
+                if is_local[k] and g is not None:
                     if _is_sparse(g):
                         out[k] = tf.IndexedSlices(g.values / n, g.indices,
                                                   g.dense_shape)
@@ -385,7 +422,8 @@ def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
                                  compression, sparse_as_dense,
                                  gradient_predivide_factor, op,
                                  backward_passes_per_step,
-                                 average_aggregated_gradients, groups):
+                                 average_aggregated_gradients, groups,
+                                 scale_local_gradients=True):
     import keras
 
     if isinstance(optimizer, _DistributedMixin):
@@ -401,7 +439,7 @@ def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=int(backward_passes_per_step),
         average_aggregated_gradients=average_aggregated_gradients,
-        groups=groups)
+        groups=groups, scale_local_gradients=scale_local_gradients)
     cls = type(base.__name__, (_DistributedMixin, base),
                {"_hvd_options": options, "__module__": base.__module__,
                 "__qualname__": base.__qualname__,

@@ -4,11 +4,11 @@ Each rank must pass the same callbacks in the same order: they run
 collectives (a broadcast, allreduces) that every rank joins.
 """
 
-import numpy as np
 import tensorflow as tf
 import keras
 
 import hvd.tensorflow as _hvd
+from hvd.tensorflow.keras._optimizer import _ref
 
 
 def _value(x):
@@ -26,16 +26,6 @@ def _tf_variable(v):
     # A keras.Variable of the TensorFlow backend holds a tf.Variable.
     inner = getattr(v, "value", None)
     return inner if isinstance(inner, tf.Variable) else v
-
-
-def _assign_broadcasts(variables, root_rank):
-    for v in variables:
-        v.assign(_hvd.broadcast(v, root_rank))
-
-
-# One traced function broadcasts them all, every broadcast in flight at
-# once (in a graph each is keyed by its own name).
-_broadcast_group = tf.function(_assign_broadcasts)
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -69,17 +59,18 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     def register_local_var(self, var):
         """Registers a variable as worker local: it is not broadcast."""
-        self._local_vars.add(_tf_variable(var).ref())
+        self._local_vars.add(_ref(var))
 
     def _broadcast(self):
         variables = [v for v in _variables_of(self.model)
-                     if _tf_variable(v).ref() not in self._local_vars]
+                     if _ref(v) not in self._local_vars]
         opt = getattr(self.model, "optimizer", None)
         if opt is not None:
             variables += _variables_of(opt)
         with tf.device(self.device):
-            _broadcast_group([_tf_variable(v) for v in variables],
-                             self.root_rank)
+            # One traced function, every broadcast in flight at once.
+            _hvd.broadcast_variables([_tf_variable(v) for v in variables],
+                                     self.root_rank)
 
     def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
