@@ -725,6 +725,42 @@ static void env_free(struct env *e) {
     memset(e, 0, sizeof(*e));
 }
 
+/* Reads --config-file into *cv and warns of its notes; says why not. */
+static int config_read(const struct options *opt, hvd_config_vars *cv) {
+    char err[512];
+
+    if (hvd_config_file_read(opt->config_file, cv, err, sizeof(err)) != 0) {
+        say("--config-file %s: %s", opt->config_file, err);
+        return -1;
+    }
+    for (size_t k = 0; k < cv->nnotes; k++)
+        HVD_WARN("hvdrun", "--config-file %s: %s", opt->config_file,
+                 cv->notes[k]);
+    return 0;
+}
+
+/* 1 if the configuration file's var ("HVD_NAME=value") is set neither in
+ * its HVD_ nor in its HOROVOD_ form where get looks. */
+static int config_var_unset(const char *var,
+                            const char *(*get)(void *ctx, const char *name),
+                            void *ctx) {
+    char name[128];
+    const char *alias;
+
+    snprintf(name, sizeof(name), "%.*s", (int)strcspn(var, "="), var);
+    alias = hvd_env_horovod_name(name);
+    return get(ctx, name) == NULL && (alias == NULL || get(ctx, alias) == NULL);
+}
+
+static const char *env_lookup(void *e, const char *name) {
+    return env_get(e, name);
+}
+
+static const char *environ_lookup(void *unused, const char *name) {
+    (void)unused;
+    return getenv(name);
+}
+
 /* hvdrun's environment, less other launchers' variables, plus the
  * configuration file, -x and the options that set variables. Returns 0, -1
  * out of memory, -2 for a bad configuration file (said why). */
@@ -749,25 +785,11 @@ static int env_build(struct env *e, const struct options *opt) {
      * already set, in its HVD_ or HOROVOD_ form, wins) and below -x. */
     if (opt->config_file != NULL) {
         hvd_config_vars cv;
-        char err[512];
 
-        if (hvd_config_file_read(opt->config_file, &cv, err, sizeof(err)) !=
-            0) {
-            say("--config-file %s: %s", opt->config_file, err);
+        if (config_read(opt, &cv) != 0)
             return -2;
-        }
-        for (size_t k = 0; k < cv.nnotes; k++)
-            HVD_WARN("hvdrun", "--config-file %s: %s", opt->config_file,
-                     cv.notes[k]);
         for (size_t k = 0; k < cv.n; k++) {
-            char name[128];
-            const char *alias;
-
-            snprintf(name, sizeof(name), "%.*s", (int)strcspn(cv.vars[k], "="),
-                     cv.vars[k]);
-            alias = hvd_env_horovod_name(name);
-            if (env_get(e, name) != NULL ||
-                (alias != NULL && env_get(e, alias) != NULL))
+            if (!config_var_unset(cv.vars[k], env_lookup, e))
                 continue;
             if ((var = strdup(cv.vars[k])) == NULL || env_put(e, var) != 0) {
                 hvd_config_vars_free(&cv);
@@ -2152,33 +2174,25 @@ static int is_hvd_name(const char *const *names, size_t n, const char *name,
  * they are passed on with -x like every HVD_* variable. */
 static int config_to_environ(const struct options *opt) {
     hvd_config_vars cv;
-    char err[512];
+    int rc = 0;
 
     if (opt->config_file == NULL)
         return 0;
-    if (hvd_config_file_read(opt->config_file, &cv, err, sizeof(err)) != 0) {
-        say("--config-file %s: %s", opt->config_file, err);
+    if (config_read(opt, &cv) != 0)
         return -1;
-    }
-    for (size_t k = 0; k < cv.nnotes; k++)
-        HVD_WARN("hvdrun", "--config-file %s: %s", opt->config_file,
-                 cv.notes[k]);
-    for (size_t k = 0; k < cv.n; k++) {
+    for (size_t k = 0; k < cv.n && rc == 0; k++) {
         char *name = strndup(cv.vars[k], strcspn(cv.vars[k], "="));
-        const char *alias = name != NULL ? hvd_env_horovod_name(name) : NULL;
 
         if (name == NULL ||
-            (getenv(name) == NULL && (alias == NULL || getenv(alias) == NULL) &&
+            (config_var_unset(cv.vars[k], environ_lookup, NULL) &&
              setenv(name, strchr(cv.vars[k], '=') + 1, 0) != 0)) {
-            free(name);
-            hvd_config_vars_free(&cv);
             say("--config-file %s: out of memory", opt->config_file);
-            return -1;
+            rc = -1;
         }
         free(name);
     }
     hvd_config_vars_free(&cv);
-    return 0;
+    return rc;
 }
 
 static int run_mpirun(const struct options *opt) {

@@ -362,33 +362,49 @@ static TF_Tensor *output_like(TF_OpKernelContext *ctx, int i, TF_Tensor *in,
                                            s);
 }
 
-static void allreduce_compute(void *kp, TF_OpKernelContext *ctx,
-                              TF_AsyncOpKernelDoneCallback *done) {
-    const kernel *k = kp;
+/*
+ * The start of a kernel of one input and one output shaped as it: p with
+ * both tensors in *in and *out, or NULL when the kernel could not start
+ * (it has been failed and ended).
+ */
+static pending *start_one(TF_OpKernelContext *ctx,
+                          TF_AsyncOpKernelDoneCallback *done, const char *what,
+                          const kernel *k, TF_Tensor **in, TF_Tensor **out) {
     TF_Status *s = TF_NewStatus();
-    TF_Tensor *in = NULL, *out = NULL;
-    pending *p = pending_new(ctx, done, "allreduce", k, 2);
-    hvd_handle h = NULL;
-    hvd_status st;
+    pending *p = pending_new(ctx, done, what, k, 2);
 
+    *in = *out = NULL;
     if (p == NULL) {
-        fail_ctx(ctx, "allreduce", k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        fail_ctx(ctx, what, k->name, HVD_ERR_NO_MEMORY, "out of memory");
         TF_DeleteStatus(s);
         TF_RunAsyncOpKernelDoneCallback(done);
-        return;
+        return NULL;
     }
-    TF_GetInput(ctx, 0, &in, s);
+    TF_GetInput(ctx, 0, in, s);
     if (!tf_failed(ctx, s)) {
-        p->tensors[p->ntensors++] = in;
-        out = output_like(ctx, 0, in, s);
+        p->tensors[p->ntensors++] = *in;
+        *out = output_like(ctx, 0, *in, s);
     }
     if (tf_failed(ctx, s)) {
         TF_DeleteStatus(s);
         pending_end(p);
-        return;
+        return NULL;
     }
-    p->tensors[p->ntensors++] = out;
+    p->tensors[p->ntensors++] = *out;
     TF_DeleteStatus(s);
+    return p;
+}
+
+static void allreduce_compute(void *kp, TF_OpKernelContext *ctx,
+                              TF_AsyncOpKernelDoneCallback *done) {
+    const kernel *k = kp;
+    TF_Tensor *in, *out;
+    pending *p = start_one(ctx, done, "allreduce", k, &in, &out);
+    hvd_handle h = NULL;
+    hvd_status st;
+
+    if (p == NULL)
+        return;
     st = hvd_allreduce_async(op_name(k), data_of(in), data_of(out),
                              (size_t)TF_TensorElementCount(in),
                              (hvd_dtype)hvd_type_of(TF_TensorType(in)),
@@ -473,32 +489,15 @@ static void moved_as(TF_Tensor *t, size_t *count, hvd_dtype *type) {
 static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
                               TF_AsyncOpKernelDoneCallback *done) {
     const kernel *k = kp;
-    TF_Status *s = TF_NewStatus();
-    TF_Tensor *in = NULL, *out = NULL;
-    pending *p = pending_new(ctx, done, "broadcast", k, 2);
+    TF_Tensor *in, *out;
+    pending *p = start_one(ctx, done, "broadcast", k, &in, &out);
     hvd_handle h = NULL;
     hvd_dtype type;
     size_t count;
     hvd_status st;
 
-    if (p == NULL) {
-        fail_ctx(ctx, "broadcast", k->name, HVD_ERR_NO_MEMORY, "out of memory");
-        TF_DeleteStatus(s);
-        TF_RunAsyncOpKernelDoneCallback(done);
+    if (p == NULL)
         return;
-    }
-    TF_GetInput(ctx, 0, &in, s);
-    if (!tf_failed(ctx, s)) {
-        p->tensors[p->ntensors++] = in;
-        out = output_like(ctx, 0, in, s);
-    }
-    if (tf_failed(ctx, s)) {
-        TF_DeleteStatus(s);
-        pending_end(p);
-        return;
-    }
-    p->tensors[p->ntensors++] = out;
-    TF_DeleteStatus(s);
     /* The root sends its input; the others' output is overwritten. */
     if (TF_TensorData(out) != TF_TensorData(in) && hvd_rank() == k->root_rank)
         memcpy(data_of(out), data_of(in), TF_TensorByteSize(in));

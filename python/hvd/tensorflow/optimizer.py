@@ -4,6 +4,7 @@ horovod.tensorflow's."""
 
 import tensorflow as tf
 
+from hvd.tensorflow._reduce import LocalAggregation
 from hvd.tensorflow.compression import Compression
 from hvd.tensorflow.functions import broadcast_variables
 from hvd.tensorflow.gradient_tape import make_allreduce_grads_fn
@@ -43,66 +44,6 @@ class BroadcastGlobalVariablesHook(_v1.train.SessionRunHook):
         session.run(self.bcast_op)
 
 
-class _LocalAggregation:
-    """backward_passes_per_step > 1: gradients are summed locally and
-    allreduced, then applied, every n-th step only (Horovod's
-    LocalGradientAggregationHelper for graphs)."""
-
-    def __init__(self, n, allreduce_grads, average_aggregated):
-        self.n = n
-        self.allreduce_grads = allreduce_grads
-        self.average = average_aggregated
-        self.counter = None
-        self.sums = None
-
-    def compute_gradients(self, grads, variables):
-        if self.counter is None:
-            with tf.init_scope():
-                self.counter = _v1.Variable(0, dtype=tf.int32,
-                                            trainable=False,
-                                            name="hvd_aggregation_counter",
-                                            collections=[
-                                                _v1.GraphKeys.LOCAL_VARIABLES])
-                self.sums = [
-                    None if g is None else _v1.Variable(
-                        tf.zeros(v.shape, g.dtype), trainable=False,
-                        name="hvd_aggregated_%d" % i,
-                        collections=[_v1.GraphKeys.LOCAL_VARIABLES])
-                    for i, (g, v) in enumerate(zip(grads, variables))]
-        adds = [s.assign_add(tf.convert_to_tensor(g))
-                for s, g in zip(self.sums, grads) if g is not None]
-        with tf.control_dependencies(adds):
-            count = self.counter.assign_add(1)
-
-        def reduce_and_clear():
-            summed = [None if s is None else tf.identity(s) for s in self.sums]
-            if self.average:
-                summed = [None if s is None else s / self.n for s in summed]
-            reduced = self.allreduce_grads(summed, variables)
-            with tf.control_dependencies([r for r in reduced
-                                          if r is not None]):
-                clears = [s.assign(tf.zeros_like(s)) for s in self.sums
-                          if s is not None]
-                with tf.control_dependencies(clears):
-                    reset = self.counter.assign(0)
-            with tf.control_dependencies([reset]):
-                return [tf.zeros((), tf.float32) if r is None
-                        else tf.identity(r) for r in reduced]
-
-        def keep():
-            return [tf.zeros((), tf.float32) if s is None
-                    else tf.zeros_like(s) for s in self.sums]
-
-        out = tf.cond(tf.equal(count, self.n), reduce_and_clear, keep)
-        return [None if g is None else o for g, o in zip(grads, out)]
-
-    def apply_gradients(self, apply_fn, grads_and_vars):
-        deps = [g for g, _ in grads_and_vars if g is not None]
-        with tf.control_dependencies(deps):
-            return tf.cond(tf.equal(self.counter, 0), lambda: tf.group(
-                apply_fn()), tf.no_op)
-
-
 class _DistributedOptimizer(_v1.train.Optimizer):
     """Wraps a tf.compat.v1.train.Optimizer: compute_gradients returns the
     gradients averaged over every rank; the rest is the wrapped
@@ -124,9 +65,10 @@ class _DistributedOptimizer(_v1.train.Optimizer):
             op, gradient_predivide_factor, num_groups, groups)
         self._agg = None
         if backward_passes_per_step > 1:
-            self._agg = _LocalAggregation(backward_passes_per_step,
-                                          self._allreduce_grads,
-                                          average_aggregated_gradients)
+            self._agg = LocalAggregation(backward_passes_per_step,
+                                         self._allreduce_grads,
+                                         sparse_as_dense,
+                                         average_aggregated_gradients)
 
     def compute_gradients(self, *args, **kwargs):
         gradients = self._optimizer.compute_gradients(*args, **kwargs)
@@ -134,7 +76,9 @@ class _DistributedOptimizer(_v1.train.Optimizer):
             return gradients
         grads, variables = zip(*gradients)
         if self._agg is not None:
-            reduced = self._agg.compute_gradients(list(grads), list(variables))
+            self._agg.build(variables)
+            reduced = self._agg.compute_gradients(
+                list(grads), list(variables), list(range(len(variables))))
         else:
             reduced = self._allreduce_grads(list(grads), list(variables))
         return list(zip(reduced, variables))
@@ -145,7 +89,8 @@ class _DistributedOptimizer(_v1.train.Optimizer):
                                   else kwargs["grads_and_vars"])
             return self._agg.apply_gradients(
                 lambda: self._optimizer.apply_gradients(*args, **kwargs),
-                grads_and_vars)
+                tf.no_op, after=[g for g, _ in grads_and_vars
+                                 if g is not None])
         return self._optimizer.apply_gradients(*args, **kwargs)
 
     def get_slot(self, *args, **kwargs):

@@ -22,22 +22,9 @@ saved with it loads without hvd as the plain optimizer.
 import tensorflow as tf
 
 import hvd.tensorflow as _hvd
-
-
-def _is_sparse(grad):
-    return isinstance(grad, tf.IndexedSlices)
-
-
-def _ref(v):
-    """A hashable key for a tf.Variable or a keras.Variable (whose
-    tf.Variable is its .value in the TensorFlow backend; keras.Variable has
-    no .ref())."""
-    inner = getattr(v, "value", None)
-    if not isinstance(inner, tf.Variable):
-        inner = getattr(v, "_value", None)
-    if isinstance(inner, tf.Variable):
-        v = inner
-    return v.ref() if hasattr(v, "ref") else id(v)
+from hvd.tensorflow._reduce import GradientReducer, LocalAggregation
+from hvd.tensorflow._reduce import is_sparse as _is_sparse
+from hvd.tensorflow._reduce import ref as _ref
 
 
 def _check_not_xla():
@@ -57,197 +44,12 @@ def _check_not_xla():
             "tf.function()")
 
 
-def _split_evenly(items, n):
-    """n consecutive groups of items whose sizes differ by at most one."""
-    n = max(1, min(int(n), len(items))) if items else 1
-    q, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + q + (1 if i < r else 0)
-        out.append(items[start:end])
-        start = end
-    return [g for g in out if g]
-
-
-class _Reducer:
-    """Allreduces a list of gradients (None entries stay None), as
-    Horovod's _make_allreduce_grads_fn: Average is split into a prescale of
-    1/gradient_predivide_factor and a postscale of gradient_predivide_factor
-    (the runtime divides by size), sparse_as_dense densifies IndexedSlices,
-    groups asks for grouped allreduces."""
-
-    def __init__(self, name, device_dense, device_sparse, compression,
-                 sparse_as_dense, op, gradient_predivide_factor, groups):
-        self.name = name
-        self.device_dense = device_dense
-        self.device_sparse = device_sparse
-        self.compression = compression
-        self.sparse_as_dense = sparse_as_dense
-        self.op = op
-        if op == _hvd.Average:
-            self.prescale = 1.0 / gradient_predivide_factor
-            self.postscale = gradient_predivide_factor
-        else:
-            self.prescale = 1.0
-            self.postscale = 1.0
-        # A list of lists of variables is kept as lists of refs.
-        if isinstance(groups, list):
-            self.groups = [[_ref(v) for v in g] for g in groups]
-        else:
-            self.groups = groups
-
-    def _one(self, grad):
-        return _hvd.allreduce(grad, device_dense=self.device_dense,
-                              device_sparse=self.device_sparse,
-                              compression=self.compression, op=self.op,
-                              prescale_factor=self.prescale,
-                              postscale_factor=self.postscale)
-
-    def _group(self, grads):
-        return _hvd.grouped_allreduce(grads, device_dense=self.device_dense,
-                                      device_sparse=self.device_sparse,
-                                      compression=self.compression,
-                                      op=self.op,
-                                      prescale_factor=self.prescale,
-                                      postscale_factor=self.postscale)
+class _Reducer(GradientReducer):
+    """GradientReducer, refusing XLA with a sentence that says what to do."""
 
     def __call__(self, grads, variables):
         _check_not_xla()
-        grads = list(grads)
-        if self.sparse_as_dense:
-            grads = [tf.convert_to_tensor(g) if _is_sparse(g) else g
-                     for g in grads]
-        out = [None] * len(grads)
-        with tf.name_scope(self.name + "_Allreduce"):
-            if self.groups is None or self.groups == 0:
-                for i, g in enumerate(grads):
-                    if g is not None:
-                        out[i] = self._one(g)
-                return out
-            present = [i for i, g in enumerate(grads) if g is not None]
-            if isinstance(self.groups, list):
-                index_of = {}
-                for i in present:
-                    index_of[_ref(variables[i])] = i
-                split = []
-                for group in self.groups:
-                    idx = [index_of.pop(r) for r in group if r in index_of]
-                    if idx:
-                        split.append(idx)
-                # A variable in no group forms a group of its own.
-                split.extend([i] for i in sorted(index_of.values()))
-            else:
-                split = _split_evenly(present, self.groups)
-            for idx in split:
-                dense = [i for i in idx if not _is_sparse(grads[i])]
-                for i in idx:
-                    if _is_sparse(grads[i]):
-                        out[i] = self._one(grads[i])
-                if dense:
-                    for i, r in zip(dense, self._group([grads[i]
-                                                        for i in dense])):
-                        out[i] = r
-        return out
-
-
-class _AggregationHelper:
-    """Horovod's LocalGradientAggregationHelper(Eager) for Keras 3: each
-    call adds the local gradients into accumulators; every
-    backward_passes_per_step-th call allreduces the sums (divided by
-    backward_passes_per_step if average_aggregated_gradients), clears the
-    accumulators and sets ``counter`` back to 0. The optimizer applies only
-    when ``counter`` is 0 and otherwise just counts the iteration.
-
-    The accumulators and the counter are plain tf.Variables on this plain
-    object: they are not optimizer variables, so a saved model's optimizer
-    state is that of the wrapped optimizer and loads into it."""
-
-    def __init__(self, backward_passes_per_step, reduce_fn, sparse_as_dense,
-                 average_aggregated_gradients):
-        if backward_passes_per_step <= 0:
-            raise ValueError("backward_passes_per_step must be > 0")
-        self.backward_passes_per_step = int(backward_passes_per_step)
-        self.reduce_fn = reduce_fn  # (grads, variables) -> reduced grads
-        self.sparse_as_dense = sparse_as_dense
-        self.average_aggregated_gradients = average_aggregated_gradients
-        with tf.init_scope():
-            self.counter = tf.Variable(0, dtype=tf.int32, trainable=False,
-                                       name="aggregation_counter")
-        self.locally_aggregated_grads = {}  # variable index -> tf.Variable
-
-    def build(self, variables):
-        with tf.init_scope():
-            for i, v in enumerate(variables):
-                if i not in self.locally_aggregated_grads:
-                    self.locally_aggregated_grads[i] = tf.Variable(
-                        tf.zeros(v.shape, dtype=v.dtype), trainable=False,
-                        name="aggregated_grad_%d" % i)
-
-    def _dense(self, grad):
-        if _is_sparse(grad):
-            if not self.sparse_as_dense:
-                raise ValueError(
-                    "IndexedSlices are not supported when "
-                    "`backward_passes_per_step` > 1 and "
-                    "`sparse_as_dense` is False.")
-            return tf.convert_to_tensor(grad)
-        return grad
-
-    def compute_gradients(self, grads, variables, indices):
-        """grads[k] is the gradient of variables[k], which is the
-        optimizer's variable number indices[k]. Returns the allreduced sums
-        on a communicating step, the local sums on the others."""
-        accs = []
-        for g, i in zip(grads, indices):
-            if g is None:
-                accs.append(None)
-                continue
-            acc = self.locally_aggregated_grads[i]
-            acc.assign_add(tf.cast(self._dense(g), acc.dtype))
-            accs.append(acc)
-        self.counter.assign_add(1)
-        summed = [a.read_value() if a is not None else None for a in accs]
-        present = [k for k, s in enumerate(summed) if s is not None]
-
-        def reduce_and_clear():
-            reduced = self.reduce_fn([summed[k] for k in present],
-                                     [variables[k] for k in present])
-            if self.average_aggregated_gradients:
-                reduced = [r / self.backward_passes_per_step for r in reduced]
-            with tf.control_dependencies([tf.identity(r) for r in reduced]):
-                for k in present:
-                    accs[k].assign(tf.zeros_like(accs[k]))
-                self.counter.assign(0)
-                return [tf.identity(r) for r in reduced]
-
-        def keep():
-            return [tf.identity(summed[k]) for k in present]
-
-        if present:
-            result = tf.cond(
-                tf.equal(self.counter, self.backward_passes_per_step),
-                reduce_and_clear, keep)
-            if not isinstance(result, (list, tuple)):
-                result = [result]
-        else:
-            result = []
-        out = [None] * len(summed)
-        for k, r in zip(present, result):
-            out[k] = r
-        return out
-
-    def apply_gradients(self, apply_fn, count_fn):
-        """Runs apply_fn on the step that just communicated, count_fn
-        (which only counts the iteration) on the others."""
-        def run_apply():
-            apply_fn()
-            return tf.constant(True)
-
-        def run_count():
-            count_fn()
-            return tf.constant(False)
-
-        return tf.cond(tf.equal(self.counter, 0), run_apply, run_count)
+        return super().__call__(grads, variables)
 
 
 class _DistributedMixin:
@@ -270,7 +72,7 @@ class _DistributedMixin:
                                o["gradient_predivide_factor"], o["groups"])
             helper = None
             if o["backward_passes_per_step"] > 1:
-                helper = _AggregationHelper(
+                helper = LocalAggregation(
                     o["backward_passes_per_step"], self._hvd_allreduce,
                     o["sparse_as_dense"], o["average_aggregated_gradients"])
             # object.__setattr__: no Keras variable tracking of these.
