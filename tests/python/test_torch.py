@@ -3,6 +3,7 @@ op and dtype on tensors, in place and out of place, with exact results;
 async handles; autograd; DistributedOptimizer against a one-process
 reference with the same global batch; fp16 compression; errors."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -150,6 +151,20 @@ def test_scale_factors(dtype):
                          postscale_factor=0.25, name="scale2")
     assert out is x
     same(x, torch.full((5,), (n + 1) / 2, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dname)
+def test_scale_16bit_in_float32(dtype):
+    """A factor that float16 cannot hold: 16-bit floats are scaled in
+    float32 by the factor rounded to float32, as Horovod does."""
+    n = hvd.size()
+    # float16: scaled in float64 this gives 41.84, in float32 41.88.
+    factor = 0.19663828488605406
+    x = torch.full((7,), 212.875, dtype=dtype)
+    scaled = (x.float() * float(np.float32(factor))).to(dtype)
+    # n <= 2: the sum of n equal 16-bit values is exact (a doubling).
+    same(hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor,
+                       name="scale16"), scaled * n)
 
 
 @pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])

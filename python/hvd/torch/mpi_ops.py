@@ -8,6 +8,7 @@ CPU buffer first and the result copied back when the operation is
 synchronized.
 """
 
+import numpy as np
 import torch
 
 from hvd import _core
@@ -115,7 +116,11 @@ class TorchBackend:
     @staticmethod
     def scale(buf, factor, spec):
         with torch.no_grad():
-            if spec.floating:
+            if buf.dtype in (torch.float16, torch.bfloat16):
+                # In float32 by the factor rounded to float32, as Horovod
+                # scales 16-bit floats.
+                buf.copy_(buf.float().mul_(float(np.float32(factor))))
+            elif spec.floating:
                 buf.mul_(factor)
             else:
                 # Integers: in float64, truncated toward zero (as C casts).
