@@ -350,22 +350,36 @@ static void submitted(pending *p, hvd_status st, hvd_handle h) {
     }
 }
 
-/* An output shaped as input i, in input i's memory where TensorFlow can
- * give it (nobody else reads that input), else new. */
-static TF_Tensor *output_like(TF_OpKernelContext *ctx, int i, TF_Tensor *in,
-                              TF_Status *s) {
+/*
+ * Output i shaped as input i, in input i's memory where TensorFlow can give
+ * it (nobody else reads that input: the reduction then runs in place), else
+ * new. *in is input i, or NULL when it was forwarded (the output is then
+ * the input). This kernel's own reference to the input is dropped before
+ * asking, or TensorFlow could never forward it.
+ */
+static void in_and_out(TF_OpKernelContext *ctx, int i, TF_Tensor **in,
+                       TF_Tensor **out, TF_Status *s) {
     int64_t dims[MAX_DIMS];
-    int n = dims_of(in, dims);
-    int forwarded = -1;
+    TF_Tensor *probe = NULL;
+    int n, forwarded = -1;
 
-    return TF_ForwardInputOrAllocateOutput(ctx, &i, 1, i, dims, n, &forwarded,
-                                           s);
+    *in = *out = NULL;
+    TF_GetInput(ctx, i, &probe, s);
+    if (TF_GetCode(s) != TF_OK)
+        return;
+    n = dims_of(probe, dims);
+    TF_DeleteTensor(probe);
+    *out =
+        TF_ForwardInputOrAllocateOutput(ctx, &i, 1, i, dims, n, &forwarded, s);
+    if (TF_GetCode(s) == TF_OK && forwarded != i)
+        TF_GetInput(ctx, i, in, s);
 }
 
 /*
  * The start of a kernel of one input and one output shaped as it: p with
- * both tensors in *in and *out, or NULL when the kernel could not start
- * (it has been failed and ended).
+ * both tensors in *in and *out (the same one when TensorFlow forwarded the
+ * input: in place), or NULL when the kernel could not start (it has been
+ * failed and ended).
  */
 static pending *start_one(TF_OpKernelContext *ctx,
                           TF_AsyncOpKernelDoneCallback *done, const char *what,
@@ -380,18 +394,19 @@ static pending *start_one(TF_OpKernelContext *ctx,
         TF_RunAsyncOpKernelDoneCallback(done);
         return NULL;
     }
-    TF_GetInput(ctx, 0, in, s);
-    if (!tf_failed(ctx, s)) {
+    in_and_out(ctx, 0, in, out, s);
+    if (*in != NULL)
         p->tensors[p->ntensors++] = *in;
-        *out = output_like(ctx, 0, *in, s);
-    }
+    if (*out != NULL)
+        p->tensors[p->ntensors++] = *out;
     if (tf_failed(ctx, s)) {
         TF_DeleteStatus(s);
         pending_end(p);
         return NULL;
     }
-    p->tensors[p->ntensors++] = *out;
     TF_DeleteStatus(s);
+    if (*in == NULL)
+        *in = *out; /* forwarded: in place */
     return p;
 }
 
@@ -439,16 +454,17 @@ static void grouped_compute(void *kp, TF_OpKernelContext *ctx,
         return;
     }
     for (int i = 0; i < n; i++) {
-        TF_Tensor *in = NULL, *out;
+        TF_Tensor *in, *out;
 
-        TF_GetInput(ctx, i, &in, s);
+        in_and_out(ctx, i, &in, &out, s);
+        if (in != NULL)
+            p->tensors[p->ntensors++] = in;
+        if (out != NULL)
+            p->tensors[p->ntensors++] = out;
         if (tf_failed(ctx, s))
             break;
-        p->tensors[p->ntensors++] = in;
-        out = output_like(ctx, i, in, s);
-        if (tf_failed(ctx, s))
-            break;
-        p->tensors[p->ntensors++] = out;
+        if (in == NULL)
+            in = out; /* forwarded: in place */
         type = TF_TensorType(in);
         sends[i] = data_of(in);
         recvs[i] = data_of(out);

@@ -150,6 +150,28 @@ def test_grouped_allreduce(mode):
                                   base(3) * (N + 1) / 2)
 
 
+def test_in_place_when_forwarded():
+    """Inputs only the op reads (fresh tensors in a tf.function) are
+    reduced in place (TensorFlow forwards their buffer); the inputs a
+    caller still holds are not touched."""
+    x = tf.constant(base(1001) * (R + 1), tf.float32)
+
+    @tf.function
+    def f(v):
+        return (hvd.allreduce(v * 1.0, op=hvd.Sum),
+                hvd.broadcast(v + 0.0, N - 1),
+                hvd.grouped_allreduce([v * 1.0, v * 2.0], op=hvd.Sum))
+
+    for _ in range(2):
+        a, b, (g1, g2) = f(x)
+        total = base(1001) * N * (N + 1) / 2
+        np.testing.assert_array_equal(a.numpy(), total)
+        np.testing.assert_array_equal(b.numpy(), base(1001) * N)
+        np.testing.assert_array_equal(g1.numpy(), total)
+        np.testing.assert_array_equal(g2.numpy(), 2 * total)
+        np.testing.assert_array_equal(x.numpy(), base(1001) * (R + 1))
+
+
 def test_many_in_flight_in_one_function():
     """Fifty allreduces of one tf.function are in flight together."""
     xs = [tf.fill([i + 1], float(R + i)) for i in range(50)]
