@@ -5,7 +5,7 @@
 #   run_badnet.sh netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT LINKEM
 #
 # netem    tc netem on both ends of the link: 20 ms delay with 5 ms jitter,
-#          2 % loss, 10 % reordering. A 4-rank job runs 200 mixed
+#          2 % loss, 10 % reordering. A 4-rank job runs 120 mixed
 #          operations (allreduce, broadcast, allgather; up to 64 KiB) and
 #          every result must be exact. Where the kernel has no sch_netem,
 #          the link is a TUN device in each namespace and LINKEM
@@ -144,7 +144,7 @@ if [ $mode = netem ]; then
         emulator=netem
         ip netns exec "$ns_a" tc qdisc show dev $ifname
     fi
-    ops="--ops 200 --max-bytes 64K"
+    ops="--ops 120 --max-bytes 64K"
 else
     netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
         fail "could not make the namespaces"

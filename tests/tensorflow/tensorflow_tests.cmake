@@ -34,17 +34,27 @@ foreach(case ${hvd_tf_cases})
                        SKIP_RETURN_CODE 77)
 endforeach()
 
-# The TF1 example under Open MPI's mpirun (hvd bootstraps through MPI).
+# The examples under Open MPI's mpirun too (hvd bootstraps through MPI).
 if(HVD_WITH_TENSORFLOW AND HVD_MPIRUN)
   string(REPLACE ";" " " hvd_tf_mpirun "${HVD_MPIRUN}")
-  add_test(NAME tensorflow.example.tensorflow_seed.mpirun.np2
-           COMMAND sh ${HVD_TF_TESTS}/run_tf.sh --mpirun "${hvd_tf_mpirun}"
-                   "${HVD_TF_PYTHON}" $<TARGET_FILE:hvd>
-                   $<TARGET_FILE:hvd_tensorflow> 2
-                   ${CMAKE_SOURCE_DIR}/examples/tensorflow_seed.py --steps 40)
-  set_tests_properties(tensorflow.example.tensorflow_seed.mpirun.np2 PROPERTIES
-                       LABELS "tensorflow;python;mpi" TIMEOUT 300
-                       SKIP_RETURN_CODE 77)
+  foreach(case
+      "tensorflow_seed|--steps,40"
+      "tensorflow2_synthetic|--batch-size,8,--num-warmup-batches,1,--num-batches-per-iter,2,--num-iters,2"
+      "keras_synthetic|--batch-size,8,--num-batches,4,--epochs,1")
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 example)
+    list(GET case 1 args)
+    string(REPLACE "," ";" args "${args}")
+    set(test_name tensorflow.example.${example}.mpirun.np2)
+    add_test(NAME ${test_name}
+             COMMAND sh ${HVD_TF_TESTS}/run_tf.sh --mpirun "${hvd_tf_mpirun}"
+                     "${HVD_TF_PYTHON}" $<TARGET_FILE:hvd>
+                     $<TARGET_FILE:hvd_tensorflow> 2
+                     ${CMAKE_SOURCE_DIR}/examples/${example}.py ${args})
+    set_tests_properties(${test_name} PROPERTIES
+                         LABELS "tensorflow;python;mpi" TIMEOUT 300
+                         SKIP_RETURN_CODE 77)
+  endforeach()
 endif()
 
 # A rank dies: the other's collective raises a TF error with the sentence.
