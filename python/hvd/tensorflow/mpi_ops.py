@@ -23,7 +23,6 @@ import re
 import tensorflow as tf
 from tensorflow.python.framework import ops as _tf_ops
 
-from hvd import _core
 from hvd import _lib as L
 from hvd._core import (Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                        ccl_built, cross_rank, cross_size, cuda_built,
@@ -100,12 +99,6 @@ def _scale(tensor, factor):
         return tf.cast(tf.cast(tensor, tf.float64) * float(factor),
                        tensor.dtype)
     return tensor * tf.cast(factor, tensor.dtype)
-
-
-def _require_init(what):
-    if not is_initialized():
-        raise ValueError("%s: hvd is not initialized: call hvd.init() first"
-                         % what)
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0,
@@ -233,4 +226,3 @@ __all__ = [
     "broadcast", "join", "barrier", "size_op", "rank_op", "local_size_op",
     "local_rank_op", "Sum", "Average", "Min", "Max", "Product", "Adasum",
 ]
-_ = _core, _require_init

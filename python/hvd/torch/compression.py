@@ -4,30 +4,7 @@ their own dtype)."""
 
 import torch
 
-
-class Compressor:
-    """compress(tensor) -> (tensor to send, ctx); decompress(tensor, ctx)
-    -> the tensor in its original form."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from hvd._compression import Compressor, NoneCompressor
 
 
 class FP16Compressor(Compressor):
