@@ -294,11 +294,14 @@ static void swap_timeline(hvd_engine *eng) {
     hvd_timeline *next;
     int swap, marks;
 
+    /* Every loop of the engine asks: without the lock while nothing came. */
+    if (!__atomic_load_n(&eng->tl_swap, __ATOMIC_ACQUIRE))
+        return;
     pthread_mutex_lock(&lock);
     swap = eng->tl_swap;
     next = eng->tl_next;
     marks = eng->tl_next_marks;
-    eng->tl_swap = 0;
+    __atomic_store_n(&eng->tl_swap, 0, __ATOMIC_RELEASE);
     eng->tl_next = NULL;
     pthread_mutex_unlock(&lock);
     if (!swap)
@@ -317,7 +320,7 @@ void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
         replaced = eng->tl_next; /* never taken: nothing was written */
     eng->tl_next = tl;
     eng->tl_next_marks = mark_cycles;
-    eng->tl_swap = 1;
+    __atomic_store_n(&eng->tl_swap, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&cond);
     pthread_mutex_unlock(&lock);
     hvd_timeline_close(replaced);
