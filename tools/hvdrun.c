@@ -211,13 +211,7 @@ static const char *const job_vars[] = {"HVD_RANK",
                                        "HVD_RENDEZVOUS_ADDR",
                                        "HVD_RENDEZVOUS_PORT",
                                        "HVD_SECRET",
-                                       "HVD_JOB_ID",
-                                       "HOROVOD_RANK",
-                                       "HOROVOD_SIZE",
-                                       "HOROVOD_LOCAL_RANK",
-                                       "HOROVOD_LOCAL_SIZE",
-                                       "HOROVOD_CROSS_RANK",
-                                       "HOROVOD_CROSS_SIZE"};
+                                       "HVD_JOB_ID"};
 
 /* Variables of other launchers that the library would otherwise read. */
 static const char *const foreign_vars[] = {
@@ -279,8 +273,8 @@ static const char usage_text[] =
     "                     python3), transports and GPU support of this hvd\n"
     "\n"
     "Every rank gets HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK, HVD_LOCAL_SIZE,\n"
-    "HVD_CROSS_RANK, HVD_CROSS_SIZE (also as HOROVOD_RANK, ...),\n"
-    "HVD_RENDEZVOUS_ADDR, HVD_RENDEZVOUS_PORT,\n"
+    "HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR, "
+    "HVD_RENDEZVOUS_PORT,\n"
     "HVD_SECRET and HVD_JOB_ID (fresh for each job), plus HVD_IFACE and\n"
     "HVD_START_TIMEOUT_SECONDS from the options above. OMPI_COMM_WORLD_*,\n"
     "PMI_RANK, PMI_SIZE, SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID are\n"
@@ -1181,9 +1175,7 @@ static int job_setup(struct job *job, struct host *hosts, int nhosts) {
     HVD_INFO("hvdrun", "rendezvous server on %s:%d for %d ranks, job %s",
              job->bind_addr, port, np, job_hex);
 
-    /* HOROVOD_*: what horovodrun's ranks see, for trainers that read them. */
     if (env_set_int(&job->env, "HVD_SIZE", np) != 0 ||
-        env_set_int(&job->env, "HOROVOD_SIZE", np) != 0 ||
         env_set(&job->env, "HVD_RENDEZVOUS_ADDR", job->bind_addr) != 0 ||
         env_set_int(&job->env, "HVD_RENDEZVOUS_PORT", port) != 0 ||
         env_set(&job->env, "HVD_SECRET", job->secret) != 0 ||
@@ -1666,12 +1658,7 @@ static int spawn_rank(struct job *job, struct rank *r) {
         env_set_int(&job->env, "HVD_LOCAL_RANK", r->local_rank) != 0 ||
         env_set_int(&job->env, "HVD_LOCAL_SIZE", r->local_size) != 0 ||
         env_set_int(&job->env, "HVD_CROSS_RANK", r->cross_rank) != 0 ||
-        env_set_int(&job->env, "HVD_CROSS_SIZE", r->cross_size) != 0 ||
-        env_set_int(&job->env, "HOROVOD_RANK", r->index) != 0 ||
-        env_set_int(&job->env, "HOROVOD_LOCAL_RANK", r->local_rank) != 0 ||
-        env_set_int(&job->env, "HOROVOD_LOCAL_SIZE", r->local_size) != 0 ||
-        env_set_int(&job->env, "HOROVOD_CROSS_RANK", r->cross_rank) != 0 ||
-        env_set_int(&job->env, "HOROVOD_CROSS_SIZE", r->cross_size) != 0) {
+        env_set_int(&job->env, "HVD_CROSS_SIZE", r->cross_size) != 0) {
         say("cannot start rank %d: out of memory", r->index);
         return -1;
     }
