@@ -172,17 +172,22 @@ new_response(const centry *e, int rank, hvd_status status, const char *error) {
     r->mem = d->mem;
     r->n_counts = d->ncounts;
     r->counts = malloc((d->ncounts ? d->ncounts : 1) * sizeof(uint64_t));
+    r->n_shape = (size_t)d->ndims;
+    r->shape = malloc((d->ndims ? (size_t)d->ndims : 1) * sizeof(int64_t));
     r->status = status;
     r->error = strdup(error ? error : "");
     r->last_joined = -1;
-    if (r->name == NULL || r->counts == NULL || r->error == NULL) {
+    if (r->name == NULL || r->counts == NULL || r->shape == NULL ||
+        r->error == NULL) {
         free(r->name);
         free(r->counts);
+        free(r->shape);
         free(r->error);
         free(r);
         return NULL;
     }
     memcpy(r->counts, d->counts, d->ncounts * sizeof(uint64_t));
+    memcpy(r->shape, d->dims, (size_t)d->ndims * sizeof(int64_t));
     return r;
 }
 

@@ -16,7 +16,8 @@ enum {
 static hvd_status check_op(const char *what, const char *name, uint32_t kind,
                            uint32_t dtype, uint32_t op, int32_t root,
                            uint32_t mem, size_t ncounts, const uint64_t *counts,
-                           int size, hvd_opdesc *out) {
+                           size_t nshape, const int64_t *shape, int size,
+                           hvd_opdesc *out) {
     uint64_t total = 0;
     size_t esize;
 
@@ -50,6 +51,31 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
                                  name, (SIZE_MAX / 2) / esize);
         total += counts[i];
     }
+    if (nshape > 0) {
+        uint64_t product = 1;
+
+        if (nshape < 2 || nshape > HVD_DESC_MAX_DIMS || ncounts != 1 ||
+            (kind != HVD_KIND_ALLREDUCE && kind != HVD_KIND_BROADCAST))
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "%s '%s' with a shape of %zu dimensions "
+                                 "for %zu buffers of a %s",
+                                 what, name, nshape, ncounts,
+                                 hvd_kind_name((hvd_kind)kind));
+        for (size_t i = 0; i < nshape; i++) {
+            if (shape[i] < 0 ||
+                (shape[i] > 0 && product > UINT64_MAX / (uint64_t)shape[i]))
+                return hvd_error_set(HVD_ERR_TRANSPORT,
+                                     "%s '%s' with dimension %zu of %lld", what,
+                                     name, i, (long long)shape[i]);
+            product *= (uint64_t)shape[i];
+        }
+        if (product != counts[0])
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "%s '%s' with a shape of %llu elements "
+                                 "and a count of %llu",
+                                 what, name, (unsigned long long)product,
+                                 (unsigned long long)counts[0]);
+    }
     out->kind = (hvd_kind)kind;
     out->dtype = (hvd_dtype)dtype;
     out->op = (hvd_op)op;
@@ -57,14 +83,17 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     out->mem = (hvd_memtype)mem;
     out->ncounts = ncounts;
     out->counts = counts;
+    out->ndims = (int)nshape;
+    for (size_t i = 0; i < nshape; i++)
+        out->dims[i] = shape[i];
     return HVD_OK;
 }
 
 hvd_status hvd_ctrl_check_request(const Hvd__Engine__Request *req, int size,
                                   hvd_opdesc *desc_out) {
     return check_op("request", req->name, req->kind, req->dtype, req->op,
-                    req->root, req->mem, req->n_counts, req->counts, size,
-                    desc_out);
+                    req->root, req->mem, req->n_counts, req->counts,
+                    req->n_shape, req->shape, size, desc_out);
 }
 
 hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
@@ -72,7 +101,8 @@ hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
     hvd_opdesc d;
     hvd_status st =
         check_op("response", resp->name, resp->kind, resp->dtype, resp->op,
-                 resp->root, resp->mem, resp->n_counts, resp->counts, size, &d);
+                 resp->root, resp->mem, resp->n_counts, resp->counts,
+                 resp->n_shape, resp->shape, size, &d);
 
     if (st != HVD_OK)
         return st;

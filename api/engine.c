@@ -1270,15 +1270,20 @@ static Hvd__Engine__Response *timeout_response(const hvd_cache_entry *e,
     r->root = e->desc.root;
     r->mem = e->desc.mem;
     r->counts = malloc(e->desc.ncounts * sizeof(uint64_t));
+    r->shape =
+        malloc((e->desc.ndims ? (size_t)e->desc.ndims : 1) * sizeof(int64_t));
     r->status = HVD_ERR_TIMEOUT;
     r->error = strdup(text);
     r->last_joined = -1;
-    if (r->name == NULL || r->counts == NULL || r->error == NULL) {
+    if (r->name == NULL || r->counts == NULL || r->shape == NULL ||
+        r->error == NULL) {
         hvd__engine__response__free_unpacked(r, NULL);
         return NULL;
     }
     r->n_counts = e->desc.ncounts;
     memcpy(r->counts, e->desc.counts, e->desc.ncounts * sizeof(uint64_t));
+    r->n_shape = (size_t)e->desc.ndims;
+    memcpy(r->shape, e->desc.dims, (size_t)e->desc.ndims * sizeof(int64_t));
     return r;
 }
 
@@ -1624,6 +1629,8 @@ static hvd_status send_update(hvd_engine *eng, int stop) {
             it->mem = req->desc.mem;
             it->n_counts = req->desc.ncounts;
             it->counts = req->counts;
+            it->n_shape = (size_t)req->desc.ndims;
+            it->shape = req->desc.dims;
             it->age_s = (double)(now - req->t_submit) / 1e9;
             ptrs[u.n_requests++] = it;
             req->state = REQ_SENT;

@@ -1172,10 +1172,40 @@ static hvd_status wait_named(const char *fn, hvd_handle h, int *last_rank) {
     return st;
 }
 
-hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
-                               void *recvbuf, size_t count, hvd_dtype dtype,
-                               hvd_op op, hvd_handle *out) {
-    static const char fn[] = "hvd_allreduce";
+/*
+ * The element count of a shape of ndim dimensions, for fn: a sentence if
+ * the shape is malformed or its count does not fit a size_t.
+ */
+static hvd_status shape_count(const char *fn, const char *name, int ndim,
+                              const int64_t *shape, size_t *count) {
+    size_t n = 1;
+
+    if (ndim < 0 || (ndim > 0 && shape == NULL))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): a shape needs ndim >= 0 (got %d) and "
+                             "its dimensions",
+                             fn, NAME(name), ndim);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): dimension %d of the shape is %lld",
+                                 fn, NAME(name), i, (long long)shape[i]);
+        if (shape[i] > 0 && n > SIZE_MAX / (uint64_t)shape[i])
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): the shape has more elements than "
+                                 "a size_t counts",
+                                 fn, NAME(name));
+        n *= (size_t)shape[i];
+    }
+    *count = n;
+    return HVD_OK;
+}
+
+/* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
+static hvd_status allreduce_async(const char *fn, const char *name,
+                                  const void *sendbuf, void *recvbuf,
+                                  size_t count, int ndim, const int64_t *shape,
+                                  hvd_dtype dtype, hvd_op op, hvd_handle *out) {
     hvd_request *req;
     hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
@@ -1199,7 +1229,28 @@ hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
     req->send[0] = sendbuf;
     req->recv[0] = recvbuf;
     req->counts[0] = count;
+    hvd_opdesc_set_shape(&req->desc, ndim, shape);
     return hand_over(fn, req, out);
+}
+
+hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
+                               void *recvbuf, size_t count, hvd_dtype dtype,
+                               hvd_op op, hvd_handle *out) {
+    return allreduce_async("hvd_allreduce", name, sendbuf, recvbuf, count, 0,
+                           NULL, dtype, op, out);
+}
+
+hvd_status hvd_allreduce_shaped_async(const char *name, const void *sendbuf,
+                                      void *recvbuf, int ndim,
+                                      const int64_t *shape, hvd_dtype dtype,
+                                      hvd_op op, hvd_handle *out) {
+    static const char fn[] = "hvd_allreduce";
+    size_t count = 0;
+    hvd_status st = shape_count(fn, name, ndim, shape, &count);
+
+    return st != HVD_OK ? st
+                        : allreduce_async(fn, name, sendbuf, recvbuf, count,
+                                          ndim, shape, dtype, op, out);
 }
 
 hvd_status hvd_grouped_allreduce_async(const char *name, int n,
@@ -1242,9 +1293,10 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
     return hand_over(fn, req, out);
 }
 
-hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
-                               hvd_dtype dtype, int root, hvd_handle *out) {
-    static const char fn[] = "hvd_broadcast";
+/* A broadcast, with its shape (ndim >= 2) or without (ndim 0). */
+static hvd_status broadcast_async(const char *fn, const char *name, void *buf,
+                                  size_t count, int ndim, const int64_t *shape,
+                                  hvd_dtype dtype, int root, hvd_handle *out) {
     hvd_request *req;
     hvd_memtype mem = HVD_MEM_HOST;
     const void *cbuf = buf;
@@ -1270,7 +1322,26 @@ hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
     req->send[0] = buf;
     req->recv[0] = buf;
     req->counts[0] = count;
+    hvd_opdesc_set_shape(&req->desc, ndim, shape);
     return hand_over(fn, req, out);
+}
+
+hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
+                               hvd_dtype dtype, int root, hvd_handle *out) {
+    return broadcast_async("hvd_broadcast", name, buf, count, 0, NULL, dtype,
+                           root, out);
+}
+
+hvd_status hvd_broadcast_shaped_async(const char *name, void *buf, int ndim,
+                                      const int64_t *shape, hvd_dtype dtype,
+                                      int root, hvd_handle *out) {
+    static const char fn[] = "hvd_broadcast";
+    size_t count = 0;
+    hvd_status st = shape_count(fn, name, ndim, shape, &count);
+
+    return st != HVD_OK ? st
+                        : broadcast_async(fn, name, buf, count, ndim, shape,
+                                          dtype, root, out);
 }
 
 hvd_status hvd_allgather_async(const char *name, const void *sendbuf,

@@ -28,7 +28,25 @@ int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b) {
     for (size_t i = 0; i < a->ncounts; i++)
         if (a->counts[i] != b->counts[i])
             return 0;
+    if (a->ndims != b->ndims)
+        return 0;
+    for (int i = 0; i < a->ndims; i++)
+        if (a->dims[i] != b->dims[i])
+            return 0;
     return 1;
+}
+
+void hvd_opdesc_set_shape(hvd_opdesc *d, int ndim, const int64_t *shape) {
+    d->ndims = 0;
+    if (ndim < 2)
+        return;
+    for (int i = 0; i < ndim; i++) {
+        if (i < HVD_DESC_MAX_DIMS)
+            d->dims[i] = shape[i];
+        else
+            d->dims[HVD_DESC_MAX_DIMS - 1] *= shape[i];
+    }
+    d->ndims = ndim < HVD_DESC_MAX_DIMS ? ndim : HVD_DESC_MAX_DIMS;
 }
 
 uint64_t hvd_opdesc_total(const hvd_opdesc *d) {
@@ -65,6 +83,18 @@ void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
         if (m < 0 || (size_t)(n + m) >= outlen)
             return;
         n += m;
+    }
+    if (d->ncounts == 1 && d->ndims > 0) {
+        int m = snprintf(out + n, outlen - (size_t)n, " shape [");
+        for (int i = 0; m > 0 && i < d->ndims && (size_t)(n + m) < outlen;
+             i++) {
+            n += m;
+            m = snprintf(out + n, outlen - (size_t)n, "%s%lld", i ? ", " : "",
+                         (long long)d->dims[i]);
+        }
+        if (m > 0 && (size_t)(n + m) < outlen)
+            snprintf(out + n + m, outlen - (size_t)(n + m), "]");
+        return;
     }
     if (d->ncounts == 1) {
         snprintf(out + n, outlen - (size_t)n, " count %llu",

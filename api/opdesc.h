@@ -21,6 +21,8 @@ typedef enum {
     HVD_KIND_COUNT
 } hvd_kind;
 
+enum { HVD_DESC_MAX_DIMS = 8 };
+
 typedef struct hvd_opdesc {
     hvd_kind kind;
     hvd_dtype dtype;
@@ -32,7 +34,18 @@ typedef struct hvd_opdesc {
      * ranks must agree, since host and device tensors take different
      * paths and never share a fusion buffer. */
     hvd_memtype mem;
+    /* The tensor's shape, where the caller gave one of two or more
+     * dimensions (hvd_allreduce_shaped_async, hvd_broadcast_shaped_async):
+     * ranks must agree on it as on the count, as Horovod's frameworks
+     * require. ndims 0: the count alone (a flat buffer, a vector, a scalar).
+     * Dimensions past HVD_DESC_MAX_DIMS are folded into the last one. A
+     * value, so that a copy of the description carries it. */
+    int ndims;
+    int64_t dims[HVD_DESC_MAX_DIMS];
 } hvd_opdesc;
+
+/* Sets d's shape from ndim dimensions (see hvd_opdesc.dims). */
+void hvd_opdesc_set_shape(hvd_opdesc *d, int ndim, const int64_t *shape);
 
 const char *hvd_kind_name(hvd_kind kind);
 

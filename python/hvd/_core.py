@@ -413,10 +413,21 @@ def _check_handle(st, h):
     return h.value
 
 
-def _allreduce_c(cname, send, recv, count, code, op):
+def _dims(shape):
+    return (ctypes.c_int64 * len(shape))(*shape)
+
+
+def _allreduce_c(cname, send, recv, count, code, op, shape=()):
+    """With a shape of two or more dimensions, ranks must agree on it
+    (as Horovod checks shapes), not only on the count."""
     h = ctypes.c_void_p()
-    st = L.lib().hvd_allreduce_async(cname, send, recv, count, code, op,
-                                     ctypes.byref(h))
+    if len(shape) >= 2:
+        st = L.lib().hvd_allreduce_shaped_async(cname, send, recv, len(shape),
+                                                _dims(shape), code, op,
+                                                ctypes.byref(h))
+    else:
+        st = L.lib().hvd_allreduce_async(cname, send, recv, count, code, op,
+                                         ctypes.byref(h))
     return _check_handle(st, h)
 
 
@@ -429,10 +440,15 @@ def _grouped_c(cname, sends, recvs, counts, code, op):
     return _check_handle(st, h)
 
 
-def _broadcast_c(cname, buf, count, code, root):
+def _broadcast_c(cname, buf, count, code, root, shape=()):
     h = ctypes.c_void_p()
-    st = L.lib().hvd_broadcast_async(cname, buf, count, code, root,
-                                     ctypes.byref(h))
+    if len(shape) >= 2:
+        st = L.lib().hvd_broadcast_shaped_async(cname, buf, len(shape),
+                                                _dims(shape), code, root,
+                                                ctypes.byref(h))
+    else:
+        st = L.lib().hvd_broadcast_async(cname, buf, count, code, root,
+                                         ctypes.byref(h))
     return _check_handle(st, h)
 
 
@@ -513,7 +529,7 @@ def allreduce_async(B, x, name, op, pre, post, inplace):
     _check_scale(spec, pre, post, what)
     r = _Reduce(B, x, pre, inplace, what)
     h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
-                     r.spec.code, cop)
+                     r.spec.code, cop, tuple(B.shape(x)))
     return _register(_Request([h], r, lambda: r.finish(B, post)))
 
 
@@ -569,7 +585,7 @@ def broadcast_async(B, x, root_rank, name, inplace):
         else:
             out = B.empty_like(x)
     h = _broadcast_c(_cname("broadcast", name), B.ptr(buf), B.numel(buf),
-                     spec.code, int(root_rank))
+                     spec.code, int(root_rank), tuple(B.shape(x)))
 
     def finish():
         if out is not buf:

@@ -137,6 +137,7 @@ def _declare(lib):
     c_char_p = ctypes.c_char_p
     handle_p = ctypes.POINTER(c_void_p)
     ptrs = ctypes.POINTER(c_void_p)
+    dims = ctypes.POINTER(ctypes.c_int64)
     protos = {
         "hvd_init": (c_int, []),
         "hvd_shutdown": (c_int, []),
@@ -154,8 +155,13 @@ def _declare(lib):
         "hvd_grouped_allreduce_async": (c_int, [c_char_p, c_int, ptrs, ptrs,
                                                 ctypes.POINTER(c_size), c_int,
                                                 c_int, handle_p]),
+        "hvd_allreduce_shaped_async": (c_int, [c_char_p, c_void_p, c_void_p,
+                                               c_int, dims, c_int, c_int,
+                                               handle_p]),
         "hvd_broadcast_async": (c_int, [c_char_p, c_void_p, c_size, c_int,
                                         c_int, handle_p]),
+        "hvd_broadcast_shaped_async": (c_int, [c_char_p, c_void_p, c_int, dims,
+                                               c_int, c_int, handle_p]),
         "hvd_allgather_async": (c_int, [c_char_p, c_void_p, c_void_p, c_size,
                                         c_int, handle_p]),
         "hvd_wait": (c_int, [c_void_p]),

@@ -280,6 +280,21 @@ static int dims_of(TF_Tensor *t, int64_t *dims) {
     return n;
 }
 
+/* The shape libhvd compares across ranks (hvd_allreduce_shaped_async):
+ * at most 8 dimensions, those past the eighth folded into it. */
+enum { SHAPE_DIMS = 8 };
+static int shape_of(TF_Tensor *t, int64_t *dims) {
+    int n = TF_NumDims(t);
+
+    for (int i = 0; i < n; i++) {
+        if (i < SHAPE_DIMS)
+            dims[i] = TF_Dim(t, i);
+        else
+            dims[SHAPE_DIMS - 1] *= TF_Dim(t, i);
+    }
+    return n < SHAPE_DIMS ? n : SHAPE_DIMS;
+}
+
 /* A buffer libhvd accepts for a tensor that may be empty (TensorFlow may
  * give NULL for no elements). */
 static void *data_of(TF_Tensor *t) {
@@ -416,14 +431,15 @@ static void allreduce_compute(void *kp, TF_OpKernelContext *ctx,
     TF_Tensor *in, *out;
     pending *p = start_one(ctx, done, "allreduce", k, &in, &out);
     hvd_handle h = NULL;
+    int64_t dims[SHAPE_DIMS];
     hvd_status st;
 
     if (p == NULL)
         return;
-    st = hvd_allreduce_async(op_name(k), data_of(in), data_of(out),
-                             (size_t)TF_TensorElementCount(in),
-                             (hvd_dtype)hvd_type_of(TF_TensorType(in)),
-                             (hvd_op)k->reduce_op, &h);
+    /* With its shape, so that ranks disagreeing on it fail as in Horovod. */
+    st = hvd_allreduce_shaped_async(
+        op_name(k), data_of(in), data_of(out), shape_of(in, dims), dims,
+        (hvd_dtype)hvd_type_of(TF_TensorType(in)), (hvd_op)k->reduce_op, &h);
     submitted(p, st, h);
 }
 
@@ -510,6 +526,7 @@ static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
     hvd_handle h = NULL;
     hvd_dtype type;
     size_t count;
+    int64_t dims[SHAPE_DIMS];
     hvd_status st;
 
     if (p == NULL)
@@ -518,8 +535,13 @@ static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
     if (TF_TensorData(out) != TF_TensorData(in) && hvd_rank() == k->root_rank)
         memcpy(data_of(out), data_of(in), TF_TensorByteSize(in));
     moved_as(in, &count, &type);
-    st = hvd_broadcast_async(op_name(k), data_of(out), count, type,
-                             k->root_rank, &h);
+    if (count == (size_t)TF_TensorElementCount(in))
+        st = hvd_broadcast_shaped_async(op_name(k), data_of(out),
+                                        shape_of(in, dims), dims, type,
+                                        k->root_rank, &h);
+    else /* as bytes: the count is not the shape's */
+        st = hvd_broadcast_async(op_name(k), data_of(out), count, type,
+                                 k->root_rank, &h);
     submitted(p, st, h);
 }
 

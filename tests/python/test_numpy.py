@@ -303,6 +303,18 @@ def test_mismatch_raises_runtime_error():
         hvd.allgather(np.ones((2, r + 1)), name="ag_mismatch")
 
 
+def test_shape_mismatch_of_equal_counts():
+    r, n = hvd.rank(), hvd.size()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    with pytest.raises(hvd.MismatchError, match=r"shape \[4, 1\]"):
+        hvd.allreduce(np.ones((1, 4) if r else (4, 1), dtype=np.float32),
+                      name="shape")
+    np.testing.assert_array_equal(
+        hvd.allreduce(np.ones((4, 1)), op=hvd.Sum, name="shape"),
+        np.full((4, 1), float(n)))
+
+
 def test_duplicate_name_raises_value_error():
     r, n = hvd.rank(), hvd.size()
     if n < 2:

@@ -518,6 +518,28 @@ def test_mismatch_raises_runtime_error():
          torch.full((2,), float(n)))
 
 
+def test_shape_mismatch_of_equal_counts():
+    # Horovod's test_horovod_allreduce_error: [2, 3] against [3, 2] is an
+    # error, not a result, also once the name is in the response cache.
+    r, n = hvd.rank(), hvd.size()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    for _ in range(3):
+        same(hvd.allreduce(torch.ones(2, 3), op=hvd.Sum, name="shape"),
+             torch.full((2, 3), float(n)))
+    with pytest.raises(RuntimeError) as info:
+        hvd.allreduce(torch.ones((2, 3) if r == 0 else (3, 2)), name="shape")
+    assert isinstance(info.value, hvd.MismatchError)
+    assert "shape [2, 3]" in str(info.value)
+    assert "shape [3, 2]" in str(info.value)
+    with pytest.raises(RuntimeError, match=r"shape \[3, 2\]"):
+        hvd.broadcast_(torch.ones((2, 3) if r == 0 else (3, 2)), 0,
+                       name="shape_bc")
+    # A vector and a scalar of one element still compare by count.
+    x = torch.ones(1) if r == 0 else torch.tensor(1.0)
+    same(hvd.allreduce(x, op=hvd.Sum, name="flat"), x * n)
+
+
 def test_duplicate_name_raises_value_error():
     r, n = hvd.rank(), hvd.size()
     if n < 2:

@@ -449,6 +449,22 @@ def test_mismatch_raises_with_sentence():
                                   np.full(3, N))
 
 
+@pytest.mark.skipif(N < 2, reason="a mismatch needs two ranks")
+def test_shape_mismatch_of_equal_counts():
+    # Horovod's test_horovod_allreduce_error: the same count in another
+    # shape is a mismatch, eager and in a tf.function.
+    x = tf.ones([2, 3] if R == 0 else [3, 2])
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"shape \[3, 2\]"):
+        hvd.allreduce(x, name="tf.shape")
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"shape \[2, 3\]"):
+        tf.function(lambda t: hvd.broadcast(t, 0, name="tf.shape_bc"))(x)
+    np.testing.assert_array_equal(
+        hvd.allreduce(tf.ones([2, 3]), op=hvd.Sum, name="tf.shape"),
+        np.full((2, 3), N))
+
+
 def test_join():
     assert int(hvd.join()) in range(N)
     hvd.barrier()

@@ -93,6 +93,52 @@ static void bad_requests(void **state) {
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
 }
 
+/* Shapes: two to eight dimensions whose product is the one count. */
+static void shapes(void **state) {
+    (void)state;
+    Hvd__Engine__Request q = request();
+    int64_t shape[9] = {2, 5, 1, 1, 1, 1, 1, 1, 1};
+    int64_t other[2] = {5, 2};
+    hvd_opdesc d, e;
+    char text[128];
+
+    q.n_shape = 2;
+    q.shape = shape;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    assert_int_equal(d.ndims, 2);
+    assert_int_equal(d.dims[1], 5);
+    hvd_opdesc_format(&d, text, sizeof(text));
+    assert_string_equal(text, "allreduce float32 sum shape [2, 5]");
+    q.shape = other;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &e), HVD_OK);
+    assert_false(hvd_opdesc_equal(&d, &e)); /* same count, other shape */
+    q.n_shape = 0;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &e), HVD_OK);
+    assert_false(hvd_opdesc_equal(&d, &e)); /* a count alone differs too */
+    /* Malformed: a product other than the count, one dimension, more than
+     * eight, a negative one, a shape on a grouped or gather request. */
+    q.shape = shape;
+    q.n_shape = 2;
+    shape[1] = 4;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    shape[1] = 5;
+    q.n_shape = 1;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.n_shape = 9;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.n_shape = 2;
+    shape[0] = -2;
+    shape[1] = -5;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    shape[0] = 2;
+    shape[1] = 5;
+    q.kind = HVD_KIND_ALLGATHER;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.kind = HVD_KIND_ALLREDUCE;
+    q.n_counts = 2;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+}
+
 static void bad_responses(void **state) {
     (void)state;
     Hvd__Engine__Response p;
@@ -128,6 +174,7 @@ int main(void) {
         cmocka_unit_test(good_messages),
         cmocka_unit_test(bad_requests),
         cmocka_unit_test(bad_responses),
+        cmocka_unit_test(shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

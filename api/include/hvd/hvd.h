@@ -14,6 +14,7 @@
 #define HVD_HVD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -195,6 +196,25 @@ HVD_EXPORT hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
 HVD_EXPORT hvd_status hvd_grouped_allreduce_async(
     const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
     const size_t *counts, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+
+/**
+ * hvd_allreduce_async and hvd_broadcast_async for a tensor of a shape
+ * (ndim dimensions; the count is their product, ndim 0 a scalar): ranks
+ * must then agree on the shape too, as Horovod's frameworks require, so a
+ * rank passing [2, 3] where another passes [3, 2] gets HVD_ERR_MISMATCH
+ * (`rank 0: allreduce float32 sum shape [2, 3]; rank 1: ... shape [3, 2]`)
+ * instead of a result. Shapes of one dimension (or none) compare as their
+ * count; up to 8 dimensions are compared in full, dimensions beyond the
+ * eighth by their product. A rank that passes a shape and one that passes
+ * only a count do not agree when the shape has two or more dimensions.
+ */
+HVD_EXPORT hvd_status hvd_allreduce_shaped_async(
+    const char *name, const void *sendbuf, void *recvbuf, int ndim,
+    const int64_t *shape, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_broadcast_shaped_async(const char *name, void *buf,
+                                                 int ndim, const int64_t *shape,
+                                                 hvd_dtype dtype, int root,
+                                                 hvd_handle *out);
 
 /**
  * Waits for the operation and releases the handle. Returns its status;
