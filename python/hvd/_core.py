@@ -10,8 +10,10 @@ so none of them can be freed under it.
 An array hvd can hand to libhvd as it is (on the CPU, C-contiguous, of a
 dtype the C API has) is used in place; any other one is copied into a
 "carrier" buffer first (int16 and uint16 travel as int32, uint32 as int64,
-bool as uint8; a GPU tensor through host memory) and the result copied back
-when the operation is synchronized.
+bool as uint8), on the array's own device, and the result copied back when
+the operation is synchronized. Before an array on a GPU goes to libhvd,
+the backend's ready() makes the work queued on it visible (torch: its
+current stream is synchronized).
 
 Names follow Horovod's: the C operation of allreduce(x, name="w") is
 "allreduce.w" (so an allreduce and a broadcast may share a name). Unnamed
@@ -508,7 +510,7 @@ class _Reduce:
             self.send = B.ptr(self.buf)
             if inplace:
                 self.out = x
-            elif spec.native and B.on_cpu(x):
+            elif spec.native and B.same_place(x):
                 self.out = self.buf
             else:
                 self.out = B.empty_like(x)
@@ -528,6 +530,7 @@ def allreduce_async(B, x, name, op, pre, post, inplace):
     cop = _c_op(op, spec, what)
     _check_scale(spec, pre, post, what)
     r = _Reduce(B, x, pre, inplace, what)
+    B.ready((x, r.buf))
     h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
                      r.spec.code, cop, tuple(B.shape(x)))
     return _register(_Request([h], r, lambda: r.finish(B, post)))
@@ -551,6 +554,7 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
         groups.setdefault(key, []).append(i)
     handles = []
     req = _Request(handles, parts, None)
+    B.ready([r.x for r in parts] + [r.buf for r in parts])
     try:
         for (code, cop), idx in groups.items():
             cname = _cname("grouped_allreduce", name)
@@ -580,10 +584,11 @@ def broadcast_async(B, x, root_rank, name, inplace):
         buf = B.carrier(x, spec)
         if inplace:
             out = x
-        elif spec.native and B.on_cpu(x):
+        elif spec.native and B.same_place(x):
             out = buf
         else:
             out = B.empty_like(x)
+    B.ready((buf,))
     h = _broadcast_c(_cname("broadcast", name), B.ptr(buf), B.numel(buf),
                      spec.code, int(root_rank), tuple(B.shape(x)))
 
@@ -640,6 +645,7 @@ def allgather_async(B, x, name, eager=True):
         src = x
     else:
         src = B.carrier(x, spec)
+    B.ready((x, src))
     meta_send = (ctypes.c_int64 * _META)(*_meta_of(shape, spec))
     meta_recv = (ctypes.c_int64 * (_META * nranks))()
     h = _allgather_c(_cname("allgather_shape", name), meta_send, meta_recv,
@@ -661,19 +667,21 @@ def allgather_async(B, x, name, eager=True):
         for d in rest:
             row *= d
         total = sum(firsts)
-        gathered = B.empty((total,) + tuple(rest), spec)
+        gathered = B.empty((total,) + tuple(rest), spec, like=x)
         cname = _cname("allgather", name)
         flat_src = B.flatten(src)
         if all(f == firsts[0] for f in firsts):
+            B.ready((flat_src, gathered))
             req.handles.append(_allgather_c(cname, B.ptr(flat_src),
                                             B.ptr(gathered), firsts[0] * row,
                                             spec.code))
             padded = None
         else:
             most = max(firsts)
-            send = B.empty((most * row,), spec)
+            send = B.empty((most * row,), spec, like=x)
             send[:shape[0] * row] = flat_src
-            padded = B.empty((nranks * most * row,), spec)
+            padded = B.empty((nranks * most * row,), spec, like=x)
+            B.ready((send, padded))
             req.handles.append(_allgather_c(cname, B.ptr(send),
                                             B.ptr(padded), most * row,
                                             spec.code))
@@ -689,7 +697,7 @@ def allgather_async(B, x, name, eager=True):
                     flat[at:at + f * row] = padded[r * most * row:
                                                    r * most * row + f * row]
                     at += f * row
-            if spec.native and B.on_cpu(x):
+            if spec.native and B.same_place(x):
                 return gathered
             out = B.empty_like(x, (total,) + tuple(rest))
             B.assign(out, gathered)

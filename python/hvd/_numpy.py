@@ -71,8 +71,12 @@ class NumpyBackend:
         return spec.native and x.flags.c_contiguous
 
     @staticmethod
-    def on_cpu(x):
+    def same_place(x):
         return True
+
+    @staticmethod
+    def ready(arrays):
+        pass
 
     @staticmethod
     def numel(x):
@@ -91,7 +95,7 @@ class NumpyBackend:
         return np.array(x, dtype=_NP_OF_CODE[spec.code], order="C", copy=True)
 
     @staticmethod
-    def empty(shape, spec):
+    def empty(shape, spec, like=None):
         return np.empty(shape, dtype=_NP_OF_CODE[spec.code])
 
     @staticmethod

@@ -28,6 +28,33 @@ foreach(case "numpy;1;numpy,pytest" "numpy;2;numpy,pytest"
                        ENVIRONMENT "HVD_TEST_BUILT=${hvd_py_built}")
 endforeach()
 
+# hvd.torch on libhvd's device path, with the simulated GPU of the C tests
+# (tests/gpu/gpu_tests.cmake builds libhvd_simgpu and the stand-in driver).
+foreach(np 1 2)
+  add_test(NAME python.torch_simgpu.np${np}
+           COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+                   "${HVD_PYTHON}" $<TARGET_FILE:hvd_simgpu> ${np}
+                   torch,numpy,pytest -m pytest -q -x -p no:cacheprovider
+                   ${HVD_PY_TESTS}/test_torch_simgpu.py)
+  set_tests_properties(python.torch_simgpu.np${np} PROPERTIES
+    LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT
+    "LD_LIBRARY_PATH=${CMAKE_BINARY_DIR}/tests/fakecuda;HVD_LOG_LEVEL=info")
+endforeach()
+
+# hvd.torch with CUDA tensors on a real GPU (label gpu; SKIP, 77, where
+# torch sees no GPU or hvd was built without CUDA).
+add_test(NAME gpu.torch.np1
+         COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+                 "${HVD_PYTHON}" $<TARGET_FILE:hvd> 1 torch,numpy,pytest
+                 ${HVD_PY_TESTS}/test_torch_cuda.py)
+add_test(NAME gpu.torch.np2
+         COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+                 "${HVD_PYTHON}" $<TARGET_FILE:hvd> 2 torch,numpy,pytest
+                 ${HVD_PY_TESTS}/test_torch_cuda.py)
+set_tests_properties(gpu.torch.np1 gpu.torch.np2 PROPERTIES
+                     LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
+
 # The example trainer, briefly, on 2 ranks.
 add_test(NAME python.example.pytorch_synthetic.np2
          COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>

@@ -1,11 +1,16 @@
 """horovod.torch's collectives over libhvd: the torch backend of
 hvd/_core.py, and the autograd functions.
 
-A CPU tensor that is contiguous and of a dtype the C API has (uint8, int8,
+A tensor that is contiguous and of a dtype the C API has (uint8, int8,
 int32, int64, float16, bfloat16, float32, float64) is handed to libhvd as
-it is; any other (int16, bool, non-contiguous, on a GPU) is copied into a
-CPU buffer first and the result copied back when the operation is
-synchronized.
+it is, on the CPU or on the GPU: libhvd sees a CUDA tensor's device
+pointer and takes its device path (NCCL, or its staging pipeline;
+docs/gpu.md). Before a CUDA tensor is handed over, torch's current stream
+on its device is synchronized, since libhvd's stream does not wait for it.
+Any other tensor (int16, bool, non-contiguous) is copied into a contiguous
+buffer of a C API dtype first, on its own device, and the result copied
+back when the operation is synchronized. Only a libhvd built without CUDA
+gets CUDA tensors through host memory.
 """
 
 import numpy as np
@@ -36,6 +41,18 @@ _CARRIED = {
 }
 _TORCH_OF_CODE = {code: dt for dt, code in _NATIVE.items()}
 _CPU = torch.device("cpu")
+_cuda_built = None
+
+
+def _on_device(x):
+    """Whether x is a CUDA tensor libhvd takes as it is (a build with
+    CUDA); else a CUDA tensor is carried through host memory."""
+    global _cuda_built
+    if not x.is_cuda:
+        return False
+    if _cuda_built is None:
+        _cuda_built = bool(_core.cuda_built())
+    return _cuda_built
 
 
 class TorchBackend:
@@ -70,11 +87,22 @@ class TorchBackend:
 
     @staticmethod
     def direct(x, spec):
-        return spec.native and x.device.type == "cpu" and x.is_contiguous()
+        return (spec.native and x.is_contiguous() and
+                (x.device.type == "cpu" or _on_device(x)))
 
     @staticmethod
-    def on_cpu(x):
-        return x.device.type == "cpu"
+    def same_place(x):
+        return x.device.type == "cpu" or _on_device(x)
+
+    @staticmethod
+    def ready(tensors):
+        """Makes what torch queued on CUDA tensors visible to libhvd."""
+        done = set()
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.is_cuda and \
+                    t.device not in done:
+                done.add(t.device)
+                torch.cuda.current_stream(t.device).synchronize()
 
     @staticmethod
     def numel(x):
@@ -91,13 +119,16 @@ class TorchBackend:
     @staticmethod
     def carrier(x, spec):
         with torch.no_grad():
-            return x.detach().to(device=_CPU, dtype=_TORCH_OF_CODE[spec.code],
+            return x.detach().to(device=x.device if _on_device(x) else _CPU,
+                                 dtype=_TORCH_OF_CODE[spec.code],
                                  memory_format=torch.contiguous_format,
                                  copy=True)
 
     @staticmethod
-    def empty(shape, spec):
-        return torch.empty(shape, dtype=_TORCH_OF_CODE[spec.code])
+    def empty(shape, spec, like=None):
+        device = like.device if like is not None and _on_device(like) else _CPU
+        return torch.empty(shape, dtype=_TORCH_OF_CODE[spec.code],
+                           device=device)
 
     @staticmethod
     def empty_like(x, shape=None):
