@@ -44,6 +44,8 @@ typedef struct TF_ShapeInferenceContext TF_ShapeInferenceContext;
  * it). */
 void *hvd_tf_keep_done(void *done);
 void hvd_tf_run_done(void *kept);
+/* device_sync.cc: waits for the kernel's GPU stream (0), or -1 and why. */
+int hvd_tf_sync_device(TF_OpKernelContext *ctx, char *why, size_t whylen);
 
 #define NAME_MAX_LEN 512
 #define MAX_DIMS 16
@@ -221,6 +223,7 @@ typedef struct kernel {
     char name[NAME_MAX_LEN]; /* the tensor_name attr: "" means unnamed */
     int reduce_op;
     int root_rank;
+    int on_gpu; /* a GPU kernel: its tensors are in device memory */
 } kernel;
 
 static void get_string_attr(TF_OpKernelConstruction *c, const char *attr,
@@ -261,6 +264,15 @@ static void *kernel_create(TF_OpKernelConstruction *c) {
     if (TF_GetCode(s) != TF_OK)
         TF_OpKernelConstruction_Failure(c, s);
     TF_DeleteStatus(s);
+    return k;
+}
+
+/* A GPU kernel: the same, with tensors in device memory. */
+static void *kernel_create_gpu(TF_OpKernelConstruction *c) {
+    kernel *k = kernel_create(c);
+
+    if (k != NULL)
+        k->on_gpu = 1;
     return k;
 }
 
@@ -355,6 +367,21 @@ static void on_done(hvd_status st, const char *error, void *arg) {
     pending_end(p);
 }
 
+/*
+ * A GPU kernel's inputs are only queued on TensorFlow's stream when it
+ * runs: waits until they are there, before libhvd (on a stream of its
+ * own) reads them. 1 when ready; else the kernel has been failed and ended.
+ */
+static int device_ready(pending *p, const kernel *k) {
+    char why[1024];
+
+    if (!k->on_gpu || hvd_tf_sync_device(p->ctx, why, sizeof(why)) == 0)
+        return 1;
+    fail_ctx(p->ctx, p->what, p->name, HVD_ERR_INTERNAL, why);
+    pending_end(p);
+    return 0;
+}
+
 /* Hands h to on_done, or fails the kernel with the submission's st. */
 static void submitted(pending *p, hvd_status st, hvd_handle h) {
     if (st == HVD_OK)
@@ -434,7 +461,7 @@ static void allreduce_compute(void *kp, TF_OpKernelContext *ctx,
     int64_t dims[SHAPE_DIMS];
     hvd_status st;
 
-    if (p == NULL)
+    if (p == NULL || !device_ready(p, k))
         return;
     /* With its shape, so that ranks disagreeing on it fail as in Horovod. */
     st = hvd_allreduce_shaped_async(
@@ -495,6 +522,12 @@ static void grouped_compute(void *kp, TF_OpKernelContext *ctx,
         return;
     }
     TF_DeleteStatus(s);
+    if (!device_ready(p, k)) {
+        free(sends);
+        free(recvs);
+        free(counts);
+        return;
+    }
     st = hvd_grouped_allreduce_async(
         op_name(k), n, (const void *const *)sends, (void *const *)recvs, counts,
         (hvd_dtype)hvd_type_of(type), (hvd_op)k->reduce_op, &h);
@@ -529,18 +562,34 @@ static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
     int64_t dims[SHAPE_DIMS];
     hvd_status st;
 
-    if (p == NULL)
+    if (p == NULL || !device_ready(p, k))
         return;
     /* The root sends its input; the others' output is overwritten. */
-    if (TF_TensorData(out) != TF_TensorData(in) && hvd_rank() == k->root_rank)
-        memcpy(data_of(out), data_of(in), TF_TensorByteSize(in));
+    TF_Tensor *buf = out;
+    if (TF_TensorData(out) != TF_TensorData(in) && hvd_rank() == k->root_rank) {
+        if (k->on_gpu) {
+            /* Device memory: the root's output is its input, which the
+             * broadcast only reads. */
+            TF_Status *s = TF_NewStatus();
+            TF_SetOutput(ctx, 0, in, s);
+            if (tf_failed(ctx, s)) {
+                TF_DeleteStatus(s);
+                pending_end(p);
+                return;
+            }
+            TF_DeleteStatus(s);
+            buf = in;
+        } else {
+            memcpy(data_of(out), data_of(in), TF_TensorByteSize(in));
+        }
+    }
     moved_as(in, &count, &type);
     if (count == (size_t)TF_TensorElementCount(in))
-        st = hvd_broadcast_shaped_async(op_name(k), data_of(out),
+        st = hvd_broadcast_shaped_async(op_name(k), data_of(buf),
                                         shape_of(in, dims), dims, type,
                                         k->root_rank, &h);
     else /* as bytes: the count is not the shape's */
-        st = hvd_broadcast_async(op_name(k), data_of(out), count, type,
+        st = hvd_broadcast_async(op_name(k), data_of(buf), count, type,
                                  k->root_rank, &h);
     submitted(p, st, h);
 }
@@ -891,6 +940,7 @@ typedef struct op_spec {
     void (*async_fn)(void *, TF_OpKernelContext *,
                      TF_AsyncOpKernelDoneCallback *);
     void (*sync_fn)(void *, TF_OpKernelContext *);
+    int gpu; /* also a GPU kernel (for the types libhvd has) */
 } op_spec;
 
 static const op_spec specs[] = {
@@ -900,7 +950,8 @@ static const op_spec specs[] = {
      {"sum: T"},
      shape_same,
      allreduce_compute,
-     NULL},
+     NULL,
+     1},
     {"HvdGroupedAllreduce",
      {"T: " REDUCIBLE, "N: int >= 1", "reduce_op: int",
       "tensor_name: string = ''"},
@@ -908,57 +959,72 @@ static const op_spec specs[] = {
      {"sums: N * T"},
      shape_same,
      grouped_compute,
-     NULL},
+     NULL,
+     1},
     {"HvdBroadcast",
      {"T: " MOVABLE, "root_rank: int", "tensor_name: string = ''"},
      {"tensor: T"},
      {"output: T"},
      shape_same,
      broadcast_compute,
-     NULL},
+     NULL,
+     1},
     {"HvdAllgather",
      {"T: " MOVABLE, "tensor_name: string = ''"},
      {"tensor: T"},
      {"output: T"},
      shape_unknown,
      allgather_compute,
-     NULL},
+     NULL,
+     0},
     {"HvdJoin",
      {NULL},
      {NULL},
      {"last_rank: int32"},
      shape_scalar,
      NULL,
-     join_compute},
-    {"HvdBarrier", {NULL}, {NULL}, {NULL}, shape_none, NULL, barrier_compute},
+     join_compute,
+     0},
+    {"HvdBarrier",
+     {NULL},
+     {NULL},
+     {NULL},
+     shape_none,
+     NULL,
+     barrier_compute,
+     0},
     {"HvdSize",
      {NULL},
      {NULL},
      {"size: int32"},
      shape_scalar,
      NULL,
-     size_compute},
+     size_compute,
+     0},
     {"HvdRank",
      {NULL},
      {NULL},
      {"rank: int32"},
      shape_scalar,
      NULL,
-     rank_compute},
+     rank_compute,
+     0},
     {"HvdLocalSize",
      {NULL},
      {NULL},
      {"local_size: int32"},
      shape_scalar,
      NULL,
-     local_size_compute},
+     local_size_compute,
+     0},
     {"HvdLocalRank",
      {NULL},
      {NULL},
      {"local_rank: int32"},
      shape_scalar,
      NULL,
-     local_rank_compute},
+     local_rank_compute,
+     0},
 };
 
 static void register_op(const op_spec *o) {
@@ -993,6 +1059,28 @@ static void register_op(const op_spec *o) {
     if (TF_GetCode(s) != TF_OK)
         fprintf(stderr, "hvd: registering the kernel of %s failed: %s\n",
                 o->name, TF_Message(s));
+    /* GPU kernels, one per type libhvd has (a type constraint takes one
+     * type): their tensors' device memory goes to libhvd's device path.
+     * Other types, and allgather, run on the CPU kernel, with TensorFlow's
+     * copies to and from the GPU. */
+    static const TF_DataType gpu_types[] = {TF_UINT8, TF_INT8,  TF_INT32,
+                                            TF_INT64, TF_HALF,  TF_BFLOAT16,
+                                            TF_FLOAT, TF_DOUBLE};
+    for (size_t i = 0; o->gpu && TF_GetCode(s) == TF_OK &&
+                       i < sizeof(gpu_types) / sizeof(gpu_types[0]);
+         i++) {
+        kb = TF_NewAsyncKernelBuilder(o->name, "GPU", kernel_create_gpu,
+                                      o->async_fn, kernel_delete);
+        TF_KernelBuilder_TypeConstraint(kb, "T", gpu_types[i], s);
+        if (TF_GetCode(s) == TF_OK)
+            TF_RegisterKernelBuilder(o->name, kb, s);
+        else
+            TF_DeleteKernelBuilder(kb);
+        if (TF_GetCode(s) != TF_OK)
+            fprintf(stderr,
+                    "hvd: registering the GPU kernel of %s failed: %s\n",
+                    o->name, TF_Message(s));
+    }
     TF_DeleteStatus(s);
 }
 

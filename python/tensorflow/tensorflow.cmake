@@ -47,11 +47,17 @@ elseif(HVD_ENABLE_TENSORFLOW)
   if(HVD_TF_FRAMEWORK AND EXISTS ${HVD_TF_INCLUDE}/tensorflow/c/kernels.h)
     set(HVD_WITH_TENSORFLOW ON)
     set(HVD_TF_NOTE "TensorFlow ${HVD_TF_VERSION} of ${HVD_TF_PYTHON}")
-    # C++ for one thing only (keep_done.cc): keeping a kernel's completion.
+    # C++ for two things only (docs/tensorflow.md): keeping a kernel's
+    # completion (keep_done.cc) and waiting for a GPU kernel's stream
+    # (device_sync.cc, with TensorFlow's own compile flags).
     enable_language(CXX)
     add_library(hvd_tensorflow SHARED
                 ${CMAKE_CURRENT_LIST_DIR}/hvd_tf_ops.c
-                ${CMAKE_CURRENT_LIST_DIR}/keep_done.cc)
+                ${CMAKE_CURRENT_LIST_DIR}/keep_done.cc
+                ${CMAKE_CURRENT_LIST_DIR}/device_sync.cc)
+    set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/device_sync.cc
+      PROPERTIES COMPILE_OPTIONS
+      "-std=c++17;-D_GLIBCXX_USE_CXX11_ABI=1;-DEIGEN_MAX_ALIGN_BYTES=64")
     target_include_directories(hvd_tensorflow SYSTEM PRIVATE ${HVD_TF_INCLUDE})
     target_include_directories(hvd_tensorflow PRIVATE
                                ${CMAKE_SOURCE_DIR}/api/include)

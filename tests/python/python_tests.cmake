@@ -45,11 +45,13 @@ endforeach()
 # hvd.torch with CUDA tensors on a real GPU (label gpu; SKIP, 77, where
 # torch sees no GPU or hvd was built without CUDA).
 add_test(NAME gpu.torch.np1
-         COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/gpu/needs_gpu.sh
+                 sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
                  "${HVD_PYTHON}" $<TARGET_FILE:hvd> 1 torch,numpy,pytest
                  ${HVD_PY_TESTS}/test_torch_cuda.py)
 add_test(NAME gpu.torch.np2
-         COMMAND sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/gpu/needs_gpu.sh
+                 sh ${HVD_PY_TESTS}/run_python.sh $<TARGET_FILE:hvdrun>
                  "${HVD_PYTHON}" $<TARGET_FILE:hvd> 2 torch,numpy,pytest
                  ${HVD_PY_TESTS}/test_torch_cuda.py)
 set_tests_properties(gpu.torch.np1 gpu.torch.np2 PROPERTIES

@@ -9,6 +9,8 @@ set(hvd_tf_cases
     "tensorflow.np2|2|-m,pytest,-q,-x,-p,no:cacheprovider,${HVD_TF_TESTS}/test_tensorflow.py"
     "keras.np1|1|-m,pytest,-q,-x,-p,no:cacheprovider,${HVD_TF_TESTS}/test_keras.py"
     "keras.np2|2|-m,pytest,-q,-x,-p,no:cacheprovider,${HVD_TF_TESTS}/test_keras.py"
+    "gpu.np1|1|${HVD_TF_TESTS}/test_tensorflow_gpu.py"
+    "gpu.np2|2|${HVD_TF_TESTS}/test_tensorflow_gpu.py"
     "example.tensorflow_seed.np2|2|${CMAKE_SOURCE_DIR}/examples/tensorflow_seed.py,--steps,40"
     "example.tensorflow2_synthetic.np2|2|${CMAKE_SOURCE_DIR}/examples/tensorflow2_synthetic.py,--batch-size,8,--num-warmup-batches,1,--num-batches-per-iter,2,--num-iters,2"
     "example.keras_synthetic.np2|2|${CMAKE_SOURCE_DIR}/examples/keras_synthetic.py,--batch-size,8,--num-batches,4,--epochs,1")
@@ -20,9 +22,13 @@ foreach(case ${hvd_tf_cases})
   list(GET case 2 args)
   string(REPLACE "," ";" args "${args}")
   set(test_name tensorflow.${name})
+  set(gate)
+  if(name MATCHES "^gpu")
+    set(gate sh ${CMAKE_SOURCE_DIR}/tests/gpu/needs_gpu.sh)
+  endif()
   if(HVD_WITH_TENSORFLOW)
     add_test(NAME ${test_name}
-             COMMAND sh ${HVD_TF_TESTS}/run_tf.sh $<TARGET_FILE:hvdrun>
+             COMMAND ${gate} sh ${HVD_TF_TESTS}/run_tf.sh $<TARGET_FILE:hvdrun>
                      "${HVD_TF_PYTHON}" $<TARGET_FILE:hvd>
                      $<TARGET_FILE:hvd_tensorflow> ${np} ${args})
   else()
@@ -32,6 +38,10 @@ foreach(case ${hvd_tf_cases})
   set_tests_properties(${test_name} PROPERTIES
                        LABELS "tensorflow;python" TIMEOUT 300
                        SKIP_RETURN_CODE 77)
+  if(name MATCHES "^gpu")
+    # On a real GPU only (SKIP, 77, elsewhere), like the C ones.
+    set_tests_properties(${test_name} PROPERTIES LABELS "tensorflow;gpu")
+  endif()
 endforeach()
 
 # The examples under Open MPI's mpirun too (hvd bootstraps through MPI).

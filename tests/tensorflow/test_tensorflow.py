@@ -468,3 +468,19 @@ def test_shape_mismatch_of_equal_counts():
 def test_join():
     assert int(hvd.join()) in range(N)
     hvd.barrier()
+
+
+def test_gpu_kernels_are_registered():
+    # The GPU kernels exist for the types libhvd has (they run where
+    # TensorFlow has a GPU: test_tensorflow_gpu.py); allgather has none.
+    from tensorflow.python.framework import kernels
+    want = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16,
+            tf.float32, tf.float64}
+    for op in ("HvdAllreduce", "HvdGroupedAllreduce", "HvdBroadcast"):
+        ks = kernels.get_registered_kernels_for_op(op).kernel
+        gpu = {tf.as_dtype(k.constraint[0].allowed_values.list.type[0])
+               for k in ks if k.device_type == "GPU"}
+        assert gpu == want, op
+        assert any(k.device_type == "CPU" for k in ks), op
+    ks = kernels.get_registered_kernels_for_op("HvdAllgather").kernel
+    assert {k.device_type for k in ks} == {"CPU"}
