@@ -15,6 +15,7 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
+#include "transport/base/wire.h"
 
 enum {
     ST_CLIENT_SEND_HELLO = 1, /* HELLO queued; waiting for CHALLENGE */
@@ -24,25 +25,6 @@ enum {
     ST_DONE,                 /* succeeded (output may still be queued) */
     ST_FAILED                /* failed (a refusal may still be queued) */
 };
-
-static void put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static void put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 const char *hvd_hs_code_text(hvd_hs_code code) {
     switch (code) {
@@ -104,7 +86,7 @@ static void server_mac(const hvd_hs *hs, uint32_t server_rank,
                        uint8_t out[HVD_HS_MAC], int *ok) {
     uint8_t rank_le[4];
 
-    put32(rank_le, server_rank);
+    hvd_put32(rank_le, server_rank);
     *ok = mac(hs->secret, "hvd-srv", hs->hello, HVD_HS_HELLO_LEN, rank_le, 4,
               hs->nonce_s, HVD_HS_NONCE, out) == 0;
 }
@@ -135,12 +117,12 @@ hvd_status hvd_hs_client_init(hvd_hs *hs, const uint8_t job_id[HVD_JOB_ID_LEN],
     hs->index = index;
     hs->peer_rank = expect_peer_rank;
 
-    put32(h, HVD_HS_MAGIC);
-    put16(h + 4, HVD_HS_VERSION);
-    put16(h + 6, (uint16_t)kind);
+    hvd_put32(h, HVD_HS_MAGIC);
+    hvd_put16(h + 4, HVD_HS_VERSION);
+    hvd_put16(h + 6, (uint16_t)kind);
     memcpy(h + 8, job_id, HVD_JOB_ID_LEN);
-    put32(h + 24, (uint32_t)rank);
-    put32(h + 28, (uint32_t)index);
+    hvd_put32(h + 24, (uint32_t)rank);
+    hvd_put32(h + 28, (uint32_t)index);
     if (RAND_bytes(h + 32, HVD_HS_NONCE) != 1)
         return fail(hs, HVD_ERR_INTERNAL,
                     "RAND_bytes failed to make a handshake nonce");
@@ -183,8 +165,8 @@ static void queue_refusal(hvd_hs *hs, hvd_hs_code code, size_t len) {
     uint8_t msg[HVD_HS_MAX_MSG];
 
     memset(msg, 0, sizeof(msg));
-    put32(msg, HVD_HS_MAGIC);
-    put32(msg + 4, (uint32_t)code);
+    hvd_put32(msg, HVD_HS_MAGIC);
+    hvd_put32(msg + 4, (uint32_t)code);
     queue(hs, msg, len);
 }
 
@@ -193,17 +175,17 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
     char why[160] = "";
     int ok;
 
-    if (get32(m) != HVD_HS_MAGIC || get16(m + 4) != HVD_HS_VERSION) {
+    if (hvd_get32(m) != HVD_HS_MAGIC || hvd_get16(m + 4) != HVD_HS_VERSION) {
         queue_refusal(hs, HVD_HS_BAD_VERSION, HVD_HS_CHALLENGE_LEN);
         return fail(hs, HVD_ERR_AUTH,
                     "not an hvd handshake of version %d (magic 0x%08x, "
                     "version %u)",
-                    HVD_HS_VERSION, get32(m), get16(m + 4));
+                    HVD_HS_VERSION, hvd_get32(m), hvd_get16(m + 4));
     }
     memcpy(hs->hello, m, HVD_HS_HELLO_LEN);
-    hs->peer_kind = get16(m + 6);
-    uint32_t rank = get32(m + 24);
-    uint32_t index = get32(m + 28);
+    hs->peer_kind = hvd_get16(m + 6);
+    uint32_t rank = hvd_get32(m + 24);
+    uint32_t index = hvd_get32(m + 28);
     hs->peer_rank = rank > INT32_MAX ? -1 : (int)rank;
     hs->peer_index = index > INT32_MAX ? -1 : (int)index;
 
@@ -237,9 +219,9 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
     if (!ok)
         return fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
     memset(reply, 0, sizeof(reply));
-    put32(reply, HVD_HS_MAGIC);
-    put32(reply + 4, HVD_HS_OK);
-    put32(reply + 8, (uint32_t)hs->rank);
+    hvd_put32(reply, HVD_HS_MAGIC);
+    hvd_put32(reply + 4, HVD_HS_OK);
+    hvd_put32(reply + 8, (uint32_t)hs->rank);
     memcpy(reply + 16, hs->nonce_s, HVD_HS_NONCE);
     memcpy(reply + 48, hs->mac_s, HVD_HS_MAC);
     queue(hs, reply, sizeof(reply));
@@ -252,7 +234,7 @@ static hvd_status server_response(hvd_hs *hs, const uint8_t *m) {
     uint8_t result[HVD_HS_RESULT_LEN];
     int ok;
 
-    if (get32(m) != HVD_HS_MAGIC) {
+    if (hvd_get32(m) != HVD_HS_MAGIC) {
         queue_refusal(hs, HVD_HS_BAD_VERSION, HVD_HS_RESULT_LEN);
         return fail(hs, HVD_ERR_AUTH, "malformed handshake response");
     }
@@ -266,8 +248,8 @@ static hvd_status server_response(hvd_hs *hs, const uint8_t *m) {
                     "with a different HVD_SECRET, or is not part of this "
                     "job)");
     }
-    put32(result, HVD_HS_MAGIC);
-    put32(result + 4, HVD_HS_OK);
+    hvd_put32(result, HVD_HS_MAGIC);
+    hvd_put32(result + 4, HVD_HS_OK);
     queue(hs, result, sizeof(result));
     hs->state = ST_DONE;
     return HVD_OK;
@@ -276,11 +258,11 @@ static hvd_status server_response(hvd_hs *hs, const uint8_t *m) {
 static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     uint8_t want[HVD_HS_MAC];
     uint8_t reply[HVD_HS_RESPONSE_LEN];
-    uint32_t code = get32(m + 4);
-    uint32_t server_rank = get32(m + 8);
+    uint32_t code = hvd_get32(m + 4);
+    uint32_t server_rank = hvd_get32(m + 8);
     int ok;
 
-    if (get32(m) != HVD_HS_MAGIC)
+    if (hvd_get32(m) != HVD_HS_MAGIC)
         return fail(hs, HVD_ERR_AUTH,
                     "the peer is not an hvd process (bad handshake magic)");
     if (code != HVD_HS_OK)
@@ -303,17 +285,17 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     client_mac(hs, reply + 8, &ok);
     if (!ok)
         return fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
-    put32(reply, HVD_HS_MAGIC);
-    put32(reply + 4, 0);
+    hvd_put32(reply, HVD_HS_MAGIC);
+    hvd_put32(reply + 4, 0);
     queue(hs, reply, sizeof(reply));
     hs->state = ST_CLIENT_WAIT_RESULT;
     return HVD_OK;
 }
 
 static hvd_status client_result(hvd_hs *hs, const uint8_t *m) {
-    uint32_t code = get32(m + 4);
+    uint32_t code = hvd_get32(m + 4);
 
-    if (get32(m) != HVD_HS_MAGIC)
+    if (hvd_get32(m) != HVD_HS_MAGIC)
         return fail(hs, HVD_ERR_AUTH, "malformed handshake result");
     if (code != HVD_HS_OK)
         return fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",

@@ -13,6 +13,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/base/wire.h"
 #include "transport/handshake.h"
 #include "transport/net.h"
 #include "transport/rendezvous.pb-c.h"
@@ -48,16 +49,6 @@ int hvd_job_id_parse(const char *hex, uint8_t job_id_out[HVD_JOB_ID_LEN]) {
 void hvd_job_id_format(const uint8_t job_id[HVD_JOB_ID_LEN], char hex[33]) {
     for (int i = 0; i < HVD_JOB_ID_LEN; i++)
         snprintf(hex + 2 * i, 3, "%02x", job_id[i]);
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
 }
 
 /* ------------------------------------------------------------------ */
@@ -316,7 +307,7 @@ static void finish_round(hvd_rdv_server *srv) {
         HVD_ERROR("rdv", "out of memory building round %u", srv->round);
         return;
     }
-    put32(srv->result, (uint32_t)len);
+    hvd_put32(srv->result, (uint32_t)len);
     hvd__rdv__result__pack(&res, srv->result + LEN_PREFIX);
     srv->result_len = len + LEN_PREFIX;
     free(blobs);
@@ -410,7 +401,7 @@ static void conn_read(hvd_rdv_server *srv, rconn *c) {
         if (c->len_got < LEN_PREFIX) {
             c->len_got += (size_t)n;
             if (c->len_got == LEN_PREFIX) {
-                c->body_len = get32(c->lenbuf);
+                c->body_len = hvd_get32(c->lenbuf);
                 if (c->body_len > MAX_CONTRIBUTE) {
                     HVD_WARN("rdv",
                              "dropped rank %d at %s: message of %zu bytes "
@@ -615,7 +606,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
     buf = malloc(plen + LEN_PREFIX);
     if (buf == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-    put32(buf, (uint32_t)plen);
+    hvd_put32(buf, (uint32_t)plen);
     hvd__rdv__contribute__pack(&msg, buf + LEN_PREFIX);
     st = io_all(cl, buf, plen + LEN_PREFIX, 1);
     free(buf);
@@ -626,7 +617,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
     st = io_all(cl, lenbuf, LEN_PREFIX, 0);
     if (st != HVD_OK)
         return st;
-    plen = get32(lenbuf);
+    plen = hvd_get32(lenbuf);
     max_result = (size_t)bs->size * (HVD_RDV_MAX_BLOB + 8) + 64;
     if (plen > max_result)
         return hvd_error_set(HVD_ERR_TRANSPORT,

@@ -475,3 +475,27 @@ def test_start_stop_timeline(tmp_path_factory):
     assert any(e.get("name") == "CYCLE_START" for e in events)
     with pytest.raises(hvd.InvalidArgumentError, match="cannot open"):
         hvd.start_timeline(os.path.join(path, "no", "such", "dir.json"))
+
+
+def test_tables_match_the_c_library():
+    # hvd/_lib.py's status, dtype and op tables are the C header's, in its
+    # order, and the sizes libhvd's (one source of truth: hvd/hvd.h).
+    import re
+    from hvd import _lib as L
+    header = open(os.path.join(os.path.dirname(__file__), os.pardir,
+                               os.pardir, "api", "include", "hvd",
+                               "hvd.h")).read()
+    statuses = re.findall(r"X\((HVD_\w+), \"", header)
+    assert tuple(statuses) == L.STATUS_NAMES
+    for code, name in enumerate(statuses):
+        text = re.search(r"X\(%s, \"([^\"]*)\"\)" % name, header).group(1)
+        assert L.lib().hvd_strerror(code).decode() == text
+    dtypes = re.search(r"typedef enum \{([^}]*)\} hvd_dtype;", header)
+    names = re.findall(r"HVD_(\w+)", dtypes.group(1))
+    assert tuple(n.lower() for n in names) == L.DTYPE_NAMES
+    for code in range(len(names)):
+        assert L.lib().hvd_dtype_size(code) == L.DTYPE_SIZES[code]
+    assert L.lib().hvd_dtype_size(len(names)) == 0
+    ops = re.search(r"typedef enum \{([^}]*)\} hvd_op;", header)
+    assert tuple(n.lower() for n in re.findall(r"HVD_(\w+)", ops.group(1))) \
+        == L.OP_NAMES

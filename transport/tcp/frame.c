@@ -3,38 +3,15 @@
 #include <string.h>
 
 #include "transport/base/error.h"
-
-static void put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p) {
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
+#include "transport/base/wire.h"
 
 void hvd_frame_encode(const hvd_frame *frame, uint8_t out[HVD_FRAME_HDR_LEN]) {
-    put16(out, HVD_FRAME_MAGIC);
+    hvd_put16(out, HVD_FRAME_MAGIC);
     out[2] = (uint8_t)frame->type;
     out[3] = 0;
-    put32(out + 4, frame->seq);
-    put64(out + 8, frame->msg_len);
-    put64(out + 16, frame->len);
+    hvd_put32(out + 4, frame->seq);
+    hvd_put64(out + 8, frame->msg_len);
+    hvd_put64(out + 16, frame->len);
 }
 
 hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
@@ -51,9 +28,9 @@ hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
                              "flags %u): the stream is corrupt",
                              buf[1], buf[0], buf[3]);
     f.type = (hvd_frame_type)buf[2];
-    f.seq = get32(buf + 4);
-    f.msg_len = get64(buf + 8);
-    f.len = get64(buf + 16);
+    f.seq = hvd_get32(buf + 4);
+    f.msg_len = hvd_get64(buf + 8);
+    f.len = hvd_get64(buf + 16);
     if (f.seq != expect_seq)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "frame %u arrived where frame %u was expected: "
@@ -96,9 +73,9 @@ hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
 size_t hvd_frame_abort_encode(const hvd_frame_abort *abort_msg, uint8_t *out) {
     size_t n = strnlen(abort_msg->text, HVD_FRAME_ABORT_TEXT_MAX);
 
-    put32(out, (uint32_t)abort_msg->status);
-    put32(out + 4, (uint32_t)abort_msg->culprit);
-    put32(out + 8, (uint32_t)abort_msg->origin);
+    hvd_put32(out, (uint32_t)abort_msg->status);
+    hvd_put32(out + 4, (uint32_t)abort_msg->culprit);
+    hvd_put32(out + 8, (uint32_t)abort_msg->origin);
     memcpy(out + 12, abort_msg->text, n);
     return 12 + n;
 }
@@ -111,12 +88,12 @@ hvd_status hvd_frame_abort_decode(const uint8_t *buf, size_t len,
     if (len < 12 || len > HVD_FRAME_ABORT_MAX)
         return hvd_error_set(HVD_ERR_TRANSPORT, "abort payload of %zu bytes",
                              len);
-    status = get32(buf);
+    status = hvd_get32(buf);
     a.status = (status == HVD_OK || status > HVD_ERR_INTERNAL)
                    ? HVD_ERR_INTERNAL
                    : (hvd_status)status;
-    a.culprit = (int)get32(buf + 4);
-    a.origin = (int)get32(buf + 8);
+    a.culprit = (int)hvd_get32(buf + 4);
+    a.origin = (int)hvd_get32(buf + 8);
     len -= 12;
     for (size_t i = 0; i < len; i++) {
         uint8_t c = buf[12 + i];

@@ -3,69 +3,37 @@
 #include <string.h>
 
 #include "transport/base/error.h"
-
-static void put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p) {
-    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
+#include "transport/base/wire.h"
 
 void hvd_vconn_encode(const hvd_vconn *c, const hvd_vqpinfo *qps,
                       uint8_t *out) {
     memset(out, 0, HVD_VCONN_LEN(c->size));
-    put32(out, HVD_VCONN_MAGIC);
-    put16(out + 4, HVD_VCONN_VERSION);
-    put16(out + 6, c->flags);
-    put32(out + 8, c->rank);
-    put32(out + 12, c->size);
-    put16(out + 16, c->lid);
+    hvd_put32(out, HVD_VCONN_MAGIC);
+    hvd_put16(out + 4, HVD_VCONN_VERSION);
+    hvd_put16(out + 6, c->flags);
+    hvd_put32(out + 8, c->rank);
+    hvd_put32(out + 12, c->size);
+    hvd_put16(out + 16, c->lid);
     out[18] = c->port;
     out[19] = c->link_layer;
     out[20] = c->mtu;
-    put16(out + 22, c->gid_index < 0 ? 0xffff : (uint16_t)c->gid_index);
+    hvd_put16(out + 22, c->gid_index < 0 ? 0xffff : (uint16_t)c->gid_index);
     memcpy(out + 24, c->gid, 16);
-    put64(out + 40, c->ring_addr);
-    put32(out + 48, c->rkey);
-    put32(out + 52, c->eager_bytes);
+    hvd_put64(out + 40, c->ring_addr);
+    hvd_put32(out + 48, c->rkey);
+    hvd_put32(out + 52, c->eager_bytes);
     for (int ch = 0; ch < 2; ch++) {
-        put16(out + 56 + 2 * ch, c->eager_credits[ch]);
-        put16(out + 60 + 2 * ch, c->slots[ch]);
-        put32(out + 64 + 4 * ch, c->slot_bytes[ch]);
+        hvd_put16(out + 56 + 2 * ch, c->eager_credits[ch]);
+        hvd_put16(out + 60 + 2 * ch, c->slots[ch]);
+        hvd_put32(out + 64 + 4 * ch, c->slot_bytes[ch]);
     }
     for (uint32_t p = 0; p < c->size; p++) {
         uint8_t *e = out + HVD_VCONN_HDR + (size_t)p * HVD_VCONN_PER_PEER;
         if (p == c->rank || qps == NULL)
             continue;
         for (int ch = 0; ch < 2; ch++) {
-            put32(e + 8 * ch, qps[p * 2 + ch].qpn);
-            put32(e + 8 * ch + 4, qps[p * 2 + ch].psn);
+            hvd_put32(e + 8 * ch, qps[p * 2 + ch].qpn);
+            hvd_put32(e + 8 * ch + 4, qps[p * 2 + ch].psn);
         }
     }
 }
@@ -87,12 +55,12 @@ hvd_status hvd_vconn_decode(const uint8_t *buf, size_t len, int from, int size,
         return BAD("verbs connection data of rank %d is truncated (%zu "
                    "bytes)",
                    from, len);
-    if (get32(buf) != HVD_VCONN_MAGIC)
+    if (hvd_get32(buf) != HVD_VCONN_MAGIC)
         return BAD("verbs connection data of rank %d is not hvd's (magic "
                    "%#x)",
-                   from, get32(buf));
+                   from, hvd_get32(buf));
     memset(&c, 0, sizeof(c));
-    c.version = get16(buf + 4);
+    c.version = hvd_get16(buf + 4);
     if (c.version != HVD_VCONN_VERSION)
         return hvd_error_set(HVD_ERR_MISMATCH,
                              "rank %d speaks verbs connection format v%u and "
@@ -102,9 +70,9 @@ hvd_status hvd_vconn_decode(const uint8_t *buf, size_t len, int from, int size,
         return BAD("verbs connection data of rank %d has %zu bytes, expected "
                    "%zu for a job of %d",
                    from, len, HVD_VCONN_LEN(size), size);
-    c.flags = get16(buf + 6);
-    c.rank = get32(buf + 8);
-    c.size = get32(buf + 12);
+    c.flags = hvd_get16(buf + 6);
+    c.rank = hvd_get32(buf + 8);
+    c.size = hvd_get32(buf + 12);
     if (c.rank != (uint32_t)from || c.size != (uint32_t)size)
         return BAD("verbs connection data in rank %d's place says rank %u of "
                    "%u (job of %d)",
@@ -112,28 +80,28 @@ hvd_status hvd_vconn_decode(const uint8_t *buf, size_t len, int from, int size,
     if ((c.flags & ~(HVD_VCONN_USABLE | HVD_VCONN_GPUDIRECT)) != 0)
         return BAD("verbs connection data of rank %d has unknown flags %#x",
                    from, c.flags);
-    c.lid = get16(buf + 16);
+    c.lid = hvd_get16(buf + 16);
     c.port = buf[18];
     c.link_layer = buf[19];
     c.mtu = buf[20];
-    gi = get16(buf + 22);
+    gi = hvd_get16(buf + 22);
     c.gid_index = gi == 0xffff ? -1 : gi;
     memcpy(c.gid, buf + 24, 16);
-    c.ring_addr = get64(buf + 40);
-    c.rkey = get32(buf + 48);
-    c.eager_bytes = get32(buf + 52);
+    c.ring_addr = hvd_get64(buf + 40);
+    c.rkey = hvd_get32(buf + 48);
+    c.eager_bytes = hvd_get32(buf + 52);
     for (int ch = 0; ch < 2; ch++) {
-        c.eager_credits[ch] = get16(buf + 56 + 2 * ch);
-        c.slots[ch] = get16(buf + 60 + 2 * ch);
-        c.slot_bytes[ch] = get32(buf + 64 + 4 * ch);
+        c.eager_credits[ch] = hvd_get16(buf + 56 + 2 * ch);
+        c.slots[ch] = hvd_get16(buf + 60 + 2 * ch);
+        c.slot_bytes[ch] = hvd_get32(buf + 64 + 4 * ch);
     }
     memset(q, 0, sizeof(q));
     if (from != me) {
         const uint8_t *e =
             buf + HVD_VCONN_HDR + (size_t)me * HVD_VCONN_PER_PEER;
         for (int ch = 0; ch < 2; ch++) {
-            q[ch].qpn = get32(e + 8 * ch);
-            q[ch].psn = get32(e + 8 * ch + 4);
+            q[ch].qpn = hvd_get32(e + 8 * ch);
+            q[ch].psn = hvd_get32(e + 8 * ch + 4);
         }
     }
     if (c.flags & HVD_VCONN_USABLE) {

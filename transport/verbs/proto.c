@@ -4,37 +4,17 @@
 #include <string.h>
 
 #include "transport/base/error.h"
+#include "transport/base/wire.h"
 
 #define VHDR_VERSION 1
-
-static void put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p) {
-    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
 
 void hvd_vhdr_encode(const hvd_vhdr *h, uint8_t out[HVD_VHDR_LEN]) {
     memset(out, 0, HVD_VHDR_LEN);
     out[0] = h->type;
     out[1] = VHDR_VERSION;
-    put16(out + 2, h->eager_ret);
-    put16(out + 4, h->slot_ret);
-    put32(out + 8, h->len);
+    hvd_put16(out + 2, h->eager_ret);
+    hvd_put16(out + 4, h->slot_ret);
+    hvd_put32(out + 8, h->len);
 }
 
 hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
@@ -51,9 +31,9 @@ hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
                              "%d): every rank must run the same hvd",
                              buf[1], VHDR_VERSION);
     h.type = buf[0];
-    h.eager_ret = get16(buf + 2);
-    h.slot_ret = get16(buf + 4);
-    h.len = get32(buf + 8);
+    h.eager_ret = hvd_get16(buf + 2);
+    h.slot_ret = hvd_get16(buf + 4);
+    h.len = hvd_get32(buf + 8);
     if (h.type < HVD_VMSG_DATA || h.type > HVD_VMSG_RING)
         return hvd_error_set(HVD_ERR_TRANSPORT, "unknown message type %u",
                              h.type);
@@ -76,28 +56,19 @@ hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
     return HVD_OK;
 }
 
-static void put64(uint8_t *p, uint64_t v) {
-    put32(p, (uint32_t)v);
-    put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint64_t get64(const uint8_t *p) {
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 void hvd_vrdv_encode(const hvd_vrdv *r, uint8_t out[HVD_VRDV_LEN]) {
     memset(out, 0, HVD_VRDV_LEN);
-    put64(out, r->seq);
-    put64(out + 8, r->addr);
-    put64(out + 16, r->len);
-    put32(out + 24, r->rkey);
+    hvd_put64(out, r->seq);
+    hvd_put64(out + 8, r->addr);
+    hvd_put64(out + 16, r->len);
+    hvd_put32(out + 24, r->rkey);
 }
 
 void hvd_vrdv_decode(const uint8_t in[HVD_VRDV_LEN], hvd_vrdv *out) {
-    out->seq = get64(in);
-    out->addr = get64(in + 8);
-    out->len = get64(in + 16);
-    out->rkey = get32(in + 24);
+    out->seq = hvd_get64(in);
+    out->addr = hvd_get64(in + 8);
+    out->len = hvd_get64(in + 16);
+    out->rkey = hvd_get32(in + 24);
 }
 
 size_t hvd_vabort_encode(const hvd_vabort *a, uint8_t *out, size_t cap) {
@@ -107,9 +78,9 @@ size_t hvd_vabort_encode(const hvd_vabort *a, uint8_t *out, size_t cap) {
         return 0;
     if (tlen > cap - 12)
         tlen = cap - 12;
-    put32(out, (uint32_t)a->status);
-    put32(out + 4, (uint32_t)a->culprit);
-    put32(out + 8, (uint32_t)a->origin);
+    hvd_put32(out, (uint32_t)a->status);
+    hvd_put32(out + 4, (uint32_t)a->culprit);
+    hvd_put32(out + 8, (uint32_t)a->origin);
     memcpy(out + 12, a->text, tlen);
     return 12 + tlen;
 }
@@ -120,9 +91,9 @@ hvd_status hvd_vabort_decode(const uint8_t *buf, size_t n, hvd_vabort *out) {
     if (n < 12)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "an ABORT message of %zu bytes is too short", n);
-    out->status = (int32_t)get32(buf);
-    out->culprit = (int32_t)get32(buf + 4);
-    out->origin = (int32_t)get32(buf + 8);
+    out->status = (int32_t)hvd_get32(buf);
+    out->culprit = (int32_t)hvd_get32(buf + 4);
+    out->origin = (int32_t)hvd_get32(buf + 8);
     if (out->status <= HVD_OK || out->status > HVD_ERR_INTERNAL)
         out->status = HVD_ERR_TRANSPORT;
     tlen = n - 12 < HVD_VABORT_TEXT_MAX ? n - 12 : HVD_VABORT_TEXT_MAX;
