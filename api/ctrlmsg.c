@@ -2,7 +2,7 @@
 
 #include <stdint.h>
 
-#include "collectives/reduce.h"
+#include "transport/base/dtype.h"
 #include "transport/base/error.h"
 
 /* Statuses this build knows: a response may carry any of them. */

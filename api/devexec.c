@@ -6,8 +6,8 @@
 #include <time.h>
 
 #include "collectives/coll.h"
-#include "collectives/reduce.h"
 #include "transport/base/clock.h"
+#include "transport/base/dtype.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "collectives/reduce.h"
+#include "transport/base/dtype.h"
 
 const char *hvd_kind_name(hvd_kind kind) {
     static const char *const names[HVD_KIND_COUNT] = {

@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#include "collectives/reduce.h"
+#include "transport/base/dtype.h"
 
 hvd_status hvd_rd_allreduce(hvd_comm *comm, const void *sendbuf, void *recvbuf,
                             size_t count, hvd_dtype dtype, hvd_op op) {

@@ -17,14 +17,7 @@
 #include <stdint.h>
 
 #include "hvd/hvd.h"
-
-/* Returns 1 if dtype/op are valid values of their enums, else 0. */
-int hvd_dtype_valid(hvd_dtype dtype);
-int hvd_op_valid(hvd_op op);
-/* Lower-case names ("float16", "sum"); "invalid" for an invalid value,
- * never NULL. */
-const char *hvd_dtype_name(hvd_dtype dtype);
-const char *hvd_op_name(hvd_op op);
+#include "transport/base/dtype.h"
 
 /*
  * dst[i] = a[i] op b[i] for i < count. An invalid dtype or op, or count 0,

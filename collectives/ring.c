@@ -23,7 +23,7 @@
 
 #include <string.h>
 
-#include "collectives/reduce.h"
+#include "transport/base/dtype.h"
 #include "transport/base/error.h"
 
 typedef struct ring_plan ring_plan;

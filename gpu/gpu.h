@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/comm.h"
 #include "hvd/hvd.h"
+#include "transport/base/memops.h"
 #include "transport/transport.h"
 
 /* An NCCL unique id (ncclUniqueId is 128 bytes). */

@@ -22,24 +22,10 @@
 #include <stdint.h>
 
 #include "hvd/hvd.h"
+#include "transport/base/memtype.h"
 
 #define HVD_JOB_ID_LEN 16
 #define HVD_HOST_MAX 64
-
-/*
- * Where a buffer lives. Transports see only byte ranges; a transport that
- * can move device memory itself (RDMA with GPUDirect) says so in its caps
- * (mem_types), and then gets device pointers in isend/irecv. Every other
- * transport only ever gets host memory: device buffers reach it through
- * the staging pipeline of gpu/stage.h.
- */
-typedef enum {
-    HVD_MEM_HOST = 0,   /* host memory (pageable, pinned or managed) */
-    HVD_MEM_DEVICE = 1, /* CUDA device memory */
-    HVD_MEM_COUNT
-} hvd_memtype;
-
-#define HVD_MEM_BIT(type) (1u << (unsigned)(type))
 
 /*
  * Channels: independent ordered streams between each pair of ranks.

@@ -23,7 +23,7 @@
 #include "api/coordinator.h"
 #include "api/ctrlmsg.h"
 #include "api/engine.pb-c.h"
-#include "collectives/reduce.h"
+#include "transport/base/dtype.h"
 #include "transport/base/log.h"
 #include "transport/rendezvous.pb-c.h"
 

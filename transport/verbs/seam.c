@@ -3,8 +3,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "gpu/gpu.h"
-#include "gpu/memtype.h"
+#include "transport/base/memtype.h"
 
 static struct ibv_device **get_device_list(int *num) {
     return ibv_get_device_list(num);
@@ -55,9 +54,8 @@ static int peermem_loaded(void) {
            access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0;
 }
 
-static int cuda_devices(void) {
-    return hvd_gpu_built() ? hvd_mem_device_count() : 0;
-}
+/* (A build without CUDA never asks: its params->gpu_device is -1.) */
+static int cuda_devices(void) { return hvd_mem_device_count(); }
 
 static int mem_type(const void *addr, uint64_t *buffer_id_out) {
     hvd_meminfo mi;

@@ -39,12 +39,12 @@ typedef struct hvd_ibv_seam {
      * so ibv_reg_mr accepts CUDA device pointers. */
     int (*peermem_loaded)(void);
     /* CUDA devices this process can use: 0 where hvd was built without
-     * CUDA or the driver sees none (gpu/memtype.h). */
+     * CUDA or the driver sees none (transport/base/memtype.h). */
     int (*cuda_devices)(void);
     /* Where addr points: HVD_MEM_HOST or HVD_MEM_DEVICE (CUDA device
      * memory, not managed), and for device memory the driver's id of its
      * allocation in *buffer_id_out (0 otherwise), through
-     * cuPointerGetAttributes (gpu/memtype.h). */
+     * cuPointerGetAttributes (transport/base/memtype.h). */
     int (*mem_type)(const void *addr, uint64_t *buffer_id_out);
     /* Makes what the HCA wrote into memory of CUDA device `device` visible
      * to its kernels (hvd_mem_flush_rdma_writes); failures are logged. */

@@ -1,4 +1,4 @@
-#include "gpu/memtype.h"
+#include "transport/base/memtype.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

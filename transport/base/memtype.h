@@ -13,13 +13,27 @@
  * without CUDA still recognizes a device pointer and refuses it with a
  * sentence instead of touching it.
  */
-#ifndef HVD_GPU_MEMTYPE_H
-#define HVD_GPU_MEMTYPE_H
+#ifndef HVD_BASE_MEMTYPE_H
+#define HVD_BASE_MEMTYPE_H
 
 #include <stddef.h>
 
 #include "hvd/hvd.h"
-#include "transport/transport.h"
+
+/*
+ * Where a buffer lives. Transports see only byte ranges; a transport that
+ * can move device memory itself (RDMA with GPUDirect) says so in its caps
+ * (mem_types), and then gets device pointers in isend/irecv. Every other
+ * transport only ever gets host memory: device buffers reach it through
+ * the staging pipeline of gpu/stage.h.
+ */
+typedef enum {
+    HVD_MEM_HOST = 0,   /* host memory (pageable, pinned or managed) */
+    HVD_MEM_DEVICE = 1, /* CUDA device memory */
+    HVD_MEM_COUNT
+} hvd_memtype;
+
+#define HVD_MEM_BIT(type) (1u << (unsigned)(type))
 
 typedef struct hvd_meminfo {
     hvd_memtype type;
