@@ -11,6 +11,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/failure.h"
 
 /* MPI counts are int: hvd messages are cut into parts of at most this. */
 #define PART_MAX ((size_t)1 << 30)
@@ -176,22 +177,18 @@ typedef struct mpi_tp {
     int64_t *last_rx;      /* per peer */
     int64_t last_hb;
     int64_t last_check;
-    int wake; /* set by any thread (atomic) */
-    hvd_status failed;
-    char failmsg[HVD_ERROR_MAX];
+    int wake;               /* set by any thread (atomic) */
+    hvd_tp_failure failure; /* the first failure, which wins */
 } mpi_tp;
 
 static hvd_status fail(mpi_tp *t, hvd_status status, const char *text) {
-    if (t->failed != HVD_OK)
-        return hvd_error_copy(t->failed, t->failmsg);
-    t->failed = status;
-    snprintf(t->failmsg, sizeof(t->failmsg), "%s", text);
-    HVD_ERROR("mpi", "%s", t->failmsg);
-    for (int i = 0; i < t->n; i++) {
-        t->entries[i].req->status = status;
-        t->entries[i].req->done = 1;
+    if (hvd_tp_failure_set(&t->failure, "mpi", status, 0, 0, text)) {
+        for (int i = 0; i < t->n; i++) {
+            t->entries[i].req->status = status;
+            t->entries[i].req->done = 1;
+        }
     }
-    return hvd_error_copy(status, t->failmsg);
+    return hvd_tp_failure_error(&t->failure);
 }
 
 static hvd_status fail_mpi(mpi_tp *t, int err, const char *call) {
@@ -233,8 +230,8 @@ static hvd_status post(hvd_transport *tp, int peer, int channel, void *buf,
     int nparts = len == 0 ? 1 : (int)((len + PART_MAX - 1) / PART_MAX);
     int64_t now = hvd_now_ns();
 
-    if (t->failed != HVD_OK)
-        return hvd_error_copy(t->failed, t->failmsg);
+    if (t->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&t->failure);
     if (peer < 0 || peer >= t->size || peer == t->rank)
         return hvd_error_set(HVD_ERR_INTERNAL, "mpi message to rank %d", peer);
     if (room(t, nparts) != 0)
@@ -386,8 +383,8 @@ static hvd_status mpi_progress(hvd_transport *tp, int timeout_ms) {
     int64_t step = 1000;
     hvd_status st;
 
-    if (t->failed != HVD_OK)
-        return hvd_error_copy(t->failed, t->failmsg);
+    if (t->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&t->failure);
     for (;;) {
         int64_t now = hvd_now_ns();
         int moved = reap(t, &st);
@@ -605,8 +602,8 @@ static hvd_status mpi_allreduce(hvd_transport *tp, const void *sendbuf,
 
     if (mpi_type(dtype, &type) != 0 || mpi_op(op, &mop) != 0)
         return unsupported(dtype, "allreduce");
-    if (t->failed != HVD_OK)
-        return hvd_error_copy(t->failed, t->failmsg);
+    if (t->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&t->failure);
     for (size_t off = 0; off < count || count == 0;) {
         size_t n = count - off < (size_t)INT_MAX ? count - off : INT_MAX;
         MPI_Request r;
@@ -634,8 +631,8 @@ static hvd_status mpi_allgather(hvd_transport *tp, const void *sendbuf,
 
     if (bytes > INT_MAX)
         return unsupported(dtype, "allgather of more than 2 GiB per rank");
-    if (t->failed != HVD_OK)
-        return hvd_error_copy(t->failed, t->failmsg);
+    if (t->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&t->failure);
     /* Bytes: every dtype travels, and in place is MPI_IN_PLACE. */
     if (sendbuf != mine && bytes > 0)
         memmove(mine, sendbuf, bytes);
@@ -651,8 +648,8 @@ static hvd_status mpi_broadcast(hvd_transport *tp, void *buf, size_t count,
     mpi_tp *t = (mpi_tp *)tp;
     size_t bytes = count * hvd_dtype_size(dtype);
 
-    if (t->failed != HVD_OK)
-        return hvd_error_copy(t->failed, t->failmsg);
+    if (t->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&t->failure);
     for (size_t off = 0; off < bytes || bytes == 0;) {
         size_t n = bytes - off < PART_MAX ? bytes - off : PART_MAX;
         MPI_Request r;

@@ -23,6 +23,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/failure.h"
 
 #define SHM_MAGIC 0x31306d6873647668ULL /* "hvdshm01" */
 #define SHM_VERSION 1
@@ -141,9 +142,8 @@ typedef struct shm {
     int64_t last_heartbeat;
     uint32_t seen_bell;
     char (*hosts)[HVD_HOST_MAX];
-    uint64_t cma_probe; /* read by peers to test process_vm_readv */
-    hvd_status failed;
-    char failmsg[HVD_ERROR_MAX];
+    uint64_t cma_probe;     /* read by peers to test process_vm_readv */
+    hvd_tp_failure failure; /* the first failure, which wins */
 } shm;
 
 /* ------------------------------------------------------------------ */
@@ -275,13 +275,15 @@ static void complete(hvd_req *req, hvd_status status) {
  * with status, every later call returns it, and the same-host peers read
  * why in this rank's segment.
  */
-static hvd_status fail_text(shm *tp, hvd_status status, int culprit,
-                            const char *text) {
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
-    tp->failed = status;
-    snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
-    HVD_ERROR("shm", "%s", tp->failmsg);
+static hvd_status fail_with(void *arg, hvd_status status, int culprit,
+                            int origin, const char *text) {
+    shm *tp = arg;
+
+    /* A peer's sentence read from its segment is its own: no relay. */
+    (void)origin;
+    if (!hvd_tp_failure_set(&tp->failure, "shm", status, tp->rank, tp->rank,
+                            text))
+        return hvd_tp_failure_error(&tp->failure);
     for (int p = 0; p < tp->size; p++) {
         speer *pe = &tp->peers[p];
         for (int ch = 0; ch < NCHANNELS; ch++) {
@@ -308,21 +310,7 @@ static hvd_status fail_text(shm *tp, hvd_status status, int culprit,
             if (tp->peers[p].seg != NULL)
                 ring(tp->peers[p].seg);
     }
-    return hvd_error_copy(status, tp->failmsg);
-}
-
-static hvd_status fail(shm *tp, hvd_status status, int culprit, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
-
-static hvd_status fail(shm *tp, hvd_status status, int culprit, const char *fmt,
-                       ...) {
-    char text[HVD_ERROR_MAX];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    return fail_text(tp, status, culprit, text);
+    return hvd_tp_failure_error(&tp->failure);
 }
 
 static int pass(shm *tp);
@@ -378,15 +366,15 @@ static hvd_status check_peers(shm *tp, int64_t now) {
             char text[HVD_ERROR_MAX];
             memcpy(text, h->failmsg, sizeof(text));
             text[sizeof(text) - 1] = '\0';
-            return fail_text(tp, (hvd_status)st, h->culprit, text);
+            return fail_with(tp, (hvd_status)st, h->culprit, tp->rank, text);
         }
         describe(tp, p, who, sizeof(who));
         if ((!atomic_load(&h->bye) || pe->pending > 0) && peer_exited(pe)) {
             /* What it wrote before it went is still in this rank's FIFOs:
              * take it first, as a socket is read to its end. */
             pass(tp);
-            if (tp->failed != HVD_OK)
-                return hvd_error_copy(tp->failed, tp->failmsg);
+            if (tp->failure.status != HVD_OK)
+                return hvd_tp_failure_error(&tp->failure);
             if (atomic_load(&h->bye) && only_control_sends(pe)) {
                 /* It left in order: control messages it will never read
                  * (the engine's last ones) are dropped. */
@@ -395,22 +383,23 @@ static hvd_status check_peers(shm *tp, int64_t now) {
             }
         }
         if ((!atomic_load(&h->bye) || pe->pending > 0) && peer_exited(pe))
-            return fail(tp, HVD_ERR_PEER_LOST, p,
-                        "%s exited or was killed while rank %d %s (its "
-                        "process is gone)",
-                        who, tp->rank,
-                        pe->pending > 0 ? "waited on it" : "still ran");
+            return hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, p,
+                                "%s exited or was killed while rank %d %s (its "
+                                "process is gone)",
+                                who, tp->rank,
+                                pe->pending > 0 ? "waited on it" : "still ran");
         if (pe->pending > 0) {
             int64_t last = atomic_load(&h->heartbeat);
             if (last < pe->last_active)
                 last = pe->last_active;
             if (now - last > tp->timeout_ns)
-                return fail(tp, HVD_ERR_TIMEOUT, p,
-                            "nothing (not even a heartbeat) came from %s for "
-                            "%.0f s while rank %d waited on it: it is "
-                            "stopped, hung, or busy outside hvd "
-                            "(HVD_TIMEOUT_SECONDS sets this limit)",
-                            who, (double)tp->timeout_ns / 1e9, tp->rank);
+                return hvd_tp_failf(
+                    fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
+                    "nothing (not even a heartbeat) came from %s for "
+                    "%.0f s while rank %d waited on it: it is "
+                    "stopped, hung, or busy outside hvd "
+                    "(HVD_TIMEOUT_SECONDS sets this limit)",
+                    who, (double)tp->timeout_ns / 1e9, tp->rank);
         }
     }
     return HVD_OK;
@@ -449,17 +438,19 @@ static hvd_status cma_read(shm *tp, int peer, void *buf, uint64_t remote,
             char text[HVD_ERROR_MAX];
             memcpy(text, h->failmsg, sizeof(text));
             text[sizeof(text) - 1] = '\0';
-            return fail_text(tp, (hvd_status)pst, h->culprit, text);
+            return fail_with(tp, (hvd_status)pst, h->culprit, tp->rank, text);
         }
         if (err == ESRCH || peer_exited(&tp->peers[peer]))
-            return fail(tp, HVD_ERR_PEER_LOST, peer,
-                        "%s exited or was killed while rank %d read from it",
-                        who, tp->rank);
+            return hvd_tp_failf(
+                fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, peer,
+                "%s exited or was killed while rank %d read from it", who,
+                tp->rank);
         errno = err;
-        return fail(tp, HVD_ERR_TRANSPORT, peer,
-                    "process_vm_readv(%s, %zu bytes at 0x%llx) failed: %s", who,
-                    len - done, (unsigned long long)(remote + done),
-                    n < 0 ? strerror(errno) : "no bytes read");
+        return hvd_tp_failf(
+            fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, peer,
+            "process_vm_readv(%s, %zu bytes at 0x%llx) failed: %s", who,
+            len - done, (unsigned long long)(remote + done),
+            n < 0 ? strerror(errno) : "no bytes read");
     }
     return HVD_OK;
 }
@@ -497,7 +488,8 @@ static int push(shm *tp, int p, int ch) {
             atomic_store_explicit(&c->seq, ++pe->tail[ch],
                                   memory_order_release);
             if (q_push(&pe->ackq[ch], m) != 0) {
-                fail(tp, HVD_ERR_NO_MEMORY, -1, "out of memory");
+                hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_NO_MEMORY, -1,
+                             "out of memory");
                 return 1;
             }
             q_pop(&pe->sendq[ch]);
@@ -550,11 +542,12 @@ static int pull(shm *tp, int p, int ch) {
             (c->kind != CELL_DATA && c->kind != CELL_RNDV)) {
             char who[160];
             describe(tp, p, who, sizeof(who));
-            fail(tp, HVD_ERR_MISMATCH, p,
-                 "%s sent a message of %llu bytes where rank %d expected "
-                 "%zu: ranks called collectives in different orders or with "
-                 "different counts",
-                 who, (unsigned long long)c->msg_len, tp->rank, m->len);
+            hvd_tp_failf(
+                fail_with, tp, tp->rank, HVD_ERR_MISMATCH, p,
+                "%s sent a message of %llu bytes where rank %d expected "
+                "%zu: ranks called collectives in different orders or with "
+                "different counts",
+                who, (unsigned long long)c->msg_len, tp->rank, m->len);
             return 1;
         }
         if (c->kind == CELL_RNDV) {
@@ -585,11 +578,11 @@ static int pull(shm *tp, int p, int ch) {
 /* One pass over every peer with work. Returns 1 if anything moved. */
 static int pass(shm *tp) {
     int moved = 0;
-    for (int p = 0; p < tp->size && tp->failed == HVD_OK; p++) {
+    for (int p = 0; p < tp->size && tp->failure.status == HVD_OK; p++) {
         speer *pe = &tp->peers[p];
         if (pe->pending == 0)
             continue;
-        for (int ch = 0; ch < NCHANNELS && tp->failed == HVD_OK; ch++) {
+        for (int ch = 0; ch < NCHANNELS && tp->failure.status == HVD_OK; ch++) {
             if (pe->recvq[ch].count > 0)
                 moved |= pull(tp, p, ch);
             if (pe->sendq[ch].count > 0 || pe->ackq[ch].count > 0)
@@ -604,8 +597,8 @@ static hvd_status shm_progress(hvd_transport *t, int timeout_ms) {
     seg_hdr *me = tp->seg != NULL ? hdr_of(tp->seg) : NULL;
     int64_t now = hvd_now_ns(), deadline, spin_end;
 
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     if (me == NULL) {
         /* No same-host peer: nothing can ever arrive. */
         if (timeout_ms != 0) {
@@ -680,14 +673,14 @@ static hvd_status shm_progress(hvd_transport *t, int timeout_ms) {
             break;
     }
 out:
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     return HVD_OK;
 }
 
 static hvd_status check_peer(shm *tp, int peer, int channel, const char *what) {
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     if (peer < 0 || peer >= tp->size || peer == tp->rank)
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "shm: cannot %s rank %d (this is rank %d of %d)",
@@ -1107,7 +1100,7 @@ fail:
 static hvd_status shm_shutdown(hvd_transport *t) {
     shm *tp = (shm *)t;
 
-    if (tp->failed != HVD_OK || tp->seg == NULL)
+    if (tp->failure.status != HVD_OK || tp->seg == NULL)
         return HVD_OK;
     atomic_store(&hdr_of(tp->seg)->bye, 1);
     return HVD_OK;

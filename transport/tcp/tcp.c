@@ -16,6 +16,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/failure.h"
 #include "transport/handshake.h"
 #include "transport/net.h"
 #include "transport/tcp/frame.h"
@@ -112,8 +113,7 @@ struct tcp {
     int64_t last_heartbeat;
     int salvaging; /* peer_lost is reading the other connections */
     int shutting_down;
-    hvd_status failed;
-    char failmsg[HVD_ERROR_MAX];
+    hvd_tp_failure failure; /* the first failure, which wins */
 };
 
 /* Partial-write bookkeeping for the listen/handshake phase. */
@@ -271,19 +271,14 @@ static void send_abort(tsock *s, const hvd_frame_abort *a, int64_t deadline) {
  * ABORT relays it as it is, so that a rank that hears it second-hand
  * says "rank <origin> reported: <text>" once, not once per hop.
  */
-static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
-                            const char *text) {
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
-    int64_t deadline = hvd_now_ns() + ABORT_NS;
+static hvd_status fail_with(void *arg, hvd_status status, int culprit,
+                            int origin, const char *text) {
+    tcp *tp = arg;
 
-    tp->failed = status;
-    if (origin == tp->rank)
-        snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
-    else
-        snprintf(tp->failmsg, sizeof(tp->failmsg), "rank %d reported: %s",
-                 origin, text);
-    HVD_ERROR("tcp", "%s", tp->failmsg);
+    if (!hvd_tp_failure_set(&tp->failure, "tcp", status, tp->rank, origin,
+                            text))
+        return hvd_tp_failure_error(&tp->failure);
+    int64_t deadline = hvd_now_ns() + ABORT_NS;
 
     for (int i = 0; i < tp->size * tp->nconn; i++) {
         tsock *s = &tp->socks[i];
@@ -335,21 +330,7 @@ static hvd_status fail_with(tcp *tp, hvd_status status, int culprit, int origin,
             }
         }
     }
-    return hvd_error_copy(status, tp->failmsg);
-}
-
-static hvd_status fail(tcp *tp, hvd_status status, int culprit, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
-
-static hvd_status fail(tcp *tp, hvd_status status, int culprit, const char *fmt,
-                       ...) {
-    char text[HVD_ERROR_MAX];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    return fail_with(tp, status, culprit, tp->rank, text);
+    return hvd_tp_failure_error(&tp->failure);
 }
 
 static hvd_status sock_recv(tsock *s);
@@ -369,13 +350,14 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
     if (tp->salvaging)
         return HVD_ERR_PEER_LOST; /* noted; the first caller decides */
     tp->salvaging = 1;
-    for (int i = 0; i < tp->size * tp->nconn && tp->failed == HVD_OK; i++) {
+    for (int i = 0; i < tp->size * tp->nconn && tp->failure.status == HVD_OK;
+         i++) {
         tsock *x = &tp->socks[i];
         if (x->fd < 0 || (x->eof && x->rx_off == x->rx_end))
             continue;
         if (!x->rx_blocked)
             sock_recv(x);
-        if (x->rx_blocked && tp->failed == HVD_OK)
+        if (x->rx_blocked && tp->failure.status == HVD_OK)
             scan_for_abort(x);
     }
     /* If the peer itself failed first, its ABORT is on one of its sockets
@@ -384,7 +366,7 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
      * little time to deliver it or close too. */
     int64_t deadline = hvd_now_ns() + ABORT_NS;
     uint32_t given_up = 0; /* sockets whose stream cannot be read on */
-    while (tp->failed == HVD_OK && s->peer >= 0 && s->peer < tp->size) {
+    while (tp->failure.status == HVD_OK && s->peer >= 0 && s->peer < tp->size) {
         struct pollfd pfds[HVD_TCP_MAX_SOCKS + 1];
         tsock *xs[HVD_TCP_MAX_SOCKS + 1];
         int n = 0;
@@ -398,24 +380,24 @@ static hvd_status peer_lost(tcp *tp, tsock *s, const char *what) {
         }
         if (n == 0 || left <= 0 || poll(pfds, (nfds_t)n, (int)left) <= 0)
             break;
-        for (int k = 0; k < n && tp->failed == HVD_OK; k++) {
+        for (int k = 0; k < n && tp->failure.status == HVD_OK; k++) {
             if (pfds[k].revents == 0)
                 continue;
             if (!xs[k]->rx_blocked)
                 sock_recv(xs[k]);
-            if (xs[k]->rx_blocked && tp->failed == HVD_OK &&
+            if (xs[k]->rx_blocked && tp->failure.status == HVD_OK &&
                 !scan_for_abort(xs[k]))
                 given_up |= 1u << xs[k]->index;
         }
     }
     tp->salvaging = 0;
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     describe(tp, s->peer, who, sizeof(who));
-    return fail(tp, HVD_ERR_PEER_LOST, s->peer,
-                "lost %s: %s (the process died, was killed, or exited "
-                "without hvd_shutdown)",
-                who, what);
+    return hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, s->peer,
+                        "lost %s: %s (the process died, was killed, or exited "
+                        "without hvd_shutdown)",
+                        who, what);
 }
 
 /* ------------------------------------------------------------------ */
@@ -554,10 +536,11 @@ static hvd_status on_eof(tsock *s) {
     if (s->bye_rx) {
         char who[160];
         describe(tp, s->peer, who, sizeof(who));
-        return fail(tp, HVD_ERR_PEER_LOST, s->peer,
-                    "%s called hvd_shutdown while this rank still expected "
-                    "data from it: ranks did not run the same collectives",
-                    who);
+        return hvd_tp_failf(
+            fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, s->peer,
+            "%s called hvd_shutdown while this rank still expected "
+            "data from it: ranks did not run the same collectives",
+            who);
     }
     return peer_lost(tp, s, "its connection closed unexpectedly");
 }
@@ -566,8 +549,8 @@ static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
     hvd_frame_abort a;
 
     if (hvd_frame_abort_decode(payload, len, &a) != HVD_OK)
-        return fail(s->tp, HVD_ERR_TRANSPORT, s->peer, "rank %d: %s", s->peer,
-                    hvd_error_get());
+        return hvd_tp_failf(fail_with, s->tp, s->tp->rank, HVD_ERR_TRANSPORT,
+                            s->peer, "rank %d: %s", s->peer, hvd_error_get());
     return fail_with(s->tp, a.status, a.culprit, a.origin, a.text);
 }
 
@@ -582,7 +565,7 @@ static int scan_for_abort(tsock *s) {
     tcp *tp = s->tp;
     hvd_status st = HVD_OK;
 
-    for (int n = 0; n < 100000 && tp->failed == HVD_OK; n++) {
+    for (int n = 0; n < 100000 && tp->failure.status == HVD_OK; n++) {
         size_t avail = s->rx_end - s->rx_off;
         hvd_frame f;
 
@@ -638,8 +621,9 @@ static hvd_status sock_recv(tsock *s) {
                 HVD_OK) {
                 char who[160];
                 describe(tp, s->peer, who, sizeof(who));
-                return fail(tp, HVD_ERR_TRANSPORT, s->peer,
-                            "protocol error from %s: %s", who, hvd_error_get());
+                return hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_TRANSPORT,
+                                    s->peer, "protocol error from %s: %s", who,
+                                    hvd_error_get());
             }
             if (f.type == HVD_FRAME_BYE || f.type == HVD_FRAME_HEARTBEAT) {
                 s->rx_off += HVD_FRAME_HDR_LEN;
@@ -672,12 +656,13 @@ static hvd_status sock_recv(tsock *s) {
             if (f.msg_len != p->msg_len || f.len != p->len) {
                 char who[160];
                 describe(tp, s->peer, who, sizeof(who));
-                return fail(tp, HVD_ERR_MISMATCH, s->peer,
-                            "%s sent a message of %llu bytes where this "
-                            "rank expected %llu: ranks called collectives "
-                            "in different orders or with different counts",
-                            who, (unsigned long long)f.msg_len,
-                            (unsigned long long)p->msg_len);
+                return hvd_tp_failf(
+                    fail_with, tp, tp->rank, HVD_ERR_MISMATCH, s->peer,
+                    "%s sent a message of %llu bytes where this "
+                    "rank expected %llu: ranks called collectives "
+                    "in different orders or with different counts",
+                    who, (unsigned long long)f.msg_len,
+                    (unsigned long long)p->msg_len);
             }
             s->rx_off += HVD_FRAME_HDR_LEN;
             s->rx_seq++;
@@ -766,20 +751,21 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
     if (waiting && now - tp->last_heartbeat >= tp->heartbeat_ns) {
         tp->last_heartbeat = now;
         send_heartbeats(tp);
-        if (tp->failed != HVD_OK)
-            return tp->failed;
+        if (tp->failure.status != HVD_OK)
+            return tp->failure.status;
     }
     for (int p = 0; p < tp->size; p++) {
         tpeer *peer = &tp->peers[p];
         if (peer->pending > 0 && now - peer->last_active > tp->timeout_ns) {
             char who[160];
             describe(tp, p, who, sizeof(who));
-            return fail(tp, HVD_ERR_TIMEOUT, p,
-                        "nothing (not even a heartbeat) arrived from %s for "
-                        "%.0f s while rank %d waited on it: it is stopped, "
-                        "hung or busy outside hvd, or the network to it is "
-                        "down (HVD_TIMEOUT_SECONDS sets this limit)",
-                        who, (double)tp->timeout_ns / 1e9, tp->rank);
+            return hvd_tp_failf(
+                fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
+                "nothing (not even a heartbeat) arrived from %s for "
+                "%.0f s while rank %d waited on it: it is stopped, "
+                "hung or busy outside hvd, or the network to it is "
+                "down (HVD_TIMEOUT_SECONDS sets this limit)",
+                who, (double)tp->timeout_ns / 1e9, tp->rank);
         }
     }
     return HVD_OK;
@@ -790,13 +776,13 @@ static hvd_status tcp_progress(hvd_transport *t, int timeout_ms) {
     struct epoll_event evs[MAX_EVENTS];
     int n;
 
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     n = epoll_wait(tp->epfd, evs, MAX_EVENTS, timeout_ms);
     if (n < 0 && errno != EINTR)
-        return fail(tp, HVD_ERR_TRANSPORT, -1, "epoll_wait() failed: %s",
-                    strerror(errno));
-    for (int i = 0; i < n && tp->failed == HVD_OK; i++) {
+        return hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, -1,
+                            "epoll_wait() failed: %s", strerror(errno));
+    for (int i = 0; i < n && tp->failure.status == HVD_OK; i++) {
         tsock *s = evs[i].data.ptr;
         uint32_t e = evs[i].events;
 
@@ -823,18 +809,18 @@ static hvd_status tcp_progress(hvd_transport *t, int timeout_ms) {
                 break;
         }
     }
-    if (tp->failed == HVD_OK)
+    if (tp->failure.status == HVD_OK)
         check_stalls(tp, hvd_now_ns());
-    return tp->failed == HVD_OK ? HVD_OK
-                                : hvd_error_copy(tp->failed, tp->failmsg);
+    return tp->failure.status == HVD_OK ? HVD_OK
+                                        : hvd_tp_failure_error(&tp->failure);
 }
 
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 
 static hvd_status check_peer(tcp *tp, int peer, const char *what) {
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     if (peer < 0 || peer >= tp->size || peer == tp->rank)
         return hvd_error_set(HVD_ERR_INTERNAL,
                              "tcp %s to rank %d: not a peer of rank %d in a "
@@ -843,10 +829,11 @@ static hvd_status check_peer(tcp *tp, int peer, const char *what) {
     if (tp->peers[peer].socks[0].bye_rx) {
         char who[160];
         describe(tp, peer, who, sizeof(who));
-        return fail(tp, HVD_ERR_PEER_LOST, peer,
-                    "%s has already called hvd_shutdown: ranks did not run "
-                    "the same collectives",
-                    who);
+        return hvd_tp_failf(
+            fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, peer,
+            "%s has already called hvd_shutdown: ranks did not run "
+            "the same collectives",
+            who);
     }
     return HVD_OK;
 }
@@ -1433,7 +1420,7 @@ static hvd_status tcp_shutdown(hvd_transport *t) {
         (tp->timeout_ns < SHUTDOWN_NS ? tp->timeout_ns : SHUTDOWN_NS);
     int open_socks = 0;
 
-    if (tp->failed != HVD_OK)
+    if (tp->failure.status != HVD_OK)
         return HVD_OK;
     tp->shutting_down = 1;
     for (int i = 0; i < tp->size * tp->nconn; i++) {
@@ -1476,13 +1463,13 @@ static hvd_status tcp_shutdown(hvd_transport *t) {
                 s->rx_blocked = 0;
             }
             sock_recv(s);
-            if (s->eof || tp->failed != HVD_OK) {
+            if (s->eof || tp->failure.status != HVD_OK) {
                 s->eof = 1;
                 set_events(s);
                 open_socks--;
             }
         }
-        if (tp->failed != HVD_OK)
+        if (tp->failure.status != HVD_OK)
             break;
     }
     if (open_socks > 0)

@@ -14,6 +14,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/failure.h"
 #include "transport/rendezvous.h"
 #include "transport/verbs/conn.h"
 #include "transport/verbs/device.h"
@@ -234,8 +235,7 @@ struct vtp {
     hvd_status err_status;
     char err_text[HVD_ERROR_MAX];
     int err_peer;
-    hvd_status failed;
-    char failmsg[HVD_ERROR_MAX];
+    hvd_tp_failure failure; /* the first failure, which wins */
 };
 
 /* ------------------------------------------------------------------ */
@@ -386,13 +386,13 @@ static void flush_aborts(vtp *tp) {
  * queue pairs go to the error state so that the HCA touches no user
  * buffer any more.
  */
-static hvd_status fail_with(vtp *tp, hvd_status status, int culprit, int origin,
-                            const char *text) {
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
-    tp->failed = status;
-    snprintf(tp->failmsg, sizeof(tp->failmsg), "%s", text);
-    HVD_ERROR("verbs", "%s", tp->failmsg);
+static hvd_status fail_with(void *arg, hvd_status status, int culprit,
+                            int origin, const char *text) {
+    vtp *tp = arg;
+
+    if (!hvd_tp_failure_set(&tp->failure, "verbs", status, tp->rank, origin,
+                            text))
+        return hvd_tp_failure_error(&tp->failure);
 
     for (int i = 0; i < tp->size * 2; i++) {
         vqp *q = &tp->qps[i];
@@ -441,30 +441,17 @@ static hvd_status fail_with(vtp *tp, hvd_status status, int culprit, int origin,
         if (tp->qps[i].qp != NULL)
             tp->seam->modify_qp(tp->qps[i].qp, &attr, IBV_QP_STATE);
     }
-    return hvd_error_copy(status, tp->failmsg);
-}
-
-static hvd_status fail(vtp *tp, hvd_status status, int culprit, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
-
-static hvd_status fail(vtp *tp, hvd_status status, int culprit, const char *fmt,
-                       ...) {
-    char text[HVD_ERROR_MAX];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    return fail_with(tp, status, culprit, tp->rank, text);
+    return hvd_tp_failure_error(&tp->failure);
 }
 
 static hvd_status protocol_error(vqp *q, const char *what) {
     char who[160];
 
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_TRANSPORT, q->peer,
-                "protocol error from %s on the %s channel: %s", who,
-                q->ch == HVD_CHANNEL_DATA ? "data" : "control", what);
+    return hvd_tp_failf(fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT,
+                        q->peer, "protocol error from %s on the %s channel: %s",
+                        who, q->ch == HVD_CHANNEL_DATA ? "data" : "control",
+                        what);
 }
 
 static hvd_status repost(vqp *q, uint32_t idx) {
@@ -481,9 +468,9 @@ static hvd_status repost(vqp *q, uint32_t idx) {
     if (err != 0) {
         char who[160];
         describe(tp, q->peer, who, sizeof(who));
-        return fail(tp, HVD_ERR_TRANSPORT, -1,
-                    "ibv_post_recv on the queue pair to %s failed: %s", who,
-                    strerror(err));
+        return hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, -1,
+                            "ibv_post_recv on the queue pair to %s failed: %s",
+                            who, strerror(err));
     }
     return HVD_OK;
 }
@@ -499,24 +486,26 @@ static int stage_take(vtp *tp) {
 static hvd_status maybe_credit(vqp *q) {
     int err;
 
-    if (q->bye_rx || q->tp->failed != HVD_OK || !hvd_vcredit_due(&q->cr))
+    if (q->bye_rx || q->tp->failure.status != HVD_OK ||
+        !hvd_vcredit_due(&q->cr))
         return HVD_OK;
     err = post_ctl(q, HVD_VMSG_CREDIT, NULL, 0);
     if (err <= 1)
         return HVD_OK; /* posted, or later when a buffer frees */
     char who[160];
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_TRANSPORT, -1,
-                "ibv_post_send(credit message) to %s failed: %s", who,
-                strerror(err));
+    return hvd_tp_failf(fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT, -1,
+                        "ibv_post_send(credit message) to %s failed: %s", who,
+                        strerror(err));
 }
 
 static hvd_status post_failed(vqp *q, const char *what, int err) {
     char who[160];
 
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_TRANSPORT, -1,
-                "ibv_post_send(%s) to %s failed: %s", what, who, strerror(err));
+    return hvd_tp_failf(fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT, -1,
+                        "ibv_post_send(%s) to %s failed: %s", what, who,
+                        strerror(err));
 }
 
 /* Posts the eager message m if a credit, a send buffer and a work request
@@ -571,10 +560,11 @@ static hvd_status source_mr(vqp *q, txmsg *m) {
             char text[HVD_ERROR_MAX];
             m->mr = NULL;
             snprintf(text, sizeof(text), "%s", hvd_error_get());
-            return fail(tp, st, -1,
-                        "sending %zu bytes of CUDA device memory to rank %d: "
-                        "%s",
-                        m->len, q->peer, text);
+            return hvd_tp_failf(
+                fail_with, tp, tp->rank, st, -1,
+                "sending %zu bytes of CUDA device memory to rank %d: "
+                "%s",
+                m->len, q->peer, text);
         }
         return HVD_OK;
     }
@@ -738,11 +728,12 @@ static hvd_status start_rdv(vqp *q, txmsg *m, hvd_vrdv *r) {
     if (r->len != m->len) {
         char who[160];
         describe(q->tp, q->peer, who, sizeof(who));
-        return fail(q->tp, HVD_ERR_MISMATCH, q->peer,
-                    "%s expects a message of %llu bytes where this rank "
-                    "(rank %d) sends %zu: ranks called collectives in "
-                    "different orders or with different counts",
-                    who, (unsigned long long)r->len, q->tp->rank, m->len);
+        return hvd_tp_failf(
+            fail_with, q->tp, q->tp->rank, HVD_ERR_MISMATCH, q->peer,
+            "%s expects a message of %llu bytes where this rank "
+            "(rank %d) sends %zu: ranks called collectives in "
+            "different orders or with different counts",
+            who, (unsigned long long)r->len, q->tp->rank, m->len);
     }
     m->rdv = 1;
     m->raddr = r->addr;
@@ -779,7 +770,7 @@ static hvd_status tx_progress(vqp *q) {
         if (st != HVD_OK)
             return st;
     }
-    while (q->sq_count > 0 && tp->failed == HVD_OK) {
+    while (q->sq_count > 0 && tp->failure.status == HVD_OK) {
         txmsg *m = &q->sq[q->sq_head];
         hvd_vrdv *r;
         int posted;
@@ -812,7 +803,7 @@ static hvd_status tx_progress(vqp *q) {
         q->sq_head = (q->sq_head + 1) % q->sq_cap;
         q->sq_count--;
     }
-    return tp->failed == HVD_OK ? maybe_credit(q) : tp->failed;
+    return tp->failure.status == HVD_OK ? maybe_credit(q) : tp->failure.status;
 }
 
 /* ------------------------------------------------------------------ */
@@ -822,11 +813,12 @@ static hvd_status mismatch(vqp *q, size_t sent, int more, size_t want) {
     char who[160];
 
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_MISMATCH, q->peer,
-                "%s sent a message of %s%zu bytes where this rank expected "
-                "%zu: ranks called collectives in different orders or with "
-                "different counts",
-                who, more ? "more than " : "", sent, want);
+    return hvd_tp_failf(
+        fail_with, q->tp, q->tp->rank, HVD_ERR_MISMATCH, q->peer,
+        "%s sent a message of %s%zu bytes where this rank expected "
+        "%zu: ranks called collectives in different orders or with "
+        "different counts",
+        who, more ? "more than " : "", sent, want);
 }
 
 /* The ranks disagree on the memory type of message r: it came the host
@@ -835,13 +827,14 @@ static hvd_status memtype_mismatch_rx(vqp *q, const rxreq *r) {
     char who[160];
 
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_TRANSPORT, q->peer,
-                "%s sent message %llu of %zu bytes on the %s channel from "
-                "host memory (through eager or ring buffers) while this rank "
-                "(rank %d) receives it into CUDA device memory: the ranks "
-                "disagree on the memory type of an operation",
-                who, (unsigned long long)r->seq, r->len,
-                q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
+    return hvd_tp_failf(
+        fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT, q->peer,
+        "%s sent message %llu of %zu bytes on the %s channel from "
+        "host memory (through eager or ring buffers) while this rank "
+        "(rank %d) receives it into CUDA device memory: the ranks "
+        "disagree on the memory type of an operation",
+        who, (unsigned long long)r->seq, r->len,
+        q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
 }
 
 /* Hands arrived data to posted irecvs, in order. */
@@ -945,10 +938,11 @@ static hvd_status on_bye(vqp *q) {
     if (q->rq_count == 0 || q->tp->shutting_down)
         return HVD_OK;
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_PEER_LOST, q->peer,
-                "%s called hvd_shutdown while this rank still expected data "
-                "from it: ranks did not run the same collectives",
-                who);
+    return hvd_tp_failf(
+        fail_with, q->tp, q->tp->rank, HVD_ERR_PEER_LOST, q->peer,
+        "%s called hvd_shutdown while this rank still expected data "
+        "from it: ranks did not run the same collectives",
+        who);
 }
 
 /* The sender learns that the receiver of message r->seq receives it into
@@ -957,13 +951,14 @@ static hvd_status memtype_mismatch_tx(vqp *q, const hvd_vrdv *r) {
     char who[160];
 
     describe(q->tp, q->peer, who, sizeof(who));
-    return fail(q->tp, HVD_ERR_TRANSPORT, q->peer,
-                "%s receives message %llu of %llu bytes on the %s channel "
-                "into CUDA device memory, but this rank (rank %d) had "
-                "already sent it from host memory: the ranks disagree on "
-                "the memory type of an operation",
-                who, (unsigned long long)r->seq, (unsigned long long)r->len,
-                q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
+    return hvd_tp_failf(
+        fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT, q->peer,
+        "%s receives message %llu of %llu bytes on the %s channel "
+        "into CUDA device memory, but this rank (rank %d) had "
+        "already sent it from host memory: the ranks disagree on "
+        "the memory type of an operation",
+        who, (unsigned long long)r->seq, (unsigned long long)r->len,
+        q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
 }
 
 /* RTR (at a sender), RTS and RING (RTS at a receiver, RING at a sender):
@@ -1074,12 +1069,10 @@ static hvd_status recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc) {
     }
     case HVD_VMSG_ABORT: {
         hvd_vabort a;
-        char text[HVD_ERROR_MAX];
         if (hvd_vabort_decode(b + HVD_VHDR_LEN, h.len, &a) != HVD_OK)
             return protocol_error(q, "a truncated ABORT notice");
-        snprintf(text, sizeof(text), "rank %d reported: %s", (int)a.origin,
-                 a.text);
-        return fail_with(tp, (hvd_status)a.status, a.culprit, a.origin, text);
+        /* Relayed as the origin said it (hvd_tp_failure_set names it). */
+        return fail_with(tp, (hvd_status)a.status, a.culprit, a.origin, a.text);
     }
     case HVD_VMSG_HELLO:
         q->hello_rx = 1;
@@ -1128,7 +1121,7 @@ static int wc_error(vqp *q, const struct ibv_wc *wc) {
     char who[160], what[64];
     hvd_status status;
 
-    if (tp->err_pending || tp->failed != HVD_OK)
+    if (tp->err_pending || tp->failure.status != HVD_OK)
         return 0;
     if ((q->bye_rx || tp->shutting_down) && q->rq_count == 0 &&
         q->sq_count == 0 && !wr_carries_req(q))
@@ -1171,10 +1164,11 @@ static hvd_status send_done(vqp *q, const struct ibv_wc *wc) {
 
     if ((wc->wr_id & 0x7fffffffu) != (q->wr_done & 0x7fffffffu) ||
         q->wr_done == q->wr_posted)
-        return fail(tp, HVD_ERR_INTERNAL, -1,
-                    "verbs: send completion %llu out of order (expected %llu)",
-                    (unsigned long long)(wc->wr_id & 0x7fffffffu),
-                    (unsigned long long)(q->wr_done & 0x7fffffffu));
+        return hvd_tp_failf(
+            fail_with, tp, tp->rank, HVD_ERR_INTERNAL, -1,
+            "verbs: send completion %llu out of order (expected %llu)",
+            (unsigned long long)(wc->wr_id & 0x7fffffffu),
+            (unsigned long long)(q->wr_done & 0x7fffffffu));
     c = &q->wr[q->wr_done % q->wr_cap];
     q->wr_done++;
     if (c->sbuf) {
@@ -1204,8 +1198,8 @@ static hvd_status handle(vtp *tp, const struct ibv_wc *wc) {
     vqp *q;
 
     if (qi >= (uint32_t)tp->size * 2 || tp->qps[qi].qp == NULL)
-        return fail(tp, HVD_ERR_INTERNAL, -1,
-                    "verbs: completion for unknown queue pair %u", qi);
+        return hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_INTERNAL, -1,
+                            "verbs: completion for unknown queue pair %u", qi);
     q = &tp->qps[qi];
     if (wc->status != IBV_WC_SUCCESS) {
         /* A harmless failure releases the send's buffers; a real one
@@ -1226,35 +1220,38 @@ static int drain(vtp *tp) {
     struct ibv_wc wc[POLL_BATCH];
     int total = 0;
 
-    for (int round = 0; round < DRAIN_ROUNDS && tp->failed == HVD_OK; round++) {
+    for (int round = 0; round < DRAIN_ROUNDS && tp->failure.status == HVD_OK;
+         round++) {
         int n = tp->seam->poll_cq(tp->cq, POLL_BATCH, wc);
         if (n < 0) {
-            fail(tp, HVD_ERR_TRANSPORT, -1, "ibv_poll_cq failed");
+            hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, -1,
+                         "ibv_poll_cq failed");
             break;
         }
-        for (int i = 0; i < n && tp->failed == HVD_OK; i++)
+        for (int i = 0; i < n && tp->failure.status == HVD_OK; i++)
             handle(tp, &wc[i]);
         total += n;
         if (n < POLL_BATCH)
             break;
     }
-    if (tp->failed == HVD_OK && tp->err_pending) {
+    if (tp->failure.status == HVD_OK && tp->err_pending) {
         char text[HVD_ERROR_MAX];
         snprintf(text, sizeof(text), "%s", tp->err_text);
-        fail(tp, tp->err_status, tp->err_peer, "%s", text);
+        hvd_tp_failf(fail_with, tp, tp->rank, tp->err_status, tp->err_peer,
+                     "%s", text);
     }
-    if (tp->failed != HVD_OK)
+    if (tp->failure.status != HVD_OK)
         return -1;
     if (total > 0) {
         /* Credits, send buffers or staging chunks may have freed. */
-        for (int i = 0; i < tp->size * 2 && tp->failed == HVD_OK; i++) {
+        for (int i = 0; i < tp->size * 2 && tp->failure.status == HVD_OK; i++) {
             vqp *q = &tp->qps[i];
             if (q->qp != NULL && (q->sq_count > 0 || hvd_vcredit_due(&q->cr) ||
                                   q->ring_reply != 0 || q->rtr_todo > 0))
                 tx_progress(q);
         }
     }
-    return tp->failed == HVD_OK ? total : -1;
+    return tp->failure.status == HVD_OK ? total : -1;
 }
 
 /*
@@ -1270,7 +1267,8 @@ static int wait_events(vtp *tp, int timeout_ms) {
 
     if (!tp->armed) {
         if (tp->seam->req_notify_cq(tp->cq) != 0) {
-            fail(tp, HVD_ERR_TRANSPORT, -1, "ibv_req_notify_cq failed");
+            hvd_tp_failf(fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, -1,
+                         "ibv_req_notify_cq failed");
             return 1;
         }
         tp->armed = 1;
@@ -1333,12 +1331,13 @@ static hvd_status housekeeping(vtp *tp, int64_t now) {
         if (tp->pending[p] > 0 && now - tp->last_active[p] > tp->timeout_ns) {
             char who[160];
             describe(tp, p, who, sizeof(who));
-            return fail(tp, HVD_ERR_TIMEOUT, p,
-                        "nothing (not even a heartbeat) arrived from %s for "
-                        "%.0f s while rank %d waited on it: it is stopped, "
-                        "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS "
-                        "sets this limit)",
-                        who, (double)tp->timeout_ns / 1e9, tp->rank);
+            return hvd_tp_failf(
+                fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
+                "nothing (not even a heartbeat) arrived from %s for "
+                "%.0f s while rank %d waited on it: it is stopped, "
+                "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS "
+                "sets this limit)",
+                who, (double)tp->timeout_ns / 1e9, tp->rank);
         }
     }
     return HVD_OK;
@@ -1349,8 +1348,8 @@ static hvd_status vb_progress(hvd_transport *t, int timeout_ms) {
     int64_t end = timeout_ms < 0 ? INT64_MAX
                                  : hvd_now_ns() + (int64_t)timeout_ms * 1000000;
 
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     for (;;) {
         int moved = drain(tp);
         int64_t now = hvd_now_ns();
@@ -1358,8 +1357,8 @@ static hvd_status vb_progress(hvd_transport *t, int timeout_ms) {
 
         if (moved >= 0)
             housekeeping(tp, now);
-        if (tp->failed != HVD_OK)
-            return hvd_error_copy(tp->failed, tp->failmsg);
+        if (tp->failure.status != HVD_OK)
+            return hvd_tp_failure_error(&tp->failure);
         if (moved > 0 || now >= end)
             return HVD_OK;
         for (int p = 0; p < tp->size && !waiting; p++)
@@ -1373,9 +1372,9 @@ static hvd_status vb_progress(hvd_transport *t, int timeout_ms) {
             wait_ms = (int)((left + 999999) / 1000000);
         }
         if (wait_events(tp, wait_ms))
-            return tp->failed == HVD_OK
+            return tp->failure.status == HVD_OK
                        ? HVD_OK
-                       : hvd_error_copy(tp->failed, tp->failmsg);
+                       : hvd_tp_failure_error(&tp->failure);
     }
 }
 
@@ -1398,8 +1397,8 @@ static void vb_wake(hvd_transport *t) {
  * arrived before the goodbye (vb_irecv checks that after matching).
  */
 static hvd_status check_peer(vtp *tp, int peer, int channel, const char *what) {
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     if (peer < 0 || peer >= tp->size || peer == tp->rank ||
         (channel != HVD_CHANNEL_DATA && channel != HVD_CHANNEL_CONTROL))
         return hvd_error_set(HVD_ERR_INTERNAL,
@@ -1409,10 +1408,11 @@ static hvd_status check_peer(vtp *tp, int peer, int channel, const char *what) {
     if (strcmp(what, "send") == 0 && tp->qps[peer * 2 + channel].bye_rx) {
         char who[160];
         describe(tp, peer, who, sizeof(who));
-        return fail(tp, HVD_ERR_PEER_LOST, peer,
-                    "%s has already called hvd_shutdown: ranks did not run "
-                    "the same collectives",
-                    who);
+        return hvd_tp_failf(
+            fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, peer,
+            "%s has already called hvd_shutdown: ranks did not run "
+            "the same collectives",
+            who);
     }
     return HVD_OK;
 }
@@ -1525,10 +1525,11 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
         if (st != HVD_OK) {
             char text[HVD_ERROR_MAX];
             snprintf(text, sizeof(text), "%s", hvd_error_get());
-            return fail(tp, st, -1,
-                        "receiving %zu bytes from rank %d into CUDA device "
-                        "memory: %s",
-                        len, peer, text);
+            return hvd_tp_failf(
+                fail_with, tp, tp->rank, st, -1,
+                "receiving %zu bytes from rank %d into CUDA device "
+                "memory: %s",
+                len, peer, text);
         }
     }
     start_req(tp, req, peer, len);
@@ -1554,7 +1555,7 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
         match(q);
     /* After the peer's goodbye everything it sent is here: a receive that
      * is still waiting will never complete. */
-    if (q->bye_rx && q->rq_count > 0 && tp->failed == HVD_OK)
+    if (q->bye_rx && q->rq_count > 0 && tp->failure.status == HVD_OK)
         on_bye(q);
     return HVD_OK;
 }
@@ -1768,7 +1769,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
             for (uint32_t i = 0; i < q->nrbufs; i++) {
                 hvd_status st = repost(q, i);
                 if (st != HVD_OK)
-                    return hvd_error_copy(st, tp->failmsg);
+                    return hvd_error_copy(st, tp->failure.text);
             }
         }
     }
@@ -1894,7 +1895,7 @@ static hvd_status hello(vtp *tp, int64_t deadline) {
     for (;;) {
         int missing = -1;
         if (drain(tp) < 0)
-            return hvd_error_copy(tp->failed, tp->failmsg);
+            return hvd_tp_failure_error(&tp->failure);
         for (int i = 0; i < tp->size * 2 && missing < 0; i++) {
             vqp *q = &tp->qps[i];
             if (q->qp != NULL && (!q->hello_rx || !q->hello_done))
@@ -2218,8 +2219,8 @@ hvd_status hvd_verbs_register(hvd_transport *t, const void *addr, size_t len,
     if (t == NULL || t->ops != &hvd_verbs_ops)
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "hvd_verbs_register: not a verbs transport");
-    if (tp->failed != HVD_OK)
-        return hvd_error_copy(tp->failed, tp->failmsg);
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
     if (type == HVD_MEM_DEVICE) {
         uint64_t id = 0;
         tp->seam->mem_type(addr, &id);
@@ -2262,10 +2263,10 @@ static hvd_status vb_shutdown(hvd_transport *t) {
         hvd_now_ns() +
         (tp->timeout_ns < SHUTDOWN_NS ? tp->timeout_ns : SHUTDOWN_NS);
 
-    if (tp->failed != HVD_OK)
+    if (tp->failure.status != HVD_OK)
         return HVD_OK;
     tp->shutting_down = 1;
-    while (hvd_now_ns() < deadline && tp->failed == HVD_OK) {
+    while (hvd_now_ns() < deadline && tp->failure.status == HVD_OK) {
         int open_qps = 0;
         for (int i = 0; i < tp->size * 2; i++) {
             vqp *q = &tp->qps[i];

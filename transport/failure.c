@@ -1,0 +1,35 @@
+#include "transport/failure.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "transport/base/log.h"
+
+int hvd_tp_failure_set(hvd_tp_failure *f, const char *what, hvd_status status,
+                       int self, int origin, const char *text) {
+    if (f->status != HVD_OK)
+        return 0;
+    f->status = status;
+    if (origin == self || origin < 0)
+        snprintf(f->text, sizeof(f->text), "%s", text);
+    else
+        snprintf(f->text, sizeof(f->text), "rank %d reported: %s", origin,
+                 text);
+    HVD_ERROR(what, "%s", f->text);
+    return 1;
+}
+
+hvd_status hvd_tp_failure_error(const hvd_tp_failure *f) {
+    return f->status == HVD_OK ? HVD_OK : hvd_error_copy(f->status, f->text);
+}
+
+hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
+                        hvd_status status, int culprit, const char *fmt, ...) {
+    char text[HVD_ERROR_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    return fail(tp, status, culprit, self, text);
+}

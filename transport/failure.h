@@ -1,0 +1,55 @@
+/*
+ * How a transport fails for good, in one place for every transport.
+ *
+ * The first failure wins: it is recorded with its sentence, logged once,
+ * and from then on every call of the transport returns it. What failing
+ * means besides (completing every request in flight with the status,
+ * telling the peers why, stopping the hardware) is the transport's own
+ * fail function; this is the part they share:
+ *
+ *   hvd_tp_failure    the recorded failure, a member of the transport
+ *   hvd_tp_failure_set  records the first one (0 if one was there)
+ *   hvd_tp_failure_error  the recorded one as this thread's error
+ *   hvd_tp_failf      formats a sentence and calls the fail function
+ */
+#ifndef HVD_TRANSPORT_FAILURE_H
+#define HVD_TRANSPORT_FAILURE_H
+
+#include "hvd/hvd.h"
+#include "transport/base/error.h"
+
+typedef struct hvd_tp_failure {
+    hvd_status status;        /* HVD_OK until the transport fails */
+    char text[HVD_ERROR_MAX]; /* this rank's sentence for it */
+} hvd_tp_failure;
+
+/*
+ * Records a failure if f holds none yet: status, and text as this rank's
+ * sentence, or "rank <origin> reported: <text>" when the rank that found
+ * it (origin) is not this one (self), so that a relayed cause is named
+ * once, not once per hop. Logs the sentence under what (the transport's
+ * name). Returns 1 if it was recorded (the caller then fails what is in
+ * flight and tells its peers), 0 if f had failed already.
+ */
+int hvd_tp_failure_set(hvd_tp_failure *f, const char *what, hvd_status status,
+                       int self, int origin, const char *text);
+
+/* f's status, with its sentence as this thread's error (HVD_OK: none). */
+hvd_status hvd_tp_failure_error(const hvd_tp_failure *f);
+
+/*
+ * A transport's fail function: records the failure (hvd_tp_failure_set),
+ * fails every request in flight, tells the peers; returns the status the
+ * transport now has, with its sentence as this thread's error. text is
+ * the sentence of origin, the rank that found the failure; culprit is the
+ * rank at fault (-1: none known).
+ */
+typedef hvd_status (*hvd_tp_fail_fn)(void *tp, hvd_status status, int culprit,
+                                     int origin, const char *text);
+
+/* Formats a failure found on this rank (self) and hands it to fail. */
+hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
+                        hvd_status status, int culprit, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+#endif
