@@ -1097,12 +1097,49 @@ fail:
     return st;
 }
 
+/*
+ * Says goodbye, then writes out what is still queued: a control message
+ * the FIFO could not take was copied and completed at once (shm_isend), so
+ * without this it would be lost when the process exits, or, sent by
+ * reference (CELL_RNDV), read from memory that is gone; a peer still
+ * waiting for it would find this rank gone (found by the transport suite,
+ * tests/transport). Towards each peer it stops once the queue is empty,
+ * the peer has said goodbye too (it reads nothing more) or has gone, or
+ * after the timeout.
+ */
 static hvd_status shm_shutdown(hvd_transport *t) {
     shm *tp = (shm *)t;
+    int64_t end;
 
     if (tp->failure.status != HVD_OK || tp->seg == NULL)
         return HVD_OK;
     atomic_store(&hdr_of(tp->seg)->bye, 1);
+    for (int p = 0; p < tp->size; p++)
+        if (tp->peers[p].seg != NULL)
+            ring(tp->peers[p].seg);
+    end = hvd_now_ns() + tp->timeout_ns;
+    for (;;) {
+        int left = 0;
+        for (int p = 0; p < tp->size; p++) {
+            speer *pe = &tp->peers[p];
+            if (pe->seg == NULL || atomic_load(&hdr_of(pe->seg)->bye) ||
+                atomic_load(&hdr_of(pe->seg)->failed) != HVD_OK)
+                continue;
+            for (int ch = 0; ch < NCHANNELS; ch++) {
+                if (pe->sendq[ch].count == 0 && pe->ackq[ch].count == 0)
+                    continue;
+                push(tp, p, ch);
+                /* A message sent by reference (CELL_RNDV) is read from
+                 * this process's memory: it must wait to be read. */
+                if ((pe->sendq[ch].count > 0 || pe->ackq[ch].count > 0) &&
+                    !peer_exited(pe))
+                    left = 1;
+            }
+        }
+        if (!left || tp->failure.status != HVD_OK || hvd_now_ns() > end)
+            break;
+        sched_yield();
+    }
     return HVD_OK;
 }
 
