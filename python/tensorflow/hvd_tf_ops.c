@@ -112,22 +112,16 @@ static TF_Code tf_code_of(hvd_status s) {
     }
 }
 
+/* "HVD_ERR_MISMATCH" for HVD_ERR_MISMATCH: the names of hvd.h's table. */
 static const char *status_name(hvd_status s) {
-    static const char *const names[] = {"HVD_OK",
-                                        "HVD_ERR_INVALID_ARG",
-                                        "HVD_ERR_NOT_INITIALIZED",
-                                        "HVD_ERR_MISMATCH",
-                                        "HVD_ERR_PEER_LOST",
-                                        "HVD_ERR_TIMEOUT",
-                                        "HVD_ERR_TRANSPORT",
-                                        "HVD_ERR_AUTH",
-                                        "HVD_ERR_NO_MEMORY",
-                                        "HVD_ERR_UNSUPPORTED",
-                                        "HVD_ERR_SHUTDOWN",
-                                        "HVD_ERR_INTERNAL"};
-
-    return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s]
-                                                          : "HVD_ERR_INTERNAL";
+    switch (s) {
+#define HVD_TF_STATUS_NAME_(name, text)                                        \
+    case name:                                                                 \
+        return #name;
+        HVD_STATUS_MAP(HVD_TF_STATUS_NAME_)
+#undef HVD_TF_STATUS_NAME_
+    }
+    return "HVD_ERR_INTERNAL";
 }
 
 /* Fails the kernel of ctx with hvd's status and sentence. */

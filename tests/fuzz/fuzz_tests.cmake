@@ -22,7 +22,11 @@ foreach(name ${HVD_FUZZ_TARGETS})
     add_executable(fuzz_${name} ${sources} ${HVD_FUZZ_DIR}/standalone.c)
     add_test(NAME fuzz.${name}.corpus
              COMMAND fuzz_${name} ${HVD_FUZZ_DIR}/corpus/${name})
-    set_tests_properties(fuzz.${name}.corpus PROPERTIES LABELS "fuzz;unit"
+    set(labels fuzz unit)
+    if(name STREQUAL "frame" OR name STREQUAL "handshake")
+      list(APPEND labels transport)
+    endif()
+    set_tests_properties(fuzz.${name}.corpus PROPERTIES LABELS "${labels}"
                          TIMEOUT 300)
   endif()
   target_link_libraries(fuzz_${name} PRIVATE hvd_internal)

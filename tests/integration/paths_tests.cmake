@@ -21,7 +21,11 @@ foreach(transport tcp shm)
       add_test(NAME ${name}
                COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_collectives>
                        --max-count ${HVD_PATHS_COUNT})
-      set_tests_properties(${name} PROPERTIES LABELS "integration;paths"
+      set(labels integration paths)
+      if(transport STREQUAL "shm" AND np EQUAL 3)
+        list(APPEND labels transport)
+      endif()
+      set_tests_properties(${name} PROPERTIES LABELS "${labels}"
         TIMEOUT 300
         ENVIRONMENT "HVD_TRANSPORT=${transport};HVD_ALGORITHM=${algo};HVD_BCAST_ALGORITHM=${bcast}")
     endforeach()
@@ -58,7 +62,7 @@ add_test(NAME integration.mismatch.shm.np3
 set_tests_properties(integration.peer_lost.shm.np3.victim1
                      integration.stall.shm.np2.victim1
                      integration.mismatch.shm.np3 PROPERTIES
-                     LABELS "integration;failure;paths" TIMEOUT 120
+                     LABELS "integration;failure;paths;transport" TIMEOUT 120
                      ENVIRONMENT "HVD_TRANSPORT=shm")
 
 # hvd-tune writes a tuning file that HVD_TUNING_FILE then reads, and the

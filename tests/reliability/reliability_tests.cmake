@@ -23,8 +23,8 @@ add_test(NAME reliability.stopped_rank.np4
          COMMAND sh ${HVD_REL_DIR}/run_fault.sh stop $<TARGET_FILE:hvdrun>
                  $<TARGET_FILE:test_fault> 4 3)
 set_tests_properties(reliability.dead_rank.np4 reliability.stopped_rank.np4
-                     PROPERTIES LABELS "reliability;failure" TIMEOUT 900
-                     SKIP_RETURN_CODE 77)
+                     PROPERTIES LABELS "reliability;failure;transport"
+                     TIMEOUT 900 SKIP_RETURN_CODE 77)
 
 if(HVD_WITH_MPI AND MPIEXEC_EXECUTABLE)
   # The same under Open MPI's mpirun (kept on loopback), HVD_TRANSPORT=tcp.
@@ -52,7 +52,8 @@ foreach(mode netem loss linkcut)
   set_tests_properties(reliability.badnet.${mode} PROPERTIES
                        LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
-set_property(TEST reliability.badnet.linkcut APPEND PROPERTY LABELS failure)
+set_property(TEST reliability.badnet.linkcut APPEND PROPERTY LABELS
+             "failure;transport")
 
 # Soak: 20,000 allreduces of random sizes (log-uniform, 0 B to 8 MiB),
 # dtypes and ops at np 3, every result checked, resident memory after the
@@ -81,7 +82,8 @@ add_test(NAME reliability.intruder.np3
                  $<TARGET_FILE:test_intruder> ${HVD_REL_DIR}/intruder.py)
 # TCP's ports are what is attacked: a one-host job under auto opens none.
 set_tests_properties(reliability.intruder.np3 PROPERTIES
-                     LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     LABELS "reliability;transport" TIMEOUT 300
+                     SKIP_RETURN_CODE 77
                      ENVIRONMENT "HVD_TRANSPORT=tcp")
 
 # Neighbours (run_neighbours.sh): two jobs side by side, same user,
@@ -102,34 +104,9 @@ set_tests_properties(reliability.neighbours.auto PROPERTIES
                      LABELS "reliability" TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "HVD_TRANSPORT=auto")
 
-# hvdrun's host-list parser (tools/hostfile.c), also a fuzz target.
-add_executable(test_hostfile ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_hostfile.c
-               ${CMAKE_SOURCE_DIR}/tools/hostfile.c)
-target_include_directories(test_hostfile PRIVATE ${CMAKE_SOURCE_DIR})
-target_link_libraries(test_hostfile PRIVATE PkgConfig::CMOCKA)
-target_compile_options(test_hostfile PRIVATE ${HVD_WARNINGS})
-add_test(NAME unit.hostfile COMMAND test_hostfile)
-set_tests_properties(unit.hostfile PROPERTIES LABELS unit TIMEOUT 300)
-
-# Checks of control messages off the wire (api/ctrlmsg.c), also fuzzed.
-add_executable(test_ctrlmsg ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ctrlmsg.c)
-target_link_libraries(test_ctrlmsg PRIVATE hvd_internal PkgConfig::CMOCKA m)
-target_compile_options(test_ctrlmsg PRIVATE ${HVD_WARNINGS})
-add_test(NAME unit.ctrlmsg COMMAND test_ctrlmsg)
-set_tests_properties(unit.ctrlmsg PROPERTIES LABELS unit TIMEOUT 300)
-
 # The fuzz targets, each run over its corpus (tests/fuzz/fuzz_tests.cmake;
 # an HVD_FUZZ build includes it from the top instead).
 if(NOT HVD_FUZZ)
   include(${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_tests.cmake)
 endif()
 
-# Label `transport` for the tests of the transports and their failure paths
-# (besides the engine's, label `engine`): .ci/run runs these two labels in
-# its ThreadSanitizer build.
-get_property(hvd_rel_all_tests DIRECTORY PROPERTY TESTS)
-foreach(t ${hvd_rel_all_tests})
-  if(t MATCHES "^(unit\\.(frame|handshake|chunk|ctrlmsg|select|verbs_.*)|fuzz\\.(frame|handshake)\\.corpus|integration\\.(collectives\\.np[234]$|paths\\.shm\\..*\\.np3|peer_lost|stall|auth|mismatch)|verbs\\.|reliability\\.(intruder|dead_rank\\.np4|stopped_rank|badnet\\.linkcut))")
-    set_property(TEST ${t} APPEND PROPERTY LABELS transport)
-  endif()
-endforeach()

@@ -28,7 +28,7 @@ foreach(name verbs_conn verbs_proto verbs_mr verbs_device verbs_fabric
                         PkgConfig::CMOCKA m)
   target_compile_options(test_${name} PRIVATE ${HVD_WARNINGS})
   add_test(NAME unit.${name} COMMAND test_${name})
-  set_tests_properties(unit.${name} PROPERTIES LABELS "unit;verbs"
+  set_tests_properties(unit.${name} PROPERTIES LABELS "unit;verbs;transport"
                        TIMEOUT 300)
 endforeach()
 
@@ -71,7 +71,7 @@ set_tests_properties(verbs.refusal.np2 verbs.auto_one_host.np2
                      verbs.collectives.np2 verbs.collectives.np3
                      verbs.collectives.np3.small_ring verbs.peer_lost.np3
                      verbs.stall.np2 PROPERTIES
-                     LABELS "integration;verbs" TIMEOUT 600
+                     LABELS "integration;verbs;transport" TIMEOUT 600
                      SKIP_RETURN_CODE 77)
 set_tests_properties(verbs.peer_lost.np3 verbs.stall.np2 PROPERTIES
-                     LABELS "integration;verbs;failure")
+                     LABELS "integration;verbs;failure;transport")
