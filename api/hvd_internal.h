@@ -5,7 +5,7 @@
 #ifndef HVD_API_HVD_INTERNAL_H
 #define HVD_API_HVD_INTERNAL_H
 
-#include "api/engine.h"
+#include "api/runtime/engine.h"
 
 /*
  * Runs fn(arg, comm) on the engine thread, once every rank has called

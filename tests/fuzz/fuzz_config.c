@@ -4,9 +4,9 @@
  *
  *   byte 0 (mod 3) selects:
  *   0  an environment: the rest is lines NAME=VALUE, given to
- *      hvd_config_load (api/config.c) and hvd_discover (api/discovery.c)
- *      through their lookup function, as getenv() would answer, and every
- *      value to the HVD_* value parsers (transport/base/env.c). A
+ *      hvd_config_load (api/runtime/config.c) and hvd_discover
+ * (api/runtime/discovery.c) through their lookup function, as getenv() would
+ * answer, and every value to the HVD_* value parsers (transport/base/env.c). A
  *      configuration or a process description that is accepted must be
  *      consistent (rank < size, local rank < local size, sizes in range).
  *   1  a hostfile's text (tools/hostfile.c)
@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/config.h"
-#include "api/discovery.h"
+#include "api/runtime/config.h"
+#include "api/runtime/discovery.h"
 #include "tools/hostfile.h"
 #include "transport/base/env.h"
 

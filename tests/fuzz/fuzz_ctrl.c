@@ -6,8 +6,8 @@
  *   0  Updates from ranks to rank 0: byte 1 sets the job size (2 to 8) and
  *      whether stalled operations fail (HVD_STALL_SHUTDOWN_SECONDS); then
  *      records of [rank byte][2-byte length][an Update]. Each Update is
- *      unpacked, its requests checked (api/ctrlmsg.c) and given to a
- *      coordinator (api/coordinator.c) as rank 0 does; then the
+ *      unpacked, its requests checked (api/runtime/ctrlmsg.c) and given to a
+ *      coordinator (api/runtime/coordinator.c) as rank 0 does; then the
  *      coordinator decides. Every response it decides must pass the checks
  *      every rank applies to a Cycle, before and after a pack/unpack round
  *      trip: rank 0 must never send what the others refuse.
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/coordinator.h"
-#include "api/ctrlmsg.h"
-#include "api/engine.pb-c.h"
+#include "api/runtime/coordinator.h"
+#include "api/runtime/ctrlmsg.h"
+#include "api/runtime/engine.pb-c.h"
 #include "transport/base/dtype.h"
 #include "transport/base/log.h"
 #include "transport/rendezvous.pb-c.h"

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/config.h"
+#include "api/runtime/config.h"
 #include "transport/base/error.h"
 #include "transport/transport.h"
 

@@ -1,4 +1,4 @@
-/* Checks of control messages off the wire (api/ctrlmsg.c). */
+/* Checks of control messages off the wire (api/runtime/ctrlmsg.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "api/ctrlmsg.h"
+#include "api/runtime/ctrlmsg.h"
 #include "transport/base/error.h"
 
 static uint64_t counts[2] = {10, 20};

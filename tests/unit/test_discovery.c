@@ -8,8 +8,8 @@
 
 #include <cmocka.h>
 
-#include "api/config.h"
-#include "api/discovery.h"
+#include "api/runtime/config.h"
+#include "api/runtime/discovery.h"
 #include "transport/base/error.h"
 
 typedef struct var {

@@ -10,9 +10,9 @@
 
 #include <cmocka.h>
 
-#include "api/cache.h"
-#include "api/coordinator.h"
-#include "api/namemap.h"
+#include "api/runtime/cache.h"
+#include "api/runtime/coordinator.h"
+#include "api/runtime/namemap.h"
 #include "transport/base/log.h"
 
 static hvd_opdesc ar(const uint64_t *count, hvd_dtype dt, hvd_op op) {

@@ -1,10 +1,10 @@
-#include "api/coordinator.h"
+#include "api/runtime/coordinator.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/namemap.h"
+#include "api/runtime/namemap.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 

@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/devexec.h"
-#include "api/opdesc.h"
-#include "api/timeline.h"
+#include "api/runtime/devexec.h"
+#include "api/runtime/opdesc.h"
+#include "api/runtime/timeline.h"
 #include "collectives/comm.h"
 #include "hvd/hvd.h"
 #include "transport/transport.h"

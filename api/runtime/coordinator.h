@@ -13,8 +13,8 @@
 #ifndef HVD_API_COORDINATOR_H
 #define HVD_API_COORDINATOR_H
 
-#include "api/engine.pb-c.h"
-#include "api/opdesc.h"
+#include "api/runtime/engine.pb-c.h"
+#include "api/runtime/opdesc.h"
 #include "hvd/hvd.h"
 
 typedef struct hvd_coord hvd_coord;

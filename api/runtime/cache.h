@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api/namemap.h"
-#include "api/opdesc.h"
+#include "api/runtime/namemap.h"
+#include "api/runtime/opdesc.h"
 
 typedef struct hvd_cache_entry {
     char *name; /* NULL: the slot is free */

@@ -1,4 +1,4 @@
-#include "api/config.h"
+#include "api/runtime/config.h"
 
 #include <stdio.h>
 #include <string.h>

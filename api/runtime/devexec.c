@@ -1,4 +1,4 @@
-#include "api/devexec.h"
+#include "api/runtime/devexec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

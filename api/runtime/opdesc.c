@@ -1,4 +1,4 @@
-#include "api/opdesc.h"
+#include "api/runtime/opdesc.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "api/engine.h"
+#include "api/runtime/engine.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/cache.h"
-#include "api/coordinator.h"
-#include "api/ctrlmsg.h"
-#include "api/engine.pb-c.h"
-#include "api/namemap.h"
-#include "api/timeline.h"
+#include "api/runtime/cache.h"
+#include "api/runtime/coordinator.h"
+#include "api/runtime/ctrlmsg.h"
+#include "api/runtime/engine.pb-c.h"
+#include "api/runtime/namemap.h"
+#include "api/runtime/timeline.h"
 #include "collectives/coll.h"
 #include "collectives/reduce.h"
 #include "transport/base/clock.h"
@@ -155,7 +155,7 @@ struct hvd_engine {
     vote_table vt;
     /* Counters for the debug log. */
     int n_cached, n_negotiated, n_collectives;
-    /* Device tensors (api/devexec.h). */
+    /* Device tensors (api/runtime/devexec.h). */
     hvd_devexec *dev;
     devwait *devq; /* a ring, in fence order */
     size_t devq_head, devq_n, devq_cap;
@@ -628,7 +628,7 @@ static void collective_args(hvd_engine *eng, char *out, size_t outlen,
 }
 
 /* ------------------------------------------------------------------ */
-/* Device tensors (api/devexec.h)                                      */
+/* Device tensors (api/runtime/devexec.h) */
 
 /* A fence may have been reached: wakes the engine (any thread; a CUDA
  * host callback). */

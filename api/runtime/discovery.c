@@ -1,4 +1,4 @@
-#include "api/discovery.h"
+#include "api/runtime/discovery.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,11 +1,11 @@
-#include "api/timeline.h"
+#include "api/runtime/timeline.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/namemap.h"
+#include "api/runtime/namemap.h"
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 

@@ -1,4 +1,4 @@
-#include "api/cache.h"
+#include "api/runtime/cache.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "api/namemap.h"
+#include "api/runtime/namemap.h"
 
 #include <stdlib.h>
 #include <string.h>

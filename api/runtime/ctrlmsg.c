@@ -1,4 +1,4 @@
-#include "api/ctrlmsg.h"
+#include "api/runtime/ctrlmsg.h"
 
 #include <stdint.h>
 

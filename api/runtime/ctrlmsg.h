@@ -1,6 +1,6 @@
 /*
- * Checks of the engine's control messages (api/engine.proto) as they come
- * off the wire, before the engine acts on them. The sender is an
+ * Checks of the engine's control messages (api/runtime/engine.proto) as they
+ * come off the wire, before the engine acts on them. The sender is an
  * authenticated rank of the job, but a bug, ranks of different versions or
  * a corrupted stream must end in an error that names the message, never in
  * a crash, a division by zero or a collective over buffers of the wrong
@@ -9,8 +9,8 @@
 #ifndef HVD_API_CTRLMSG_H
 #define HVD_API_CTRLMSG_H
 
-#include "api/engine.pb-c.h"
-#include "api/opdesc.h"
+#include "api/runtime/engine.pb-c.h"
+#include "api/runtime/opdesc.h"
 #include "hvd/hvd.h"
 
 /* Most buffers of one (grouped) operation a peer may describe. */

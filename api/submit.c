@@ -1,0 +1,415 @@
+/*
+ * The collectives' entry points: each call's arguments are checked here,
+ * the buffers located (host or device memory), and the operation handed to
+ * the engine (api/runtime/engine.h) as a named request through the job
+ * (api/job.h); the blocking forms are submit + wait.
+ */
+#include "hvd/hvd.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/hvd_internal.h"
+#include "api/job.h"
+#include "api/runtime/engine.h"
+#include "transport/base/dtype.h"
+#include "transport/base/error.h"
+#include "transport/base/memtype.h"
+
+/* ------------------------------------------------------------------ */
+/* Collectives                                                         */
+
+#define NAME(n) ((n) != NULL ? (n) : "")
+
+static hvd_status check_buffers(const char *fn, const char *name,
+                                const void *sendbuf, const void *recvbuf,
+                                size_t count, hvd_dtype dtype) {
+    if (!hvd_dtype_valid(dtype))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): dtype %d is not an hvd_dtype", fn,
+                             NAME(name), (int)dtype);
+    if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
+        return hvd_error_set(
+            HVD_ERR_INVALID_ARG, "%s('%s'): %s is NULL with count %zu", fn,
+            NAME(name), sendbuf == NULL ? "sendbuf" : "recvbuf", count);
+    if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): count %zu is too large", fn, NAME(name),
+                             count);
+    return HVD_OK;
+}
+
+/*
+ * Where the buffers of an operation are (*mem_out): all in host memory, or
+ * all on this rank's GPU. Empty buffers are not looked at. With no CUDA
+ * device this costs a load and a branch per buffer.
+ */
+static hvd_status locate(const char *fn, const char *name, int n,
+                         const void *const *send, void *const *recv,
+                         const size_t *counts, hvd_memtype *mem_out) {
+    hvd_meminfo first = {HVD_MEM_HOST, -1, 0}, mi;
+    char first_what[32] = "", what[32], a[64], b[64];
+
+    for (int i = 0; i < n; i++) {
+        if (counts[i] == 0)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const void *p = k == 0 ? send[i] : recv[i];
+            if (n > 1)
+                snprintf(what, sizeof(what), "%s[%d]",
+                         k == 0 ? "sendbufs" : "recvbufs", i);
+            else if (send[0] == recv[0])
+                snprintf(what, sizeof(what), "buf");
+            else
+                snprintf(what, sizeof(what), "%s",
+                         k == 0 ? "sendbuf" : "recvbuf");
+            hvd_mem_classify(p, &mi);
+            if (first_what[0] == '\0') {
+                first = mi;
+                snprintf(first_what, sizeof(first_what), "%s", what);
+            } else if (mi.type != first.type || mi.device != first.device) {
+                hvd_mem_describe(&first, a, sizeof(a));
+                hvd_mem_describe(&mi, b, sizeof(b));
+                return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                     "%s('%s'): %s is %s but %s is %s: the "
+                                     "buffers of one operation must all be "
+                                     "host memory or all on this rank's GPU",
+                                     fn, NAME(name), first_what, a, what, b);
+            }
+        }
+    }
+    if (first.type == HVD_MEM_DEVICE) {
+        hvd_mem_describe(&first, a, sizeof(a));
+        if (!hvd_gpu_built())
+            return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                                 "%s('%s'): %s is %s, but this hvd was built "
+                                 "without CUDA: rebuild it where the CUDA "
+                                 "toolkit is installed (docs/gpu.md), or pass "
+                                 "host memory",
+                                 fn, NAME(name), first_what, a);
+        if (first.device != hvd_job_gpu_device())
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): %s is %s, but hvd runs this rank's "
+                                 "GPU work on CUDA device %d (HVD_GPU_DEVICE, "
+                                 "else the local rank): allocate it there or "
+                                 "set HVD_GPU_DEVICE=%d",
+                                 fn, NAME(name), first_what, a,
+                                 hvd_job_gpu_device(), first.device);
+    }
+    *mem_out = first.type;
+    return HVD_OK;
+}
+
+static hvd_status wait_named(const char *fn, hvd_handle h, int *last_rank) {
+    char name[256];
+
+    snprintf(name, sizeof(name), "%s", h->name);
+    hvd_status st = hvd_engine_wait(h, last_rank);
+    if (st != HVD_OK)
+        hvd_error_prefix("%s('%s') on rank %d: ", fn, name, hvd_rank());
+    return st;
+}
+
+/*
+ * The element count of a shape of ndim dimensions, for fn: a sentence if
+ * the shape is malformed or its count does not fit a size_t.
+ */
+static hvd_status shape_count(const char *fn, const char *name, int ndim,
+                              const int64_t *shape, size_t *count) {
+    size_t n = 1;
+
+    if (ndim < 0 || (ndim > 0 && shape == NULL))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): a shape needs ndim >= 0 (got %d) and "
+                             "its dimensions",
+                             fn, NAME(name), ndim);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): dimension %d of the shape is %lld",
+                                 fn, NAME(name), i, (long long)shape[i]);
+        if (shape[i] > 0 && n > SIZE_MAX / (uint64_t)shape[i])
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s('%s'): the shape has more elements than "
+                                 "a size_t counts",
+                                 fn, NAME(name));
+        n *= (size_t)shape[i];
+    }
+    *count = n;
+    return HVD_OK;
+}
+
+/* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
+static hvd_status allreduce_async(const char *fn, const char *name,
+                                  const void *sendbuf, void *recvbuf,
+                                  size_t count, int ndim, const int64_t *shape,
+                                  hvd_dtype dtype, hvd_op op, hvd_handle *out) {
+    hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
+    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
+
+    if (st == HVD_OK && !hvd_op_valid(op))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
+                           (int)op);
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
+    if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
+    if (st == HVD_OK)
+        st = hvd_job_request(fn, name, HVD_KIND_ALLREDUCE, 1, &req);
+    if (st != HVD_OK)
+        return st;
+    req->desc.dtype = dtype;
+    req->desc.op = op;
+    req->desc.mem = mem;
+    req->send[0] = sendbuf;
+    req->recv[0] = recvbuf;
+    req->counts[0] = count;
+    hvd_opdesc_set_shape(&req->desc, ndim, shape);
+    return hvd_job_hand_over(fn, req, out);
+}
+
+hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
+                               void *recvbuf, size_t count, hvd_dtype dtype,
+                               hvd_op op, hvd_handle *out) {
+    return allreduce_async("hvd_allreduce", name, sendbuf, recvbuf, count, 0,
+                           NULL, dtype, op, out);
+}
+
+hvd_status hvd_allreduce_shaped_async(const char *name, const void *sendbuf,
+                                      void *recvbuf, int ndim,
+                                      const int64_t *shape, hvd_dtype dtype,
+                                      hvd_op op, hvd_handle *out) {
+    static const char fn[] = "hvd_allreduce";
+    size_t count = 0;
+    hvd_status st = shape_count(fn, name, ndim, shape, &count);
+
+    return st != HVD_OK ? st
+                        : allreduce_async(fn, name, sendbuf, recvbuf, count,
+                                          ndim, shape, dtype, op, out);
+}
+
+hvd_status hvd_grouped_allreduce_async(const char *name, int n,
+                                       const void *const *sendbufs,
+                                       void *const *recvbufs,
+                                       const size_t *counts, hvd_dtype dtype,
+                                       hvd_op op, hvd_handle *out) {
+    static const char fn[] = "hvd_grouped_allreduce";
+    hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
+    hvd_status st = HVD_OK;
+
+    if (n < 1 || sendbufs == NULL || recvbufs == NULL || counts == NULL ||
+        out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): needs n >= 1 (got %d) and non-NULL "
+                           "arrays and handle",
+                           fn, NAME(name), n);
+    for (int i = 0; st == HVD_OK && i < n; i++)
+        st =
+            check_buffers(fn, name, sendbufs[i], recvbufs[i], counts[i], dtype);
+    if (st == HVD_OK && !hvd_op_valid(op))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
+                           (int)op);
+    if (st == HVD_OK)
+        st = locate(fn, name, n, sendbufs, recvbufs, counts, &mem);
+    if (st == HVD_OK)
+        st = hvd_job_request(fn, name, HVD_KIND_ALLREDUCE, n, &req);
+    if (st != HVD_OK)
+        return st;
+    req->desc.dtype = dtype;
+    req->desc.op = op;
+    req->desc.mem = mem;
+    for (int i = 0; i < n; i++) {
+        req->send[i] = sendbufs[i];
+        req->recv[i] = recvbufs[i];
+        req->counts[i] = counts[i];
+    }
+    return hvd_job_hand_over(fn, req, out);
+}
+
+/* A broadcast, with its shape (ndim >= 2) or without (ndim 0). */
+static hvd_status broadcast_async(const char *fn, const char *name, void *buf,
+                                  size_t count, int ndim, const int64_t *shape,
+                                  hvd_dtype dtype, int root, hvd_handle *out) {
+    hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
+    const void *cbuf = buf;
+    hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
+
+    if (st == HVD_OK && (root < 0 || (hvd_size() > 0 && root >= hvd_size())))
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): root %d is not a rank of this job of "
+                           "%d",
+                           fn, NAME(name), root, hvd_size());
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
+    if (st == HVD_OK)
+        st = locate(fn, name, 1, &cbuf, &buf, &count, &mem);
+    if (st == HVD_OK)
+        st = hvd_job_request(fn, name, HVD_KIND_BROADCAST, 1, &req);
+    if (st != HVD_OK)
+        return st;
+    req->desc.dtype = dtype;
+    req->desc.root = root;
+    req->desc.mem = mem;
+    req->send[0] = buf;
+    req->recv[0] = buf;
+    req->counts[0] = count;
+    hvd_opdesc_set_shape(&req->desc, ndim, shape);
+    return hvd_job_hand_over(fn, req, out);
+}
+
+hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
+                               hvd_dtype dtype, int root, hvd_handle *out) {
+    return broadcast_async("hvd_broadcast", name, buf, count, 0, NULL, dtype,
+                           root, out);
+}
+
+hvd_status hvd_broadcast_shaped_async(const char *name, void *buf, int ndim,
+                                      const int64_t *shape, hvd_dtype dtype,
+                                      int root, hvd_handle *out) {
+    static const char fn[] = "hvd_broadcast";
+    size_t count = 0;
+    hvd_status st = shape_count(fn, name, ndim, shape, &count);
+
+    return st != HVD_OK ? st
+                        : broadcast_async(fn, name, buf, count, ndim, shape,
+                                          dtype, root, out);
+}
+
+hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
+                               void *recvbuf, size_t count, hvd_dtype dtype,
+                               hvd_handle *out) {
+    static const char fn[] = "hvd_allgather";
+    hvd_request *req;
+    hvd_memtype mem = HVD_MEM_HOST;
+    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
+
+    if (st == HVD_OK && hvd_size() > 0 &&
+        count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)hvd_size())
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): count %zu times %d ranks is too large",
+                           fn, NAME(name), count, hvd_size());
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
+    if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
+    if (st == HVD_OK)
+        st = hvd_job_request(fn, name, HVD_KIND_ALLGATHER, 1, &req);
+    if (st != HVD_OK)
+        return st;
+    req->desc.dtype = dtype;
+    req->desc.mem = mem;
+    req->send[0] = sendbuf;
+    req->recv[0] = recvbuf;
+    req->counts[0] = count;
+    return hvd_job_hand_over(fn, req, out);
+}
+
+hvd_status hvd_wait(hvd_handle handle) {
+    if (handle == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "hvd_wait: handle is NULL");
+    return wait_named("hvd_wait", handle, NULL);
+}
+
+hvd_status hvd_on_done(hvd_handle handle, hvd_done_fn fn, void *arg) {
+    if (handle == NULL || fn == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_on_done: handle or fn is NULL");
+    hvd_engine_on_done(handle, fn, arg);
+    return HVD_OK;
+}
+
+hvd_status hvd_test(hvd_handle handle, int *done) {
+    if (handle == NULL || done == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "hvd_test: handle or done is NULL");
+    return hvd_engine_test(handle, done);
+}
+
+hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                         size_t count, hvd_dtype dtype, hvd_op op) {
+    hvd_handle h;
+    hvd_status st =
+        hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_allreduce", h, NULL);
+}
+
+hvd_status hvd_grouped_allreduce(const char *name, int n,
+                                 const void *const *sendbufs,
+                                 void *const *recvbufs, const size_t *counts,
+                                 hvd_dtype dtype, hvd_op op) {
+    hvd_handle h;
+    hvd_status st = hvd_grouped_allreduce_async(name, n, sendbufs, recvbufs,
+                                                counts, dtype, op, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_grouped_allreduce", h, NULL);
+}
+
+hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
+                         hvd_dtype dtype, int root) {
+    hvd_handle h;
+    hvd_status st = hvd_broadcast_async(name, buf, count, dtype, root, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_broadcast", h, NULL);
+}
+
+hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
+                         size_t count, hvd_dtype dtype) {
+    hvd_handle h;
+    hvd_status st =
+        hvd_allgather_async(name, sendbuf, recvbuf, count, dtype, &h);
+
+    return st != HVD_OK ? st : wait_named("hvd_allgather", h, NULL);
+}
+
+hvd_status hvd_barrier(void) {
+    static const char fn[] = "hvd_barrier";
+    hvd_request *req;
+    hvd_handle h;
+    hvd_status st = hvd_job_request(fn, NULL, HVD_KIND_BARRIER, 1, &req);
+
+    if (st == HVD_OK)
+        st = hvd_job_hand_over(fn, req, &h);
+    return st != HVD_OK ? st : wait_named(fn, h, NULL);
+}
+
+hvd_status hvd_join(int *last_rank_out) {
+    static const char fn[] = "hvd_join";
+    hvd_request *req;
+    hvd_handle h;
+    int last = -1;
+    /* One join in flight per rank; the coordinator knows it by this name. */
+    hvd_status st = hvd_job_request(fn, "hvd.join", HVD_KIND_JOIN, 1, &req);
+
+    if (st == HVD_OK)
+        st = hvd_job_hand_over(fn, req, &h);
+    if (st == HVD_OK)
+        st = wait_named(fn, h, &last);
+    if (st == HVD_OK && last_rank_out != NULL)
+        *last_rank_out = last;
+    return st;
+}
+
+hvd_status hvd_internal_call(const char *name, hvd_engine_fn fn, void *arg) {
+    hvd_request *req;
+    hvd_handle h;
+    hvd_status st =
+        hvd_job_request("hvd_internal_call", name, HVD_KIND_CALL, 1, &req);
+
+    if (st != HVD_OK)
+        return st;
+    req->fn = fn;
+    req->fn_arg = arg;
+    st = hvd_job_hand_over("hvd_internal_call", req, &h);
+    return st != HVD_OK ? st : wait_named("hvd_internal_call", h, NULL);
+}
