@@ -1,0 +1,271 @@
+/*
+ * The internal header of hvdrun, the launcher (tools/hvdrun/). It holds
+ * what the files of that folder share: the limits and exit statuses, the
+ * options, the job with its ranks and their output streams, the
+ * environment being built for the ranks, the string builders, and the few
+ * process-wide variables (the signal self-pipe, what hvdrun changed for
+ * itself). Each group of declarations below names the file that defines
+ * it; main.c tells how hvdrun works as a whole. The header is part of the
+ * tool only, neither of libhvd nor installed.
+ */
+#ifndef HVD_TOOLS_HVDRUN_HVDRUN_H
+#define HVD_TOOLS_HVDRUN_HVDRUN_H
+
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "tools/config_file.h"
+#include "tools/hostfile.h"
+#include "transport/net.h"
+#include "transport/rendezvous.h"
+
+#define MAX_RANKS HVD_HOST_MAX_SLOTS
+#define DEFAULT_GRACE_S 3
+#define MAX_SECONDS (7L * 24 * 3600) /* as the library accepts */
+#define SECRET_BYTES 32
+/* Longest line copied in one piece; a longer one is cut, each piece
+ * prefixed. */
+#define LINE_MAX_BYTES (64 * 1024)
+#define LINE_INITIAL_CAP 256
+/* At the end, at most this much more is read from a pipe that a leftover
+ * descendant of a rank still holds open. */
+#define FINAL_DRAIN_BYTES (1024 * 1024)
+/* After the rendezvous server reports an error, its descriptor is left out
+ * of poll() this long, so a broken server cannot spin the loop. */
+#define RDV_BACKOFF_NS (100 * 1000000LL)
+#define READ_CHUNK (64 * 1024)
+#define NS_PER_S 1000000000LL
+#define NS_PER_MS 1000000LL
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#define EXIT_SETUP 1
+#define EXIT_USAGE 2
+#define EXIT_TIMEOUT 124
+#define EXIT_NOT_RUN 127
+/* ssh's own status when it cannot connect or log in. */
+#define SSH_FAILED 255
+#define LAST_LINE_MAX 256
+/* At most this many ssh logins run at a time to one host: sshd drops
+ * connections beyond MaxStartups (10 by default) before they log in. */
+#define SSH_MAX_LOGINS 8
+
+/* A host of -H or --hostfile. */
+struct host {
+    char *name;     /* as ssh is given it ("user@" allowed), owned */
+    int slots;      /* from -H or the hostfile */
+    int nranks;     /* ranks placed on it */
+    int cross_rank; /* its index among the hosts used; -1: unused */
+    int local;      /* this machine: its ranks are forked, not ssh'd */
+    int logging_in; /* its ssh processes not yet past the login */
+};
+
+struct options {
+    int np;     /* 0 until given or taken from the slots */
+    int prefix; /* 0 with --no-prefix */
+    int grace_s;
+    long start_timeout_s;    /* 0: not given */
+    long timeout_s;          /* 0: no job timeout */
+    const char *iface;       /* --network-interface, or NULL */
+    const char *config_file; /* --config-file, or NULL */
+    int verbose;
+    const char **exports; /* the -x arguments, pointing into argv */
+    int nexports;
+    char **prog_argv;   /* the program and its arguments, from argv */
+    struct host *hosts; /* -H or --hostfile, owned; NULL: all local */
+    int nhosts;
+    int oversubscribe;
+    int mpi;                  /* --mpi: exec mpirun instead */
+    const char *ssh_port;     /* -p, or NULL */
+    const char *ssh_identity; /* -i, or NULL */
+    const char **ssh_opts;    /* the --ssh-opt arguments, pointing into argv */
+    int nssh_opts;
+};
+
+/* An environment under construction: "NAME=VALUE" strings, owned, and a
+ * NULL after the last, so vars can become a child's environ. */
+struct env {
+    char **vars;
+    size_t n;
+    size_t cap;
+};
+
+/* One output stream (stdout or stderr) of a rank. */
+struct stream {
+    int fd;     /* read end of the rank's pipe; -1 when closed or unused */
+    int out_fd; /* where its lines go: STDOUT_FILENO or STDERR_FILENO */
+    char *buf;  /* "[rank] " followed by the pending part of a line */
+    size_t prefix_len;
+    size_t len; /* bytes pending after the prefix */
+    size_t cap; /* bytes allocated for buf */
+    /* The stderr of a remote rank until its wrapper reports that the
+     * program started: the line saying so is dropped, and the last other
+     * line (ssh's reason, when ssh fails) is kept. */
+    int awaiting_start;
+    char last_line[LAST_LINE_MAX];
+};
+
+enum rank_state { RANK_UNSTARTED, RANK_RUNNING, RANK_EXITED };
+
+struct rank {
+    int index;
+    int local_rank, local_size; /* among the ranks of its host */
+    int cross_rank, cross_size; /* its host among the job's hosts */
+    struct host *host;          /* NULL without -H or --hostfile */
+    int remote;                 /* started over ssh; pid is ssh's */
+    int stdin_fd; /* remote: write end of ssh's stdin; -1 once closed */
+    pid_t pid;    /* also its process group id */
+    enum rank_state state;
+    int wstatus; /* from waitpid(), once exited */
+    struct stream out;
+    struct stream err;
+};
+
+enum job_phase {
+    JOB_RUNNING,
+    JOB_STOPPING, /* ranks got SIGTERM (or hvdrun's signal); kill_at_ns set */
+    JOB_KILLED    /* ranks got SIGKILL */
+};
+
+struct job {
+    const struct options *opt;
+    struct rank *ranks;
+    int live;    /* ranks started and not yet reaped */
+    int pending; /* ranks not started yet (remote ones wait for a login) */
+    struct env env;
+    hvd_rdv_server *srv;
+    char bind_addr[HVD_ADDR_MAX];
+    char secret[2 * SECRET_BYTES + 1];
+    uint8_t job_id[HVD_JOB_ID_LEN];
+    char cwd[PATH_MAX]; /* where remote ranks run */
+    int joined;
+    int null_fd; /* /dev/null, the stdin of ranks that get none */
+    int stdin_to_rank0;
+    enum job_phase phase;
+    int exit_code; /* -1 until the job's outcome is decided */
+    int64_t kill_at_ns;
+    int64_t timeout_at_ns; /* 0: none */
+    int64_t rdv_quiet_until_ns;
+    struct pollfd *pfds;
+    struct stream **pfd_streams; /* the stream of each pfds entry, or NULL */
+};
+
+/* A growing string; failed is set (and the text dropped) when out of
+ * memory, so a builder checks once at the end. */
+struct sbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+    int failed;
+};
+
+/* A NULL-terminated argument vector of owned strings. */
+struct strv {
+    char **v;
+    size_t n;
+    size_t cap;
+    int failed;
+};
+
+/* ---- main.c: process-wide state, signals, main() ---- */
+
+/* What hvdrun changed for itself, restored in each rank before exec. */
+extern sigset_t orig_sigmask;
+extern struct rlimit orig_nofile;
+extern const int handled_signals[4];
+
+/* The self-pipe: signal handlers write the signal number into it. */
+extern int sig_pipe[2];
+
+/* ---- options.c: the command line ---- */
+
+/* Returns -1 to go on and run the job, else the exit status. */
+int parse_options(int argc, char **argv, struct options *opt);
+void free_options(struct options *opt);
+
+/* ---- env.c: the ranks' environment and --config-file ---- */
+
+/* Variables hvdrun sets for each rank; -x cannot override them. */
+extern const char *const job_vars[10];
+
+/* Variables of other launchers that the library would otherwise read. */
+extern const char *const foreign_vars[5];
+extern const char foreign_prefix[];
+
+ssize_t env_find(const struct env *e, const char *name, size_t len);
+const char *env_get(const struct env *e, const char *name);
+int env_set(struct env *e, const char *name, const char *value);
+int env_set_int(struct env *e, const char *name, long value);
+void env_free(struct env *e);
+/* Reads --config-file into *cv and warns of its notes; says why not. */
+int config_read(const struct options *opt, hvd_config_vars *cv);
+/* 1 if the configuration file's var ("HVD_NAME=value") is set neither in
+ * its HVD_ nor in its HOROVOD_ form where get looks. */
+int config_var_unset(const char *var,
+                     const char *(*get)(void *ctx, const char *name),
+                     void *ctx);
+const char *environ_lookup(void *unused, const char *name);
+/* hvdrun's environment, less other launchers' variables, plus the
+ * configuration file, -x and the options that set variables. Returns 0, -1
+ * out of memory, -2 for a bad configuration file (said why). */
+int env_build(struct env *e, const struct options *opt);
+
+/* ---- setup.c: placement, which hosts are this machine, job setup ---- */
+
+int job_setup(struct job *job, struct host *hosts, int nhosts);
+
+/* ---- launch.c: starting ranks, here or over ssh ---- */
+
+/* The line a remote rank's wrapper writes on stderr once it has started
+ * the program: "hvdrun-started <job id>". Set by job_setup(). */
+extern char start_marker[64];
+
+int spawn_rank(struct job *job, struct rank *r);
+
+/* ---- strbuf.c: the string builders of the ssh and mpirun commands ---- */
+
+void sbuf_addn(struct sbuf *b, const char *text, size_t n);
+void sbuf_add(struct sbuf *b, const char *text);
+/* text as one word of POSIX sh: in single quotes, each ' as '\''. */
+void sbuf_quote(struct sbuf *b, const char *text);
+void strv_push(struct strv *a, const char *arg);
+void strv_free(struct strv *a);
+/* The arguments as one line for messages, each quoted for sh if needed. */
+char *strv_text(char *const *argv);
+
+/* ---- output.c: hvdrun's messages and the ranks' output ---- */
+
+/* Writes all of buf; gives up quietly on errors (EPIPE: nobody reads). */
+void write_all(int fd, const char *buf, size_t len);
+/* Prints "hvdrun: <message>\n" on stderr in one write(). */
+void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *signal_name(int sig);
+void close_fd(int *fd);
+void stream_close(struct stream *s);
+/* Reads what the pipe has, at most max_bytes; closes it at EOF. */
+void stream_read(struct stream *s, size_t max_bytes);
+
+/* ---- stop.c: stopping the ranks and reaping them ---- */
+
+void kill_ranks(struct job *job);
+/* Sends sig (and SIGCONT, for stopped ranks) to every rank; SIGKILL follows
+ * after the grace period. Called again while stopping: SIGKILL now. */
+void stop_job(struct job *job, int sig);
+void read_signals(struct job *job);
+
+/* ---- loop.c: the event loop ---- */
+
+int job_run(struct job *job);
+void job_destroy(struct job *job);
+
+/* ---- mpi.c: --mpi ---- */
+
+int run_mpirun(const struct options *opt);
+
+#endif /* HVD_TOOLS_HVDRUN_HVDRUN_H */

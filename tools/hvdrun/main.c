@@ -1,0 +1,144 @@
+/*
+ * hvdrun: starts the ranks of an hvd job and serves their rendezvous.
+ *
+ *     hvdrun [-np N] [-H host:slots,... | --hostfile FILE] [options]
+ *            [--] program [args...]
+ *
+ * hvdrun makes a fresh job secret and job id, opens the rendezvous server
+ * (transport/rendezvous.h) and starts N copies of the program, each in its
+ * own process group and with HVD_RANK, HVD_SIZE, ... in its environment.
+ * Then one poll() loop copies every rank's output to hvdrun's own, one
+ * "[rank] line" per write(), serves the rendezvous and reaps the ranks. The
+ * first rank that fails takes the job down: the others get SIGTERM, SIGKILL
+ * after the grace period, and hvdrun exits with the failed rank's status.
+ * The job ends when the ranks end; the rendezvous never holds it up.
+ *
+ * Placement (which rank runs on which host, with which local and cross
+ * rank) is decided in place_ranks(). The ranks of a host that is this
+ * machine are forked (launch() with exec_rank()); those of another host
+ * are started by a local ssh process that runs a small sh wrapper there
+ * (remote_script()). The wrapper reads the job secret from ssh's stdin,
+ * so that it is on no command line, and keeps reading: when hvdrun closes
+ * that pipe (teardown) or dies, the wrapper sees EOF and kills the
+ * program. To hvdrun a remote rank is its ssh process, with the same
+ * pipes, prefixes and exit status handling as a local rank; only stopping
+ * differs (close the pipe, SIGKILL ssh after the grace period).
+ *
+ * With --mpi hvdrun starts nothing itself: it execs mpirun with the same
+ * placement, and hvd bootstraps through MPI.
+ *
+ * The files of tools/hvdrun/, in the order a job goes through them:
+ * options.c (the command line), env.c (the ranks' environment and
+ * --config-file), setup.c (placement, which hosts are this machine, the
+ * rendezvous server), launch.c (starting ranks, here or over ssh, with
+ * strbuf.c's string builders), loop.c (the event loop), output.c (the
+ * ranks' prefixed output and hvdrun's own messages), stop.c (stopping and
+ * reaping the ranks) and mpi.c (--mpi); hvdrun.h holds what they share.
+ * This file holds main(), the process-wide state that the signal handler
+ * and the forked children need, and the signal handlers themselves.
+ */
+#include "tools/hvdrun/hvdrun.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "transport/base/log.h"
+#include "transport/shm/shm.h"
+
+/* What hvdrun changed for itself, restored in each rank before exec. */
+sigset_t orig_sigmask;
+struct rlimit orig_nofile;
+const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+/* The self-pipe: signal handlers write the signal number into it. */
+int sig_pipe[2] = {-1, -1};
+
+/* ---- signals ---- */
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char byte = (unsigned char)sig;
+    ssize_t ignored = write(sig_pipe[1], &byte, 1);
+
+    (void)ignored; /* a full pipe already holds a wake-up */
+    errno = saved;
+}
+
+static int install_signals(void) {
+    struct sigaction sa;
+
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        say("pipe2() failed: %s", strerror(errno));
+        return -1;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&sa.sa_mask);
+    for (size_t k = 0; k < ARRAY_LEN(handled_signals); k++)
+        sigaction(handled_signals[k], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+/* Descriptors 0-2 must be open, or a pipe could land on one of them. */
+static void open_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int null_fd = open("/dev/null", O_RDWR);
+            if (null_fd >= 0 && null_fd != fd)
+                close(null_fd); /* unexpected; leave fd closed */
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    struct options opt;
+    struct job job;
+    int code;
+
+    open_std_fds();
+    hvd_log_init_from_env();
+    code = parse_options(argc, argv, &opt);
+    if (code >= 0)
+        goto free_options;
+    if (opt.verbose && hvd_log_current < HVD_LOG_INFO)
+        hvd_log_current = HVD_LOG_INFO;
+    if (opt.mpi) {
+        code = run_mpirun(&opt);
+        goto free_options;
+    }
+
+    sigprocmask(SIG_SETMASK, NULL, &orig_sigmask);
+    getrlimit(RLIMIT_NOFILE, &orig_nofile);
+    memset(&job, 0, sizeof(job));
+    job.opt = &opt;
+    job.null_fd = -1;
+    job.exit_code = -1;
+    code = EXIT_SETUP;
+    if (job_setup(&job, opt.hosts, opt.nhosts) != 0 || install_signals() != 0)
+        goto destroy_job;
+    code = job_run(&job);
+    /* A rank killed while hvd_init set up shared memory leaves its segment
+     * behind (ranks unlink them as soon as all have mapped them). */
+    {
+        int removed = hvd_shm_cleanup_job(job.job_id);
+        if (removed > 0)
+            HVD_INFO("hvdrun",
+                     "removed %d shared-memory segments a failed "
+                     "rank left in /dev/shm",
+                     removed);
+    }
+
+destroy_job:
+    job_destroy(&job);
+    close_fd(&sig_pipe[0]);
+    close_fd(&sig_pipe[1]);
+free_options:
+    free_options(&opt);
+    return code;
+}

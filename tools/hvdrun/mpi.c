@@ -1,0 +1,199 @@
+/*
+ * hvdrun --mpi: instead of starting the ranks itself, hvdrun execs
+ * mpirun with the same placement, options and HVD_* variables, and hvd
+ * bootstraps through MPI. A separate file because nothing of the rest of
+ * hvdrun (the job, the rendezvous, the event loop) runs in this mode.
+ */
+#include "tools/hvdrun/hvdrun.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport/base/log.h"
+
+/* ---- --mpi ---- */
+
+static int is_hvd_name(const char *const *names, size_t n, const char *name,
+                       size_t len) {
+    for (size_t k = 0; k < n; k++) {
+        if (strlen(names[k]) == len && memcmp(names[k], name, len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* --mpi with --config-file: the file's variables go into hvdrun's own
+ * environment where not set there (in their HVD_ or HOROVOD_ form), so that
+ * they are passed on with -x like every HVD_* variable. */
+static int config_to_environ(const struct options *opt) {
+    hvd_config_vars cv;
+    int rc = 0;
+
+    if (opt->config_file == NULL)
+        return 0;
+    if (config_read(opt, &cv) != 0)
+        return -1;
+    for (size_t k = 0; k < cv.n && rc == 0; k++) {
+        char *name = strndup(cv.vars[k], strcspn(cv.vars[k], "="));
+
+        if (name == NULL ||
+            (config_var_unset(cv.vars[k], environ_lookup, NULL) &&
+             setenv(name, strchr(cv.vars[k], '=') + 1, 0) != 0)) {
+            say("--config-file %s: out of memory", opt->config_file);
+            rc = -1;
+        }
+        free(name);
+    }
+    hvd_config_vars_free(&cv);
+    return rc;
+}
+
+/*
+ * --mpi: execs mpirun -np N [-H host:slots,...] --bind-to none
+ * [--oversubscribe] [--allow-run-as-root] [-x ...] program args. The ranks
+ * bootstrap through MPI, so none of hvdrun's job variables is set (and any
+ * in hvdrun's environment are removed); the -x variables and the HVD_*
+ * variables of hvdrun's environment are passed with -x. Returns only on
+ * failure, with hvdrun's exit status.
+ */
+int run_mpirun(const struct options *opt) {
+    const char *iface = opt->iface != NULL ? opt->iface : getenv("HVD_IFACE");
+    struct strv a = {0};
+    struct sbuf hosts = {0};
+    char num[32];
+
+    if (config_to_environ(opt) != 0)
+        return EXIT_USAGE;
+    strv_push(&a, "mpirun");
+    strv_push(&a, "-np");
+    snprintf(num, sizeof(num), "%d", opt->np);
+    strv_push(&a, num);
+    if (opt->nhosts > 0) {
+        for (int h = 0; h < opt->nhosts; h++) {
+            if (strchr(opt->hosts[h].name, ':') != NULL) {
+                say("--mpi: mpirun's -H takes no IPv6 address (%s); name "
+                    "the host",
+                    opt->hosts[h].name);
+                strv_free(&a);
+                free(hosts.p);
+                return EXIT_USAGE;
+            }
+            snprintf(num, sizeof(num), ":%d", opt->hosts[h].slots);
+            if (h > 0)
+                sbuf_add(&hosts, ",");
+            sbuf_add(&hosts, opt->hosts[h].name);
+            sbuf_add(&hosts, num);
+        }
+        strv_push(&a, "-H");
+        strv_push(&a, hosts.failed ? "" : hosts.p);
+        a.failed |= hosts.failed;
+        free(hosts.p);
+    }
+    strv_push(&a, "--bind-to");
+    strv_push(&a, "none");
+    if (opt->oversubscribe)
+        strv_push(&a, "--oversubscribe");
+    if (geteuid() == 0)
+        strv_push(&a, "--allow-run-as-root");
+    if (opt->timeout_s > 0) {
+        snprintf(num, sizeof(num), "%ld", opt->timeout_s);
+        strv_push(&a, "--timeout");
+        strv_push(&a, num);
+    }
+    if (iface != NULL && *iface != '\0') {
+        /* Open MPI's own traffic over the same interface. */
+        strv_push(&a, "--mca");
+        strv_push(&a, "btl_tcp_if_include");
+        strv_push(&a, iface);
+        strv_push(&a, "--mca");
+        strv_push(&a, "oob_tcp_if_include");
+        strv_push(&a, iface);
+    }
+    if (opt->ssh_port != NULL || opt->ssh_identity != NULL ||
+        opt->nssh_opts > 0) {
+        struct sbuf rsh = {0};
+        if (opt->ssh_port != NULL) {
+            sbuf_add(&rsh, " -p ");
+            sbuf_add(&rsh, opt->ssh_port);
+        }
+        if (opt->ssh_identity != NULL) {
+            sbuf_add(&rsh, " -i ");
+            sbuf_add(&rsh, opt->ssh_identity);
+        }
+        for (int k = 0; k < opt->nssh_opts; k++) {
+            sbuf_add(&rsh, " -o ");
+            sbuf_add(&rsh, opt->ssh_opts[k]);
+        }
+        strv_push(&a, "--mca");
+        strv_push(&a, "plm_rsh_args");
+        strv_push(&a, rsh.failed ? "" : rsh.p + 1);
+        a.failed |= rsh.failed;
+        free(rsh.p);
+    }
+    for (int k = 0; k < opt->nexports; k++) {
+        strv_push(&a, "-x");
+        strv_push(&a, opt->exports[k]);
+    }
+    if (opt->iface != NULL) {
+        char *var;
+        if (asprintf(&var, "HVD_IFACE=%s", opt->iface) < 0) {
+            a.failed = 1;
+        } else {
+            strv_push(&a, "-x");
+            strv_push(&a, var);
+            free(var);
+        }
+    }
+    if (opt->start_timeout_s > 0 &&
+        getenv("HVD_START_TIMEOUT_SECONDS") == NULL) {
+        snprintf(num, sizeof(num), "%ld", opt->start_timeout_s);
+        if (setenv("HVD_START_TIMEOUT_SECONDS", num, 1) != 0)
+            a.failed = 1;
+    }
+    for (size_t k = 0; k < ARRAY_LEN(job_vars); k++)
+        unsetenv(job_vars[k]);
+    for (char **v = environ; *v != NULL; v++) {
+        size_t len = strcspn(*v, "=");
+        int given = 0;
+        if (strncmp(*v, "HVD_", 4) != 0 || (*v)[len] != '=' ||
+            (opt->iface != NULL && len == 9 &&
+             strncmp(*v, "HVD_IFACE", 9) == 0))
+            continue;
+        for (int k = 0; k < opt->nexports && !given; k++)
+            given = strcspn(opt->exports[k], "=") == len &&
+                    strncmp(opt->exports[k], *v, len) == 0;
+        if (given || is_hvd_name(job_vars, ARRAY_LEN(job_vars), *v, len))
+            continue;
+        char *name = strndup(*v, len);
+        if (name == NULL) {
+            a.failed = 1;
+            break;
+        }
+        strv_push(&a, "-x");
+        strv_push(&a, name);
+        free(name);
+    }
+    for (char **arg = opt->prog_argv; *arg != NULL; arg++)
+        strv_push(&a, *arg);
+    if (a.failed) {
+        say("out of memory");
+        strv_free(&a);
+        return EXIT_SETUP;
+    }
+
+    if (opt->verbose || hvd_log_current >= HVD_LOG_INFO) {
+        char *text = strv_text(a.v);
+        say("running %s", text != NULL ? text : "mpirun (out of memory)");
+        free(text);
+    }
+    fflush(stdout);
+    execvp(a.v[0], a.v);
+    say("cannot run mpirun: %s (it comes with Open MPI; without --mpi "
+        "hvdrun starts the ranks itself)",
+        strerror(errno));
+    strv_free(&a);
+    return EXIT_NOT_RUN;
+}
