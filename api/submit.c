@@ -141,36 +141,51 @@ static hvd_status shape_count(const char *fn, const char *name, int ndim,
     return HVD_OK;
 }
 
-/* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
-static hvd_status allreduce_async(const char *fn, const char *name,
-                                  const void *sendbuf, void *recvbuf,
-                                  size_t count, int ndim, const int64_t *shape,
-                                  hvd_dtype dtype, hvd_op op, hvd_handle *out) {
+/*
+ * One buffer of kind (allreduce or broadcast), with its shape (ndim >= 2)
+ * or without (ndim 0): checked, located, made a request of and handed to
+ * the engine. The caller has checked what is the kind's own (op, root);
+ * the other kind's member is 0, as in a new request.
+ */
+static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
+                             const void *sendbuf, void *recvbuf, size_t count,
+                             int ndim, const int64_t *shape, hvd_dtype dtype,
+                             hvd_op op, int root, hvd_handle *out) {
     hvd_request *req;
     hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
-    if (st == HVD_OK && !hvd_op_valid(op))
-        st = hvd_error_set(HVD_ERR_INVALID_ARG,
-                           "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
-                           (int)op);
     if (st == HVD_OK && out == NULL)
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
     if (st == HVD_OK)
         st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
     if (st == HVD_OK)
-        st = hvd_job_request(fn, name, HVD_KIND_ALLREDUCE, 1, &req);
+        st = hvd_job_request(fn, name, kind, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
     req->desc.op = op;
+    req->desc.root = root;
     req->desc.mem = mem;
     req->send[0] = sendbuf;
     req->recv[0] = recvbuf;
     req->counts[0] = count;
     hvd_opdesc_set_shape(&req->desc, ndim, shape);
     return hvd_job_hand_over(fn, req, out);
+}
+
+/* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
+static hvd_status allreduce_async(const char *fn, const char *name,
+                                  const void *sendbuf, void *recvbuf,
+                                  size_t count, int ndim, const int64_t *shape,
+                                  hvd_dtype dtype, hvd_op op, hvd_handle *out) {
+    if (!hvd_op_valid(op))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
+                             (int)op);
+    return submit_one(fn, name, HVD_KIND_ALLREDUCE, sendbuf, recvbuf, count,
+                      ndim, shape, dtype, op, 0, out);
 }
 
 hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,
@@ -237,33 +252,13 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
 static hvd_status broadcast_async(const char *fn, const char *name, void *buf,
                                   size_t count, int ndim, const int64_t *shape,
                                   hvd_dtype dtype, int root, hvd_handle *out) {
-    hvd_request *req;
-    hvd_memtype mem = HVD_MEM_HOST;
-    const void *cbuf = buf;
-    hvd_status st = check_buffers(fn, name, buf, buf, count, dtype);
-
-    if (st == HVD_OK && (root < 0 || (hvd_size() > 0 && root >= hvd_size())))
-        st = hvd_error_set(HVD_ERR_INVALID_ARG,
-                           "%s('%s'): root %d is not a rank of this job of "
-                           "%d",
-                           fn, NAME(name), root, hvd_size());
-    if (st == HVD_OK && out == NULL)
-        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
-                           NAME(name));
-    if (st == HVD_OK)
-        st = locate(fn, name, 1, &cbuf, &buf, &count, &mem);
-    if (st == HVD_OK)
-        st = hvd_job_request(fn, name, HVD_KIND_BROADCAST, 1, &req);
-    if (st != HVD_OK)
-        return st;
-    req->desc.dtype = dtype;
-    req->desc.root = root;
-    req->desc.mem = mem;
-    req->send[0] = buf;
-    req->recv[0] = buf;
-    req->counts[0] = count;
-    hvd_opdesc_set_shape(&req->desc, ndim, shape);
-    return hvd_job_hand_over(fn, req, out);
+    if (root < 0 || (hvd_size() > 0 && root >= hvd_size()))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): root %d is not a rank of this job of "
+                             "%d",
+                             fn, NAME(name), root, hvd_size());
+    return submit_one(fn, name, HVD_KIND_BROADCAST, buf, buf, count, ndim,
+                      shape, dtype, (hvd_op)0, root, out);
 }
 
 hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,

@@ -51,6 +51,19 @@ hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
                                       hvd_dtype dtype, hvd_op op);
 
 /*
+ * The fold around an allreduce over a group of a size p that is not a
+ * power of two (rd, Rabenseifner): with rem = p - (the largest power of
+ * two <= p), the even rank of each of the first rem pairs hands its count
+ * elements of buf to the odd one (which reduces them into its own, using
+ * tmp) and sits out. *newrank_out is the rank in the power-of-two group,
+ * -1 for one that sits out. After the group's allreduce, hvd_unfold gives
+ * those that sat out the result.
+ */
+hvd_status hvd_fold(hvd_comm *comm, void *buf, void *tmp, size_t count,
+                    hvd_dtype dtype, hvd_op op, int rem, int *newrank_out);
+hvd_status hvd_unfold(hvd_comm *comm, void *buf, size_t bytes, int rem);
+
+/*
  * The ring's two phases alone. After hvd_ring_reduce_scatter, segment
  * hvd_ring_owned_segment (of size parts, hvd_part_range) of recvbuf holds
  * the reduced result (AVERAGE divided by size); the rest of recvbuf is

@@ -63,26 +63,9 @@ hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
 
     /* Fold: the even rank of each of the first rem pairs hands its data to
      * the odd one and sits out. */
-    if (r < 2 * rem) {
-        hvd_req *req = comm->reqs;
-        if (r % 2 == 0) {
-            st = hvd_comm_isend(comm, r + 1, buf, bytes, &req[0]);
-            if (st == HVD_OK)
-                st = hvd_comm_wait(comm, &req[0]);
-            newrank = -1;
-        } else {
-            st = hvd_comm_irecv(comm, r - 1, tmp, bytes, &req[0]);
-            if (st == HVD_OK)
-                st = hvd_comm_wait(comm, &req[0]);
-            if (st == HVD_OK)
-                hvd_comm_reduce(comm, buf, tmp, buf, count, dtype, op);
-            newrank = r / 2;
-        }
-        if (st != HVD_OK)
-            return st;
-    } else {
-        newrank = r - rem;
-    }
+    st = hvd_fold(comm, buf, tmp, count, dtype, op, rem, &newrank);
+    if (st != HVD_OK)
+        return st;
 
     if (newrank >= 0) {
         int lo = 0, hi = p2;
@@ -142,15 +125,5 @@ hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
         }
     }
 
-    /* Unfold. */
-    if (r < 2 * rem) {
-        hvd_req *req = comm->reqs;
-        if (r % 2 == 1)
-            st = hvd_comm_isend(comm, r - 1, buf, bytes, &req[0]);
-        else
-            st = hvd_comm_irecv(comm, r + 1, buf, bytes, &req[0]);
-        if (st == HVD_OK)
-            st = hvd_comm_wait(comm, &req[0]);
-    }
-    return st;
+    return hvd_unfold(comm, buf, bytes, rem);
 }

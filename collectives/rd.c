@@ -33,23 +33,7 @@ hvd_status hvd_rd_allreduce(hvd_comm *comm, const void *sendbuf, void *recvbuf,
     if (st != HVD_OK)
         return st;
 
-    if (r < 2 * rem) {
-        if (r % 2 == 0) {
-            st = hvd_comm_isend(comm, r + 1, recvbuf, bytes, &req[0]);
-            if (st == HVD_OK)
-                st = hvd_comm_wait(comm, &req[0]);
-            newrank = -1;
-        } else {
-            st = hvd_comm_irecv(comm, r - 1, tmp, bytes, &req[0]);
-            if (st == HVD_OK)
-                st = hvd_comm_wait(comm, &req[0]);
-            if (st == HVD_OK)
-                hvd_comm_reduce(comm, recvbuf, tmp, recvbuf, count, dtype, op);
-            newrank = r / 2;
-        }
-    } else {
-        newrank = r - rem;
-    }
+    st = hvd_fold(comm, recvbuf, tmp, count, dtype, op, rem, &newrank);
     if (st != HVD_OK)
         return st;
 
@@ -76,15 +60,48 @@ hvd_status hvd_rd_allreduce(hvd_comm *comm, const void *sendbuf, void *recvbuf,
 
     if (op == HVD_AVERAGE && newrank >= 0)
         hvd_comm_scale_div(comm, recvbuf, count, dtype, p);
-    if (r < 2 * rem) {
-        if (r % 2 == 1)
-            st = hvd_comm_isend(comm, r - 1, recvbuf, bytes, &req[0]);
-        else
-            st = hvd_comm_irecv(comm, r + 1, recvbuf, bytes, &req[0]);
+    return hvd_unfold(comm, recvbuf, bytes, rem);
+}
+
+hvd_status hvd_fold(hvd_comm *comm, void *buf, void *tmp, size_t count,
+                    hvd_dtype dtype, hvd_op op, int rem, int *newrank_out) {
+    size_t bytes = count * hvd_dtype_size(dtype);
+    int r = comm->rank;
+    hvd_req *req = comm->reqs;
+    hvd_status st = HVD_OK;
+
+    if (r >= 2 * rem) {
+        *newrank_out = r - rem;
+        return HVD_OK;
+    }
+    if (r % 2 == 0) {
+        st = hvd_comm_isend(comm, r + 1, buf, bytes, &req[0]);
         if (st == HVD_OK)
             st = hvd_comm_wait(comm, &req[0]);
-        if (st != HVD_OK)
-            return st;
+        *newrank_out = -1;
+        return st;
     }
-    return HVD_OK;
+    st = hvd_comm_irecv(comm, r - 1, tmp, bytes, &req[0]);
+    if (st == HVD_OK)
+        st = hvd_comm_wait(comm, &req[0]);
+    if (st == HVD_OK)
+        hvd_comm_reduce(comm, buf, tmp, buf, count, dtype, op);
+    *newrank_out = r / 2;
+    return st;
+}
+
+hvd_status hvd_unfold(hvd_comm *comm, void *buf, size_t bytes, int rem) {
+    int r = comm->rank;
+    hvd_req *req = comm->reqs;
+    hvd_status st;
+
+    if (r >= 2 * rem)
+        return HVD_OK;
+    if (r % 2 == 1)
+        st = hvd_comm_isend(comm, r - 1, buf, bytes, &req[0]);
+    else
+        st = hvd_comm_irecv(comm, r + 1, buf, bytes, &req[0]);
+    if (st == HVD_OK)
+        st = hvd_comm_wait(comm, &req[0]);
+    return st;
 }

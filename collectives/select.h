@@ -129,8 +129,8 @@ typedef struct hvd_paths {
     hvd_comm *shm;   /* shm over every rank (one-host jobs), or NULL */
     hvd_comm *local; /* shm over this host's ranks (several hosts), or NULL */
     hvd_comm *cross; /* primary over the ranks of this local rank, or NULL */
-    const char *net_name;  /* the primary's name */
-    const char *hier_name; /* "shm+<primary>", hier's transports */
+    const char *net_name; /* the primary's name */
+    char hier_name[32];   /* "<local>+<primary>", hier's transports */
     hvd_model model;
     hvd_selector sel;
 } hvd_paths;

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "transport/base/error.h"
 #include "transport/shm/shm.h"
@@ -143,6 +144,14 @@ static void fill_tables(void) {
 
         dst->size = sizeof(*dst);
         dst->name = src->name;
+        FILL(dst, src, title, src->name);
+        if (PROVIDED(src, settings) &&
+            src->size >= offsetof(hvd_transport_ops, settings_size) +
+                             sizeof(src->settings_size)) {
+            dst->settings = src->settings;
+            dst->nsettings = src->nsettings;
+            dst->settings_size = src->settings_size;
+        }
         FILL(dst, src, probe, unsup_probe);
         FILL(dst, src, open, unsup_open);
         FILL(dst, src, isend, unsup_isend);
@@ -160,19 +169,91 @@ static void fill_tables(void) {
     }
 }
 
+/* Transports hvd knows but this build may lack, and what building them
+ * needs, for the message that says so. */
+static const struct {
+    const char *name;
+    const char *needs;
+} optional[] = {
+    {"mpi", "Open MPI's development files"},
+    {"verbs", "libibverbs' development files (RDMA)"},
+};
+
+const hvd_transport_ops *hvd_transport_find(const char *name) {
+    pthread_once(&fill_once, fill_tables);
+    for (size_t i = 0; i < NPROVIDERS; i++)
+        if (strcasecmp(filled[i].name, name) == 0)
+            return &filled[i];
+    return NULL;
+}
+
+const char *hvd_transport_needs(const char *name) {
+    if (hvd_transport_find(name) != NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
+        if (strcasecmp(optional[i].name, name) == 0)
+            return optional[i].needs;
+    return NULL;
+}
+
 hvd_status hvd_transport_lookup(const char *name,
                                 const hvd_transport_ops **ops_out) {
-    pthread_once(&fill_once, fill_tables);
-    for (size_t i = 0; i < NPROVIDERS; i++) {
-        if (strcmp(filled[i].name, name) == 0) {
-            *ops_out = &filled[i];
-            return HVD_OK;
-        }
+    const hvd_transport_ops *ops = hvd_transport_find(name);
+    const char *needs = hvd_transport_needs(name);
+
+    if (ops != NULL) {
+        *ops_out = ops;
+        return HVD_OK;
     }
+    if (needs != NULL)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "transport '%s' is not built into this hvd "
+                             "(built in: %s; it needs %s when hvd is built)",
+                             name, hvd_transport_names(), needs);
     return hvd_error_set(HVD_ERR_UNSUPPORTED,
                          "transport '%s' is not built into this hvd "
                          "(built in: %s)",
                          name, hvd_transport_names());
+}
+
+size_t hvd_transport_count(void) { return NPROVIDERS; }
+
+const hvd_transport_ops *hvd_transport_at(size_t i) {
+    pthread_once(&fill_once, fill_tables);
+    return i < NPROVIDERS ? &filled[i] : NULL;
+}
+
+/* Large enough for any transport's settings struct. */
+#define SETTINGS_MAX 1024
+
+hvd_status hvd_transport_read_settings(const hvd_transport_ops *ops,
+                                       const hvd_transport_params *params,
+                                       void *out) {
+    hvd_env_get_fn get =
+        params != NULL && params->env != NULL ? params->env : hvd_env_getenv;
+    void *ctx = params != NULL ? params->env_ctx : NULL;
+
+    memset(out, 0, ops->settings_size);
+    return hvd_env_read_settings(ops->settings, ops->nsettings, get, ctx, out);
+}
+
+hvd_status hvd_transport_check_settings(hvd_env_get_fn get, void *ctx) {
+    _Alignas(max_align_t) unsigned char scratch[SETTINGS_MAX];
+
+    pthread_once(&fill_once, fill_tables);
+    for (size_t i = 0; i < NPROVIDERS; i++) {
+        if (filled[i].settings_size > sizeof(scratch))
+            return hvd_error_set(HVD_ERR_INTERNAL,
+                                 "transport %s: its settings take %zu bytes, "
+                                 "more than the registry's %d",
+                                 filled[i].name, filled[i].settings_size,
+                                 SETTINGS_MAX);
+        hvd_status st = hvd_env_read_settings(
+            filled[i].settings, filled[i].nsettings, get, ctx, scratch);
+        if (st != HVD_OK)
+            return st;
+    }
+    return HVD_OK;
 }
 
 const char *hvd_transport_names(void) {

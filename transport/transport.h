@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "hvd/hvd.h"
+#include "transport/base/env.h"
 #include "transport/base/memtype.h"
 
 #define HVD_JOB_ID_LEN 16
@@ -72,7 +73,6 @@ typedef struct hvd_transport_params {
     int rank;
     int size;
     hvd_bootstrap *bootstrap;
-    const char *bind_addr; /* numeric IPv4/IPv6 address to listen on */
     uint8_t job_id[HVD_JOB_ID_LEN];
     const char *secret;                /* job secret; "" for a job of one */
     const char (*hosts)[HVD_HOST_MAX]; /* size entries, for messages */
@@ -81,8 +81,18 @@ typedef struct hvd_transport_params {
                            (lets a transport pick the NIC next to it) */
     int64_t timeout_ns; /* a peer may stall this long mid-operation */
     int64_t connect_timeout_ns; /* bound on connection setup */
-    int tcp_nsocks;             /* sockets per peer pair */
-    size_t tcp_stripe_min;      /* messages from this size are striped */
+    /* Where the transport reads its own settings (ops->settings): getenv in
+     * the library, a table in tests. NULL: getenv. */
+    hvd_env_get_fn env;
+    void *env_ctx;
+    /* The address through which the launcher reached this rank ("" when
+     * it does not tell one): where a network transport listens by
+     * default. */
+    const char *launcher_addr;
+    /* 1 when another transport takes over if this one cannot be opened:
+     * a transport may then bound its setup by a shorter limit of its own
+     * (HVD_TCP_SETUP_SECONDS). */
+    int may_fall_back;
     /* The verbs transport (HVD_IB_*, docs/environment.md). */
     const char *ib_device; /* NULL or "": the first with an active port */
     int ib_port;           /* 0: the first active port */
@@ -108,14 +118,30 @@ typedef struct hvd_caps {
      * device collectives then skip staging. What this rank could do: the
      * open instance says what every rank agreed on (ops->mem_types). */
     unsigned mem_types;
+    unsigned reach;   /* HVD_REACH_* bits: between which ranks it can serve */
+    int priority;     /* auto takes the usable transport of the highest */
     char reason[256]; /* why not usable, for the user */
 } hvd_caps;
+
+/* Between which ranks a transport can carry messages. */
+enum {
+    HVD_REACH_SAME_HOST = 1 << 0,   /* ranks on one host */
+    HVD_REACH_OTHER_HOSTS = 1 << 1, /* ranks on different hosts */
+};
 
 typedef struct hvd_transport hvd_transport;
 
 typedef struct hvd_transport_ops {
     size_t size; /* sizeof(hvd_transport_ops) of the provider: lets it grow */
-    const char *name;
+    const char *name;  /* what HVD_TRANSPORT names it by: "tcp" */
+    const char *title; /* what messages call it: "TCP", "shared memory" */
+
+    /* The HVD_* variables it reads (its probe and open read them from
+     * params->env with hvd_env_read_settings); the registry checks them
+     * all at hvd_init, so that a malformed value fails early. */
+    const hvd_setting *settings;
+    size_t nsettings;
+    size_t settings_size; /* of the struct the table fills */
 
     /* Says whether the transport can run here. Never blocks. */
     hvd_status (*probe)(const hvd_transport_params *params, hvd_caps *caps);
@@ -209,5 +235,28 @@ hvd_status hvd_transport_lookup(const char *name,
 
 /* Comma-separated names of the transports built in, e.g. "tcp". */
 const char *hvd_transport_names(void);
+
+/* The number of transports built in, and the i-th of them (filled as by
+ * lookup), in registry order. */
+size_t hvd_transport_count(void);
+const hvd_transport_ops *hvd_transport_at(size_t i);
+
+/* The built-in transport called name (case-insensitive), or NULL. Quiet:
+ * sets no error. */
+const hvd_transport_ops *hvd_transport_find(const char *name);
+
+/* For a transport hvd knows but this build lacks ("verbs" without
+ * libibverbs): what building it needs, for messages. NULL otherwise. */
+const char *hvd_transport_needs(const char *name);
+
+/* Reads every built-in transport's settings from get, to fail on a
+ * malformed value whichever transport is used. */
+hvd_status hvd_transport_check_settings(hvd_env_get_fn get, void *ctx);
+
+/* Reads ops' settings from params->env (getenv when NULL) into out, a
+ * struct of ops->settings_size bytes. For providers' probe and open. */
+hvd_status hvd_transport_read_settings(const hvd_transport_ops *ops,
+                                       const hvd_transport_params *params,
+                                       void *out);
 
 #endif

@@ -71,10 +71,10 @@ static void environment(const uint8_t *data, size_t size) {
     }
     if (hvd_config_load(lookup, &e, &cfg) == HVD_OK) {
         if (cfg.timeout_ns <= 0 || cfg.start_timeout_ns <= 0 ||
-            cfg.tcp_nsocks < 1 || cfg.comm.depth < 1 ||
-            cfg.comm.chunk_bytes < 64 || cfg.cache_capacity < 0 ||
+            cfg.comm.depth < 1 || cfg.comm.chunk_bytes < 64 ||
+            cfg.cache_capacity < 0 ||
             memchr(cfg.transport, '\0', sizeof(cfg.transport)) == NULL ||
-            memchr(cfg.iface, '\0', sizeof(cfg.iface)) == NULL)
+            memchr(cfg.hostname, '\0', sizeof(cfg.hostname)) == NULL)
             __builtin_trap();
     }
     if (hvd_discover(lookup, &e, &pi) == HVD_OK) {

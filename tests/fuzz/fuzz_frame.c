@@ -26,6 +26,7 @@
  * requests, never read or write out of bounds (ASan) or hang.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -109,8 +110,13 @@ static void transport(const uint8_t *data, size_t size) {
     memset(&params, 0, sizeof(params));
     params.rank = 0;
     params.size = 2;
-    params.tcp_nsocks = nsocks;
-    params.tcp_stripe_min = 64;
+    char nsocks_text[16];
+    snprintf(nsocks_text, sizeof(nsocks_text), "%d", nsocks);
+    hvd_env_var settings[] = {{"HVD_TCP_NSOCKS", nsocks_text},
+                              {"HVD_TCP_STRIPE_MIN", "64"},
+                              {NULL, NULL}};
+    params.env = hvd_env_vars_get;
+    params.env_ctx = settings;
     params.timeout_ns = 3600 * 1000000000LL;
     params.connect_timeout_ns = 1000000000LL;
 

@@ -22,10 +22,9 @@ int main(void) {
         printf("not usable: %s\n", hvd_error_get());
         return 1;
     }
+    /* The transport reads its HVD_IB_* settings from the environment. */
     memset(&p, 0, sizeof(p));
-    p.ib_device = cfg.ib_device;
-    p.ib_port = cfg.ib_port;
-    p.ib_gid_index = cfg.ib_gid_index;
+    p.env = hvd_env_getenv;
     if (ops->probe(&p, &caps) != HVD_OK) {
         printf("not usable: %s\n", hvd_error_get());
         return 1;

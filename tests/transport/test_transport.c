@@ -422,7 +422,7 @@ static int run_rank(const testcase *tc, int fd, int rank, int size,
     params.rank = rank;
     params.size = size;
     params.bootstrap = &c.bs;
-    params.bind_addr = "127.0.0.1";
+    params.launcher_addr = "127.0.0.1";
     for (int i = 0; i < HVD_JOB_ID_LEN; i++)
         params.job_id[i] = (uint8_t)(pids[0] >> (i % 4 * 8) ^ i * 13);
     params.secret = "test-transport-secret";
@@ -431,11 +431,13 @@ static int run_rank(const testcase *tc, int fd, int rank, int size,
     params.gpu_device = -1;
     params.timeout_ns = (int64_t)TIMEOUT_S * 1000000000;
     params.connect_timeout_ns = (int64_t)30 * 1000000000;
-    params.tcp_nsocks = 2;
-    params.tcp_stripe_min = 1 << 20;
-    params.ib_gid_index = -1;
-    params.ib_mr_cache = 2;
-    params.ib_gpudirect = 0;
+    /* Two sockets per pair (stripes from 1 MiB), host memory only. */
+    static const hvd_env_var settings[] = {{"HVD_TCP_NSOCKS", "2"},
+                                           {"HVD_TCP_STRIPE_MIN", "1M"},
+                                           {"HVD_IB_GPUDIRECT", "off"},
+                                           {NULL, NULL}};
+    params.env = hvd_env_vars_get;
+    params.env_ctx = (void *)settings;
     if (c.ops->probe(&params, &caps) != HVD_OK || !caps.usable) {
         printf("SKIP transport %s: not usable here: %s\n", g_name, caps.reason);
         fflush(stdout);

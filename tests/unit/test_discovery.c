@@ -11,6 +11,8 @@
 #include "api/runtime/config.h"
 #include "api/runtime/discovery.h"
 #include "transport/base/error.h"
+#include "transport/tcp/tcp.h"
+#include "transport/transport.h"
 
 typedef struct var {
     const char *name;
@@ -207,24 +209,19 @@ static void config_defaults_and_values(void **state) {
                {"HVD_IFACE", "lo"},
                {"HVD_IB_GPUDIRECT", "off"},
                {NULL, NULL}};
-    var gd_on[] = {{"HVD_IB_GPUDIRECT", "1"}, {NULL, NULL}};
     hvd_config c;
+    hvd_tcp_settings tcp;
+    hvd_transport_params params;
 
     assert_int_equal(hvd_config_load(table_get, none, &c), HVD_OK);
     assert_string_equal(c.transport, "auto");
     assert_true(c.timeout_ns == 300LL * 1000000000LL);
     assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_AUTO);
     assert_int_equal(c.chunk_forced, 0);
-    assert_int_equal(c.ib_gpudirect, 2); /* auto */
-    assert_int_equal(hvd_config_load(table_get, gd_on, &c), HVD_OK);
-    assert_int_equal(c.ib_gpudirect, 1);
 
     assert_int_equal(hvd_config_load(table_get, v, &c), HVD_OK);
-    assert_int_equal(c.ib_gpudirect, 0);
     assert_true(c.timeout_ns == 5LL * 1000000000LL);
     assert_true(c.start_timeout_ns == 9LL * 1000000000LL);
-    assert_int_equal(c.tcp_nsocks, 4);
-    assert_int_equal(c.tcp_stripe_min, 1 << 20);
     assert_int_equal(c.comm.chunk_bytes, 64 << 10);
     assert_int_equal(c.comm.depth, 8);
     assert_int_equal(c.chunk_forced, 1);
@@ -232,7 +229,23 @@ static void config_defaults_and_values(void **state) {
     assert_int_equal(c.comm.bcast_algo, HVD_ALGO_PIPELINE);
     assert_string_equal(c.tuning_file, "/tmp/t");
     assert_string_equal(c.transport, "tcp");
-    assert_string_equal(c.iface, "lo");
+
+    /* The TCP transport's own settings, from its table. */
+    memset(&params, 0, sizeof(params));
+    params.env = table_get;
+    params.env_ctx = none;
+    assert_int_equal(hvd_transport_read_settings(&hvd_tcp_ops, &params, &tcp),
+                     HVD_OK);
+    assert_int_equal(tcp.nsocks, 1);
+    assert_int_equal(tcp.stripe_min, 256 << 10);
+    assert_true(tcp.setup_ns == 30LL * 1000000000LL);
+    assert_string_equal(tcp.iface, "");
+    params.env_ctx = v;
+    assert_int_equal(hvd_transport_read_settings(&hvd_tcp_ops, &params, &tcp),
+                     HVD_OK);
+    assert_int_equal(tcp.nsocks, 4);
+    assert_int_equal(tcp.stripe_min, 1 << 20);
+    assert_string_equal(tcp.iface, "lo");
 }
 
 static void config_malformed(void **state) {

@@ -1,6 +1,8 @@
 #include "transport/base/env.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -144,4 +146,107 @@ hvd_status hvd_env_parse_bool(const char *name, const char *text,
                          "%s=%s is not a boolean; expected 1/0, true/false, "
                          "yes/no or on/off",
                          name, text ? text : "");
+}
+
+const char *hvd_env_vars_get(const char *name, void *ctx) {
+    for (const hvd_env_var *v = ctx; v != NULL && v->name != NULL; v++)
+        if (strcmp(v->name, name) == 0)
+            return v->value;
+    return NULL;
+}
+
+/* A byte count as a user would write it: 64, 4K, 1G, 1T. */
+static void format_bytes(long long v, char *out, size_t outlen) {
+    static const char units[] = "KMGT";
+    int u = -1;
+
+    while (v >= 1024 && v % 1024 == 0 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(out, outlen, "%lld", v);
+    else
+        snprintf(out, outlen, "%lld%c", v, units[u]);
+}
+
+/* Parses text for s (checking the range when check) and stores it in out.
+ * name is the variable the text came from, for the message. */
+static hvd_status store(const hvd_setting *s, const char *name,
+                        const char *text, int check, void *out) {
+    char *at = (char *)out + s->offset;
+    long long min = check ? s->min : LLONG_MIN;
+    long long max = check ? s->max : LLONG_MAX;
+    long lv;
+    uint64_t bv;
+    int b;
+    hvd_status st;
+
+    switch (s->kind) {
+    case HVD_SETTING_INT:
+    case HVD_SETTING_SECONDS:
+        st = hvd_env_parse_long(name, text, (long)min, (long)max, &lv);
+        if (st != HVD_OK)
+            return st;
+        if (s->kind == HVD_SETTING_INT)
+            *(int *)(void *)at = (int)lv;
+        else
+            *(int64_t *)(void *)at = (int64_t)lv * 1000000000LL;
+        return HVD_OK;
+    case HVD_SETTING_BYTES:
+        st = hvd_env_parse_bytes(name, text, &bv);
+        if (st != HVD_OK)
+            return st;
+        if (check && (bv < (uint64_t)s->min || bv > (uint64_t)s->max)) {
+            char lo[32], hi[32];
+            format_bytes(s->min, lo, sizeof(lo));
+            format_bytes(s->max, hi, sizeof(hi));
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s=%s is out of range; expected %s to %s",
+                                 name, text, lo, hi);
+        }
+        *(size_t *)(void *)at = (size_t)bv;
+        return HVD_OK;
+    case HVD_SETTING_TEXT:
+        if (strlen(text) >= s->size)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s is too long (%zu characters at most)",
+                                 name, s->size - 1);
+        memcpy(at, text, strlen(text) + 1);
+        return HVD_OK;
+    case HVD_SETTING_AUTO_ON_OFF:
+        if (strcasecmp(text, "auto") == 0) {
+            *(int *)(void *)at = 2;
+            return HVD_OK;
+        }
+        if (hvd_env_parse_bool(name, text, &b) != HVD_OK)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "%s=%s is not one of auto, on, off", name,
+                                 text);
+        *(int *)(void *)at = b;
+        return HVD_OK;
+    }
+    return hvd_error_set(HVD_ERR_INTERNAL, "%s: unknown kind of setting", name);
+}
+
+hvd_status hvd_env_read_settings(const hvd_setting *table, size_t n,
+                                 hvd_env_get_fn get, void *ctx, void *out) {
+    for (size_t i = 0; i < n; i++) {
+        const hvd_setting *s = &table[i];
+        const char *name = s->name;
+        const char *text = hvd_env_lookup(get, ctx, &name);
+        hvd_status st = s->fallback != NULL
+                            ? store(s, s->name, s->fallback, 0, out)
+                            : HVD_OK;
+
+        if (st != HVD_OK)
+            return st;
+        if (text == NULL ||
+            (*text == '\0' && s->kind == HVD_SETTING_AUTO_ON_OFF))
+            continue;
+        st = store(s, name, text, 1, out);
+        if (st != HVD_OK)
+            return st;
+    }
+    return HVD_OK;
 }

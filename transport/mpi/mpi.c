@@ -412,13 +412,30 @@ static void mpi_wake(hvd_transport *tp) {
 
 static hvd_status mpi_probe(const hvd_transport_params *params,
                             hvd_caps *caps) {
-    (void)params;
+    int size = 0;
+
     memset(caps, 0, sizeof(*caps));
     caps->native_collectives = 1;
+    /* Between any ranks, but last: auto takes MPI only where nothing of
+     * ours can connect the job. */
+    caps->reach = HVD_REACH_SAME_HOST | HVD_REACH_OTHER_HOSTS;
+    caps->priority = 0;
     caps->usable = hvd_mpi_initialized();
-    if (!caps->usable)
+    if (!caps->usable) {
         snprintf(caps->reason, sizeof(caps->reason),
                  "MPI is not initialized (start the job with mpirun)");
+        return HVD_OK;
+    }
+    /* MPI initialized by the trainer itself, as a singleton under hvdrun,
+     * is not this job's world. */
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != params->size) {
+        caps->usable = 0;
+        snprintf(caps->reason, sizeof(caps->reason),
+                 "MPI's world has %d ranks and this job %d (start the job "
+                 "with mpirun to use MPI)",
+                 size, params->size);
+    }
     return HVD_OK;
 }
 
@@ -668,6 +685,7 @@ static hvd_status mpi_broadcast(hvd_transport *tp, void *buf, size_t count,
 const hvd_transport_ops hvd_mpi_ops = {
     .size = sizeof(hvd_transport_ops),
     .name = "mpi",
+    .title = "MPI",
     .probe = mpi_probe,
     .open = mpi_open,
     .isend = mpi_isend,

@@ -844,6 +844,9 @@ static hvd_status shm_probe(const hvd_transport_params *params,
             same += strcmp(params->hosts[i], params->hosts[params->rank]) == 0;
     caps->usable = same > 1;
     caps->one_sided = 1;
+    /* Only within a host, and there first. */
+    caps->reach = HVD_REACH_SAME_HOST;
+    caps->priority = 30;
     if (!caps->usable)
         snprintf(caps->reason, sizeof(caps->reason),
                  "no other rank runs on this host");
@@ -1146,6 +1149,7 @@ static hvd_status shm_shutdown(hvd_transport *t) {
 const hvd_transport_ops hvd_shm_ops = {
     .size = sizeof(hvd_transport_ops),
     .name = "shm",
+    .title = "shared memory",
     .probe = shm_probe,
     .open = shm_open_tp,
     .isend = shm_isend,

@@ -1254,11 +1254,15 @@ static hvd_status tcp_probe(const hvd_transport_params *params,
     (void)params;
     memset(caps, 0, sizeof(*caps));
     caps->usable = 1;
+    /* Between any ranks; after RDMA and shared memory where they serve. */
+    caps->reach = HVD_REACH_SAME_HOST | HVD_REACH_OTHER_HOSTS;
+    caps->priority = 10;
     return HVD_OK;
 }
 
 /* A transport with its peers, sockets and epoll set, not connected yet. */
-static hvd_status tcp_new(const hvd_transport_params *params, tcp **out) {
+static hvd_status tcp_new(const hvd_transport_params *params,
+                          const hvd_tcp_settings *set, tcp **out) {
     tcp *tp = calloc(1, sizeof(*tp));
     hvd_status st;
 
@@ -1267,12 +1271,10 @@ static hvd_status tcp_new(const hvd_transport_params *params, tcp **out) {
     tp->base.ops = &hvd_tcp_ops;
     tp->rank = params->rank;
     tp->size = params->size;
-    tp->nsocks = params->tcp_nsocks < 1                   ? 1
-                 : params->tcp_nsocks > HVD_TCP_MAX_SOCKS ? HVD_TCP_MAX_SOCKS
-                                                          : params->tcp_nsocks;
+    tp->nsocks = set->nsocks;
     tp->nconn = tp->nsocks + 1;
     tp->wakefd = -1;
-    tp->stripe_min = params->tcp_stripe_min;
+    tp->stripe_min = set->stripe_min;
     tp->timeout_ns = params->timeout_ns;
     /* Four heartbeats per timeout, at most one a second. */
     tp->heartbeat_ns =
@@ -1331,9 +1333,12 @@ fail:
 
 hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
                                   const int *fds, hvd_transport **out) {
+    hvd_tcp_settings set;
     tcp *tp = NULL;
-    hvd_status st = tcp_new(params, &tp);
+    hvd_status st = hvd_transport_read_settings(&hvd_tcp_ops, params, &set);
 
+    if (st == HVD_OK)
+        st = tcp_new(params, &set, &tp);
     if (st != HVD_OK)
         return st;
     for (int p = 0; p < tp->size; p++) {
@@ -1355,20 +1360,78 @@ hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
     return HVD_OK;
 }
 
+/*
+ * Where this rank listens: HVD_IFACE's address when set; else where the
+ * launcher reached it; else loopback when every rank is on this host; else
+ * this host's first routable address.
+ */
+static hvd_status bind_addr(const hvd_transport_params *params,
+                            const hvd_tcp_settings *set, char *out,
+                            size_t outlen) {
+    int one_host = 1;
+
+    if (set->iface[0] != '\0')
+        return hvd_net_iface_addr(set->iface, out, outlen);
+    if (params->launcher_addr != NULL && params->launcher_addr[0] != '\0') {
+        snprintf(out, outlen, "%s", params->launcher_addr);
+        return HVD_OK;
+    }
+    for (int i = 0; params->hosts != NULL && i < params->size; i++)
+        one_host &= strcmp(params->hosts[i], params->hosts[0]) == 0;
+    if (one_host) {
+        snprintf(out, outlen, "127.0.0.1");
+        return HVD_OK;
+    }
+    return hvd_net_host_addr(out, outlen);
+}
+
+/* Reads the settings, and opens the mesh under the bound they set. */
+static hvd_status tcp_open_mesh(const hvd_transport_params *params,
+                                const hvd_tcp_settings *set,
+                                hvd_transport **out);
+
 static hvd_status tcp_open(const hvd_transport_params *params,
                            hvd_transport **out) {
-    listen_blob mine, *all = NULL;
-    int lfd = -1, port = 0;
-    tcp *tp = NULL;
-    hvd_status st = tcp_new(params, &tp);
+    hvd_tcp_settings set;
+    hvd_transport_params p = *params;
+    hvd_status st = hvd_transport_read_settings(&hvd_tcp_ops, params, &set);
+    int bounded = params->may_fall_back && set.setup_ns < p.connect_timeout_ns;
 
     if (st != HVD_OK)
         return st;
-    st = hvd_net_listen(params->bind_addr, 0, &lfd, &port);
+    /* Another transport can take over: do not keep every rank waiting the
+     * whole start timeout for a mesh that cannot form. */
+    if (bounded)
+        p.connect_timeout_ns = set.setup_ns;
+    st = tcp_open_mesh(&p, &set, out);
+    if (st != HVD_OK && bounded) {
+        char why[HVD_ERROR_MAX];
+        snprintf(why, sizeof(why), "%s", hvd_error_get());
+        st = hvd_error_set(st, "%s; the limit is HVD_TCP_SETUP_SECONDS=%lld",
+                           why, (long long)(set.setup_ns / 1000000000LL));
+    }
+    return st;
+}
+
+static hvd_status tcp_open_mesh(const hvd_transport_params *params,
+                                const hvd_tcp_settings *set,
+                                hvd_transport **out) {
+    listen_blob mine, *all = NULL;
+    char addr[HVD_ADDR_MAX];
+    int lfd = -1, port = 0;
+    tcp *tp = NULL;
+    hvd_status st = bind_addr(params, set, addr, sizeof(addr));
+
+    if (st == HVD_OK)
+        st = tcp_new(params, set, &tp);
+    if (st != HVD_OK)
+        return st;
+    st = hvd_net_listen(addr, 0, &lfd, &port);
     if (st != HVD_OK)
         goto fail;
+    HVD_DEBUG("tcp", "listening on %s port %d", addr, port);
     memset(&mine, 0, sizeof(mine));
-    snprintf(mine.addr, sizeof(mine.addr), "%s", params->bind_addr);
+    snprintf(mine.addr, sizeof(mine.addr), "%s", addr);
     mine.port = (uint32_t)port;
     mine.nsocks = (uint32_t)tp->nsocks;
     all = calloc((size_t)tp->size, sizeof(*all));
@@ -1480,6 +1543,10 @@ static hvd_status tcp_shutdown(hvd_transport *t) {
 const hvd_transport_ops hvd_tcp_ops = {
     .size = sizeof(hvd_transport_ops),
     .name = "tcp",
+    .title = "TCP",
+    .settings = hvd_tcp_settings_table,
+    .nsettings = HVD_TCP_NSETTINGS,
+    .settings_size = sizeof(hvd_tcp_settings),
     .probe = tcp_probe,
     .open = tcp_open,
     .isend = tcp_isend,

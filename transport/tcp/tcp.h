@@ -3,7 +3,7 @@
  * pair of ranks, one epoll progress engine, TCP_NODELAY, an authenticated
  * handshake on every connection (transport/handshake.h) and framed messages
  * (transport/tcp/frame.h) streamed straight from and into the caller's
- * buffers. A message of at least tcp_stripe_min bytes is striped across all
+ * buffers. A message of at least HVD_TCP_STRIPE_MIN bytes is striped across all
  * sockets of the pair; a smaller one goes whole onto one socket, chosen
  * round-robin by message number.
  */
@@ -19,15 +19,28 @@
 
 extern const hvd_transport_ops hvd_tcp_ops;
 
+/* The transport's settings (transport/tcp/settings.c, docs/environment.md),
+ * read from params->env at open. */
+typedef struct hvd_tcp_settings {
+    int nsocks;        /* HVD_TCP_NSOCKS: sockets per pair */
+    size_t stripe_min; /* HVD_TCP_STRIPE_MIN: striped from this size */
+    int64_t setup_ns;  /* HVD_TCP_SETUP_SECONDS: the bound on setting up
+                          the mesh while another transport can take over */
+    char iface[64];    /* HVD_IFACE: the interface to listen on, "": auto */
+} hvd_tcp_settings;
+
+#define HVD_TCP_NSETTINGS 4
+extern const hvd_setting hvd_tcp_settings_table[HVD_TCP_NSETTINGS];
+
 /*
  * Builds a TCP transport over sockets that are already connected to the
  * peers (no listening, no handshake): fds[p * (nsocks + 1) + k] is the
  * k-th socket to rank p, the data sockets first, then the control one
- * (nsocks is params->tcp_nsocks, clamped to 1..HVD_TCP_MAX_SOCKS); the
+ * (nsocks is HVD_TCP_NSOCKS as params->env says); the
  * entries of this rank's own row are ignored. The transport takes the
  * descriptors over (and makes them non-blocking). For tests and fuzzing,
  * which drive one end of a socketpair themselves; params->bootstrap,
- * bind_addr, job_id and secret are not used.
+ * launcher_addr, job_id and secret are not used.
  */
 hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
                                   const int *fds, hvd_transport **out);

@@ -1,4 +1,5 @@
 #include "transport/verbs/verbs.h"
+#include "transport/verbs/settings.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -2296,6 +2297,10 @@ static hvd_status vb_shutdown(hvd_transport *t) {
 const hvd_transport_ops hvd_verbs_ops = {
     .size = sizeof(hvd_transport_ops),
     .name = "verbs",
+    .title = "RDMA",
+    .settings = hvd_verbs_settings_table,
+    .nsettings = HVD_VERBS_NSETTINGS,
+    .settings_size = sizeof(hvd_verbs_settings),
     .probe = vb_probe,
     .open = vb_open,
     .isend = vb_isend,

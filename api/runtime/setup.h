@@ -1,0 +1,57 @@
+/*
+ * The job's setup, below the public entry points: the bootstrap (hvdrun's
+ * rendezvous or MPI), where every rank runs, the GPU and NCCL choice, the
+ * transports (the registry's choice, transport/choose.h), the paths and
+ * the selector's table, and the engine's configuration. api/hvd.c calls it
+ * from hvd_init and hvd_shutdown, under its lock.
+ */
+#ifndef HVD_API_RUNTIME_SETUP_H
+#define HVD_API_RUNTIME_SETUP_H
+
+#include <stdint.h>
+
+#include "api/runtime/config.h"
+#include "api/runtime/devexec.h"
+#include "api/runtime/discovery.h"
+#include "api/runtime/engine.h"
+#include "collectives/select.h"
+#include "transport/choose.h"
+
+typedef struct hvd_setup {
+    hvd_procinfo info;
+    hvd_config cfg;
+    hvd_transport_choice tps; /* the open transports (a job of several) */
+    hvd_paths paths;
+    int have_paths;
+    int homogeneous;  /* every host runs as many ranks (hvd_is_homogeneous) */
+    int gpu_device;   /* this rank's CUDA device, -1: none */
+    int nccl;         /* HVD_NCCL_* (api/runtime/devexec.h) */
+    int nccl_have_id; /* nccl_id is rank 0's */
+    uint8_t nccl_id[HVD_NCCL_ID_BYTES];
+    unsigned tp_mem_types; /* what the primary carries (HVD_MEM_BIT) */
+} hvd_setup;
+
+/*
+ * Before anything else (info and cfg are loaded): what HVD_TRANSPORT says
+ * about NCCL, whether this rank can honour it, and its CUDA device.
+ */
+hvd_status hvd_setup_gpu(hvd_setup *s);
+
+/*
+ * A job of several: the bootstrap, the ranks' hosts, NCCL's agreement, the
+ * transports and the paths. Collective; bounded by the start timeout. On
+ * failure what was opened stays for hvd_setup_close.
+ */
+hvd_status hvd_setup_job(hvd_setup *s);
+
+/* The engine's configuration from the setup. */
+void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec);
+
+/* Orderly goodbye on the transports (collective; after the engine
+ * stopped). */
+hvd_status hvd_setup_goodbye(hvd_setup *s);
+
+/* Frees the paths and closes every transport (after the engine stopped). */
+void hvd_setup_close(hvd_setup *s);
+
+#endif
