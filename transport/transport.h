@@ -93,16 +93,6 @@ typedef struct hvd_transport_params {
      * a transport may then bound its setup by a shorter limit of its own
      * (HVD_TCP_SETUP_SECONDS). */
     int may_fall_back;
-    /* The verbs transport (HVD_IB_*, docs/environment.md). */
-    const char *ib_device; /* NULL or "": the first with an active port */
-    int ib_port;           /* 0: the first active port */
-    int ib_gid_index;      /* -1: chosen (RoCE v2 with IPv4 first) */
-    size_t ib_chunk_bytes; /* receive ring slot: largest chunk written */
-    int ib_ring_chunks;    /* slots of the data ring per peer */
-    int ib_mr_cache;       /* user buffers registered: 0 never, 1 always,
-                              2 where the device pages on demand */
-    int ib_gpudirect;      /* CUDA device memory over RDMA (GPUDirect): 0
-                              never, 1 required, 2 where every rank can */
 } hvd_transport_params;
 
 /* What a transport can do here, filled by probe. */

@@ -53,7 +53,7 @@ auto)
         "$2" --max-count 64 2>&1)
     rc=$?
     echo "$out" | grep -E "transport|PASS|FAIL"
-    n=$(echo "$out" | grep -c "transport shm on")
+    n=$(echo "$out" | grep -cE "transport shm( |$)")
     if [ $rc -eq 0 ] && [ "$n" -eq 2 ]; then
         echo "run_verbs auto: PASS"
         exit 0

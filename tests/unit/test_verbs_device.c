@@ -184,8 +184,10 @@ static void probe(void **state) {
     hvd_caps caps;
 
     (void)state;
+    hvd_env_var nope[] = {{"HVD_IB_DEVICE", "nope0"}, {NULL, NULL}};
+
     memset(&params, 0, sizeof(params));
-    params.ib_gid_index = -1;
+    params.env = hvd_env_vars_get;
     assert_int_equal(hvd_verbs_probe_with(&fake_seam, &params, &caps), HVD_OK);
     assert_int_equal(caps.usable, 1);
     assert_int_equal(caps.native_collectives, 0);
@@ -193,7 +195,7 @@ static void probe(void **state) {
     assert_int_equal(hvd_verbs_probe_with(&fake_seam, &params, &caps), HVD_OK);
     assert_int_equal(caps.usable, 0);
     assert_non_null(strstr(caps.reason, "no active RDMA port"));
-    params.ib_device = "nope0";
+    params.env_ctx = nope;
     assert_int_equal(hvd_verbs_probe_with(&fake_seam, &params, &caps), HVD_OK);
     assert_non_null(strstr(caps.reason, "HVD_IB_DEVICE=nope0"));
 }

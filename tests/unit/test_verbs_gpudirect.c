@@ -91,6 +91,11 @@ static void note(rank_ctx *r, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The HVD_IB_* text of a setting of 0 off, 1 on, 2 auto. */
+static const char *auto_on_off(int v) {
+    return v == 0 ? "off" : v == 1 ? "on" : "auto";
+}
+
 static void *rank_main(void *arg) {
     rank_ctx *r = arg;
     shared *sh = r->sh;
@@ -102,11 +107,16 @@ static void *rank_main(void *arg) {
     p.bootstrap = fake_bootstrap(sh->boot, r->rank);
     p.timeout_ns = sh->timeout_ns;
     p.connect_timeout_ns = 5 * 1000000000LL;
-    p.ib_gid_index = -1;
-    p.ib_chunk_bytes = sh->chunk_bytes;
-    p.ib_ring_chunks = sh->ring_chunks;
-    p.ib_mr_cache = sh->mr_cache;
-    p.ib_gpudirect = sh->gpudirect;
+    char chunk[32], ring[32];
+    snprintf(chunk, sizeof(chunk), "%zu", (size_t)sh->chunk_bytes);
+    snprintf(ring, sizeof(ring), "%d", (int)sh->ring_chunks);
+    hvd_env_var settings[] = {{"HVD_IB_CHUNK_BYTES", chunk},
+                              {"HVD_IB_RING_CHUNKS", ring},
+                              {"HVD_IB_MR_CACHE", auto_on_off(sh->mr_cache)},
+                              {"HVD_IB_GPUDIRECT", auto_on_off(sh->gpudirect)},
+                              {NULL, NULL}};
+    p.env = hvd_env_vars_get;
+    p.env_ctx = settings;
     p.gpu_device = r->rank == sh->no_gpu_rank ? -1 : 0;
     r->open_st = hvd_verbs_open_with(&fake_seam, &p, &r->tp);
     if (r->open_st != HVD_OK) {
@@ -279,9 +289,11 @@ static void probe_caps(void **state) {
         HVD_MEM_BIT(HVD_MEM_HOST) | HVD_MEM_BIT(HVD_MEM_DEVICE);
 
     (void)state;
+    hvd_env_var gd[] = {{"HVD_IB_GPUDIRECT", "auto"}, {NULL, NULL}};
+
     memset(&p, 0, sizeof(p));
-    p.ib_gid_index = -1;
-    p.ib_gpudirect = 2;
+    p.env = hvd_env_vars_get;
+    p.env_ctx = gd;
     p.gpu_device = 0;
     assert_int_equal(hvd_verbs_probe_with(&fake_seam, &p, &caps), HVD_OK);
     assert_true(caps.usable);
@@ -301,10 +313,10 @@ static void probe_caps(void **state) {
     hvd_verbs_probe_with(&fake_seam, &p, &caps);
     assert_int_equal(caps.mem_types, 0);
     p.gpu_device = 0;
-    p.ib_gpudirect = 0;
+    gd[0].value = "off";
     hvd_verbs_probe_with(&fake_seam, &p, &caps);
     assert_int_equal(caps.mem_types, 0);
-    p.ib_gpudirect = 1;
+    gd[0].value = "on";
     hvd_verbs_probe_with(&fake_seam, &p, &caps);
     assert_int_equal(caps.mem_types, both);
 }

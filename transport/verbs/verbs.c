@@ -1617,15 +1617,15 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 /* Buffers, rings, completion queue and queue pairs (in INIT, receives
  * posted). The sentence of a failure is in hvd_last_error. */
-static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
+static hvd_status setup_local(vtp *tp, const hvd_verbs_settings *set) {
     struct ibv_context *ctx = tp->dev.ctx;
     size_t page = (size_t)sysconf(_SC_PAGESIZE), off = 0, per_qp[2];
     uint32_t nrbufs[2], wr_cap[2];
     uint64_t cqe = 16, seed;
     int npeers = tp->size - 1;
 
-    tp->slots[0] = (uint32_t)params->ib_ring_chunks;
-    tp->slot_bytes[0] = (uint32_t)params->ib_chunk_bytes;
+    tp->slots[0] = (uint32_t)set->ring_chunks;
+    tp->slot_bytes[0] = (uint32_t)set->chunk_bytes;
     tp->slots[1] = CTL_SLOTS;
     tp->slot_bytes[1] = CTL_SLOT_BYTES;
     for (int ch = 0; ch < 2; ch++) {
@@ -1777,8 +1777,7 @@ static hvd_status setup_local(vtp *tp, const hvd_transport_params *params) {
 
     /* User buffers: registered on their own where that is safe; the cache
      * also holds explicit registrations (hvd_verbs_register). */
-    tp->auto_reg =
-        params->ib_mr_cache == 1 || (params->ib_mr_cache == 2 && tp->dev.odp);
+    tp->auto_reg = set->mr_cache == 1 || (set->mr_cache == 2 && tp->dev.odp);
     return hvd_mr_cache_create(tp->seam, tp->pd, IBV_ACCESS_LOCAL_WRITE,
                                tp->dev.odp, MR_CACHE_ENTRIES, MR_CACHE_BYTES,
                                &tp->mrc);
@@ -1924,9 +1923,10 @@ static hvd_status hello(vtp *tp, int64_t deadline) {
 /* 1 if this rank can move CUDA device memory itself (GPUDirect RDMA);
  * else why not, as a phrase, in why. */
 static int gpudirect_here(const hvd_ibv_seam *seam,
-                          const hvd_transport_params *params, char *why,
+                          const hvd_transport_params *params,
+                          const hvd_verbs_settings *set, char *why,
                           size_t whylen) {
-    if (params->ib_gpudirect == 0) {
+    if (set->gpudirect == 0) {
         snprintf(why, whylen, "HVD_IB_GPUDIRECT=0");
         return 0;
     }
@@ -1948,18 +1948,26 @@ static int gpudirect_here(const hvd_ibv_seam *seam,
 hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
                                 const hvd_transport_params *params,
                                 hvd_caps *caps) {
-    hvd_vdev_cfg cfg = {.device = params->ib_device,
-                        .port = params->ib_port,
-                        .gid_index = params->ib_gid_index};
+    hvd_verbs_settings set;
+    hvd_vdev_cfg cfg;
     hvd_vdev dev;
 
     memset(caps, 0, sizeof(*caps));
+    /* Between any ranks; auto prefers it to TCP where every rank has it. */
+    caps->reach = HVD_REACH_SAME_HOST | HVD_REACH_OTHER_HOSTS;
+    caps->priority = 20;
+    if (hvd_transport_read_settings(&hvd_verbs_ops, params, &set) != HVD_OK) {
+        snprintf(caps->reason, sizeof(caps->reason), "%s", hvd_error_get());
+        return HVD_OK;
+    }
+    cfg = (hvd_vdev_cfg){
+        .device = set.device, .port = set.port, .gid_index = set.gid_index};
     if (hvd_vdev_open(seam, &cfg, &dev, caps->reason, sizeof(caps->reason)) ==
         HVD_VDEV_OK) {
         char why[160];
         caps->usable = 1;
         hvd_vdev_close(seam, &dev);
-        if (gpudirect_here(seam, params, why, sizeof(why)))
+        if (gpudirect_here(seam, params, &set, why, sizeof(why)))
             caps->mem_types =
                 HVD_MEM_BIT(HVD_MEM_HOST) | HVD_MEM_BIT(HVD_MEM_DEVICE);
     }
@@ -1970,14 +1978,14 @@ static hvd_status vb_probe(const hvd_transport_params *params, hvd_caps *caps) {
     return hvd_verbs_probe_with(&hvd_ibv_real, params, caps);
 }
 
-hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
-                               const hvd_transport_params *params,
-                               hvd_transport **out) {
+/* open, with the settings read. */
+static hvd_status open_set(const hvd_ibv_seam *seam,
+                           const hvd_transport_params *params,
+                           const hvd_verbs_settings *set, hvd_transport **out) {
     vtp *tp = calloc(1, sizeof(*tp));
     hvd_bootstrap *bs = params->bootstrap;
-    hvd_vdev_cfg cfg = {.device = params->ib_device,
-                        .port = params->ib_port,
-                        .gid_index = params->ib_gid_index};
+    hvd_vdev_cfg cfg = {
+        .device = set->device, .port = set->port, .gid_index = set->gid_index};
     uint8_t *blobs = NULL, *mine = NULL;
     hvd_vqpinfo *qinfo = NULL;
     hvd_vconn *conns = NULL;
@@ -1985,7 +1993,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
     char why[256] = "", gd_why[160] = "";
     hvd_status st, local = HVD_OK;
     int64_t deadline = hvd_now_ns() + params->connect_timeout_ns;
-    int gd_here = gpudirect_here(seam, params, gd_why, sizeof(gd_why));
+    int gd_here = gpudirect_here(seam, params, set, gd_why, sizeof(gd_why));
     int gd_bad = -1;
 
     if (tp == NULL)
@@ -2046,7 +2054,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
         local = tp->wakefd < 0
                     ? hvd_error_set(HVD_ERR_TRANSPORT, "eventfd failed: %s",
                                     strerror(errno))
-                    : setup_local(tp, params);
+                    : setup_local(tp, set);
     }
     if (local != HVD_OK)
         snprintf(why, sizeof(why), "%s", hvd_error_get());
@@ -2129,7 +2137,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
      * flags. */
     tp->gpudirect = gd_bad < 0;
     tp->gpu_device = params->gpu_device;
-    if (gd_bad >= 0 && params->ib_gpudirect == 1) {
+    if (gd_bad >= 0 && set->gpudirect == 1) {
         if (gd_bad == tp->rank)
             st = hvd_error_set(HVD_ERR_UNSUPPORTED,
                                "HVD_IB_GPUDIRECT=1: %s; set it to auto to "
@@ -2185,7 +2193,7 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
     if (tp->gpudirect)
         HVD_DEBUG("verbs", "GPUDirect RDMA: on (CUDA device memory is read "
                            "and written by the HCA)");
-    else if (params->ib_gpudirect != 0 && params->gpu_device >= 0)
+    else if (set->gpudirect != 0 && params->gpu_device >= 0)
         HVD_DEBUG("verbs", "GPUDirect RDMA: off (%s)",
                   gd_here ? "another rank cannot" : gd_why);
     free(blobs);
@@ -2206,6 +2214,15 @@ fail : {
     free(conns);
     return hvd_error_copy(st, text);
 }
+}
+
+hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
+                               const hvd_transport_params *params,
+                               hvd_transport **out) {
+    hvd_verbs_settings set;
+    hvd_status st = hvd_transport_read_settings(&hvd_verbs_ops, params, &set);
+
+    return st != HVD_OK ? st : open_set(seam, params, &set, out);
 }
 
 static hvd_status vb_open(const hvd_transport_params *params,

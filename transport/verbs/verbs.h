@@ -14,7 +14,7 @@
  *
  * GPUDirect RDMA: where hvd is built with CUDA, this rank has a CUDA
  * device (params->gpu_device), the nvidia-peermem module is loaded and
- * HVD_IB_GPUDIRECT (params->ib_gpudirect) is not off, probe puts
+ * HVD_IB_GPUDIRECT (transport/verbs/settings.h) is not off, probe puts
  * HVD_MEM_DEVICE in caps.mem_types; open agrees on it with every rank
  * (ops->mem_types), and isend/irecv then take CUDA device pointers, which
  * the HCA reads and writes directly: the CPU never touches them.
