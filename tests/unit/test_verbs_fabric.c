@@ -73,11 +73,6 @@ static void record(rank_ctx *r, hvd_status st) {
     snprintf(r->err, sizeof(r->err), "%s", hvd_error_get());
 }
 
-/* The HVD_IB_* text of a setting of 0 off, 1 on, 2 auto. */
-static const char *auto_on_off(int v) {
-    return v == 0 ? "off" : v == 1 ? "on" : "auto";
-}
-
 static void *rank_main(void *arg) {
     rank_ctx *r = arg;
     shared *sh = r->sh;
@@ -89,15 +84,9 @@ static void *rank_main(void *arg) {
     p.bootstrap = fake_bootstrap(sh->boot, r->rank);
     p.timeout_ns = sh->timeout_ns;
     p.connect_timeout_ns = 5 * 1000000000LL;
-    char chunk[32], ring[32];
-    snprintf(chunk, sizeof(chunk), "%zu", (size_t)sh->chunk_bytes);
-    snprintf(ring, sizeof(ring), "%d", (int)sh->ring_chunks);
-    hvd_env_var settings[] = {{"HVD_IB_CHUNK_BYTES", chunk},
-                              {"HVD_IB_RING_CHUNKS", ring},
-                              {"HVD_IB_MR_CACHE", auto_on_off(sh->mr_cache)},
-                              {NULL, NULL}};
-    p.env = hvd_env_vars_get;
-    p.env_ctx = settings;
+    fake_ib_settings settings;
+    fake_ib_settings_fill(&settings, sh->chunk_bytes, sh->ring_chunks,
+                          sh->mr_cache, -1, &p);
     fake_hide_devices(r->rank == sh->hide_rank);
     fake_set_island(r->rank == sh->island_rank);
     r->open_st = hvd_verbs_open_with(&fake_seam, &p, &r->tp);

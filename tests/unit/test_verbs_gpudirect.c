@@ -91,11 +91,6 @@ static void note(rank_ctx *r, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The HVD_IB_* text of a setting of 0 off, 1 on, 2 auto. */
-static const char *auto_on_off(int v) {
-    return v == 0 ? "off" : v == 1 ? "on" : "auto";
-}
-
 static void *rank_main(void *arg) {
     rank_ctx *r = arg;
     shared *sh = r->sh;
@@ -107,16 +102,9 @@ static void *rank_main(void *arg) {
     p.bootstrap = fake_bootstrap(sh->boot, r->rank);
     p.timeout_ns = sh->timeout_ns;
     p.connect_timeout_ns = 5 * 1000000000LL;
-    char chunk[32], ring[32];
-    snprintf(chunk, sizeof(chunk), "%zu", (size_t)sh->chunk_bytes);
-    snprintf(ring, sizeof(ring), "%d", (int)sh->ring_chunks);
-    hvd_env_var settings[] = {{"HVD_IB_CHUNK_BYTES", chunk},
-                              {"HVD_IB_RING_CHUNKS", ring},
-                              {"HVD_IB_MR_CACHE", auto_on_off(sh->mr_cache)},
-                              {"HVD_IB_GPUDIRECT", auto_on_off(sh->gpudirect)},
-                              {NULL, NULL}};
-    p.env = hvd_env_vars_get;
-    p.env_ctx = settings;
+    fake_ib_settings settings;
+    fake_ib_settings_fill(&settings, sh->chunk_bytes, sh->ring_chunks,
+                          sh->mr_cache, sh->gpudirect, &p);
     p.gpu_device = r->rank == sh->no_gpu_rank ? -1 : 0;
     r->open_st = hvd_verbs_open_with(&fake_seam, &p, &r->tp);
     if (r->open_st != HVD_OK) {

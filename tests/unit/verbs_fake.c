@@ -994,3 +994,25 @@ void fake_boot_destroy(fake_boot *b) {
     free(b->ranks);
     free(b);
 }
+
+static const char *auto_on_off(int v) {
+    return v == 0 ? "off" : v == 1 ? "on" : "auto";
+}
+
+void fake_ib_settings_fill(fake_ib_settings *s, size_t chunk_bytes,
+                           int ring_chunks, int mr_cache, int gpudirect,
+                           hvd_transport_params *p) {
+    int n = 0;
+
+    snprintf(s->chunk, sizeof(s->chunk), "%zu", chunk_bytes);
+    snprintf(s->ring, sizeof(s->ring), "%d", ring_chunks);
+    s->vars[n++] = (hvd_env_var){"HVD_IB_CHUNK_BYTES", s->chunk};
+    s->vars[n++] = (hvd_env_var){"HVD_IB_RING_CHUNKS", s->ring};
+    s->vars[n++] = (hvd_env_var){"HVD_IB_MR_CACHE", auto_on_off(mr_cache)};
+    if (gpudirect >= 0)
+        s->vars[n++] =
+            (hvd_env_var){"HVD_IB_GPUDIRECT", auto_on_off(gpudirect)};
+    s->vars[n] = (hvd_env_var){NULL, NULL};
+    p->env = hvd_env_vars_get;
+    p->env_ctx = s->vars;
+}

@@ -128,4 +128,16 @@ fake_boot *fake_boot_create(int n);
 hvd_bootstrap *fake_bootstrap(fake_boot *b, int rank);
 void fake_boot_destroy(fake_boot *b);
 
+/* A rank's HVD_IB_* settings as a table of variables for params->env:
+ * fake_ib_settings_fill writes them from numbers (mr_cache and gpudirect:
+ * 0 off, 1 on, 2 auto; gpudirect < 0 leaves it unset) and points p at
+ * them; s must outlive the open. */
+typedef struct fake_ib_settings {
+    char chunk[32], ring[32];
+    hvd_env_var vars[5];
+} fake_ib_settings;
+void fake_ib_settings_fill(fake_ib_settings *s, size_t chunk_bytes,
+                           int ring_chunks, int mr_cache, int gpudirect,
+                           hvd_transport_params *p);
+
 #endif
