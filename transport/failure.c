@@ -33,3 +33,13 @@ hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
     va_end(ap);
     return fail(tp, status, culprit, self, text);
 }
+
+hvd_status hvd_tp_fail_stalled(hvd_tp_fail_fn fail, void *tp, int self,
+                               int peer, const char *who, int64_t timeout_ns) {
+    return hvd_tp_failf(fail, tp, self, HVD_ERR_TIMEOUT, peer,
+                        "nothing (not even a heartbeat) arrived from %s for "
+                        "%.0f s while rank %d waited on it: it is stopped, "
+                        "hung or busy outside hvd, or the network to it is "
+                        "down (HVD_TIMEOUT_SECONDS sets this limit)",
+                        who, (double)timeout_ns / 1e9, self);
+}

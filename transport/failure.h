@@ -52,4 +52,13 @@ hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
                         hvd_status status, int culprit, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
+/*
+ * Fails the transport because peer (described by who, e.g. "rank 1 on
+ * host a") sent nothing, not even a heartbeat, for timeout_ns while this
+ * rank (self) waited on it: HVD_ERR_TIMEOUT with culprit peer, in the one
+ * sentence every transport uses. Returns what fail returns.
+ */
+hvd_status hvd_tp_fail_stalled(hvd_tp_fail_fn fail, void *tp, int self,
+                               int peer, const char *who, int64_t timeout_ns);
+
 #endif

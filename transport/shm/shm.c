@@ -393,13 +393,8 @@ static hvd_status check_peers(shm *tp, int64_t now) {
             if (last < pe->last_active)
                 last = pe->last_active;
             if (now - last > tp->timeout_ns)
-                return hvd_tp_failf(
-                    fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
-                    "nothing (not even a heartbeat) came from %s for "
-                    "%.0f s while rank %d waited on it: it is "
-                    "stopped, hung, or busy outside hvd "
-                    "(HVD_TIMEOUT_SECONDS sets this limit)",
-                    who, (double)tp->timeout_ns / 1e9, tp->rank);
+                return hvd_tp_fail_stalled(fail_with, tp, tp->rank, p, who,
+                                           tp->timeout_ns);
         }
     }
     return HVD_OK;

@@ -759,13 +759,8 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
         if (peer->pending > 0 && now - peer->last_active > tp->timeout_ns) {
             char who[160];
             describe(tp, p, who, sizeof(who));
-            return hvd_tp_failf(
-                fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
-                "nothing (not even a heartbeat) arrived from %s for "
-                "%.0f s while rank %d waited on it: it is stopped, "
-                "hung or busy outside hvd, or the network to it is "
-                "down (HVD_TIMEOUT_SECONDS sets this limit)",
-                who, (double)tp->timeout_ns / 1e9, tp->rank);
+            return hvd_tp_fail_stalled(fail_with, tp, tp->rank, p, who,
+                                       tp->timeout_ns);
         }
     }
     return HVD_OK;

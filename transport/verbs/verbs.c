@@ -1332,13 +1332,8 @@ static hvd_status housekeeping(vtp *tp, int64_t now) {
         if (tp->pending[p] > 0 && now - tp->last_active[p] > tp->timeout_ns) {
             char who[160];
             describe(tp, p, who, sizeof(who));
-            return hvd_tp_failf(
-                fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
-                "nothing (not even a heartbeat) arrived from %s for "
-                "%.0f s while rank %d waited on it: it is stopped, "
-                "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS "
-                "sets this limit)",
-                who, (double)tp->timeout_ns / 1e9, tp->rank);
+            return hvd_tp_fail_stalled(fail_with, tp, tp->rank, p, who,
+                                       tp->timeout_ns);
         }
     }
     return HVD_OK;
