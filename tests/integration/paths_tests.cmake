@@ -1,6 +1,6 @@
 # Every path of the selector, forced, at np 2, 3 and 4: each algorithm over
 # each transport that can run it, with exact results for every dtype and op
-# (test_collectives). Included by tests/CMakeLists.txt after the
+# (test_collectives). Included by integration/CMakeLists.txt after the
 # integration tests are defined. The MPI transport's paths are in the mpi
 # section (they need mpirun).
 set(HVD_PATHS_COUNT 65536)

@@ -7,7 +7,7 @@ executor, the staging pipeline over the transport). Results are exact.
 
 What this cannot show: torch's CUDA side (the stream synchronized before a
 CUDA tensor is handed over), which test_torch_cuda.py checks on a GPU.
-Run by python_tests.cmake with HVD_LIBRARY=libhvd_simgpu.so and the
+Run by tests/python/CMakeLists.txt with HVD_LIBRARY=libhvd_simgpu.so and the
 stand-in driver first on LD_LIBRARY_PATH.
 """
 
@@ -68,7 +68,7 @@ def expected(count, dtype, op):
 
 def test_takes_the_device_path(capfd):
     # First in the file: libhvd logs the device path once, with the first
-    # device tensor (HVD_LOG_LEVEL=info, set by python_tests.cmake).
+    # device tensor (HVD_LOG_LEVEL=info, set by tests/python/CMakeLists.txt).
     x = inputs(5, torch.float32, R)
     with on_device(x):
         hvd.allreduce_(x, op=hvd.Sum, name="sim.first")

@@ -17,6 +17,7 @@
 #define PART_MAX ((size_t)1 << 30)
 /* Tags: the channel of a message, or a heartbeat. */
 #define TAG_HEARTBEAT 7
+#define TAG_ABORT 8
 #define HEARTBEAT_NS (1000 * 1000000LL)
 #define CHECK_NS (100 * 1000000LL)
 /* Idle polling: spin this long, then sleep in steps growing to 1 ms. */
@@ -155,6 +156,12 @@ typedef struct entry {
     int64_t posted;
 } entry;
 
+/* What a failing rank tells its peers: its status and its sentence. */
+typedef struct abort_msg {
+    int32_t status;
+    char text[HVD_ERROR_MAX];
+} abort_msg;
+
 typedef struct mpi_tp {
     hvd_transport base;
     MPI_Comm comm;
@@ -174,21 +181,50 @@ typedef struct mpi_tp {
     char hb_in;
     char hb_out;
     MPI_Request *hb_sends; /* one per peer */
-    int64_t *last_rx;      /* per peer */
+    /* Failures: a rank that fails tells every peer why (one message
+     * each, tag TAG_ABORT), and one receive from any source is always
+     * posted for theirs. */
+    MPI_Request abort_recv;
+    abort_msg abort_in;
+    abort_msg abort_out;
+    MPI_Request *abort_sends; /* one per peer */
+    int64_t *last_rx;         /* per peer */
     int64_t last_hb;
     int64_t last_check;
     int wake;               /* set by any thread (atomic) */
     hvd_tp_failure failure; /* the first failure, which wins */
 } mpi_tp;
 
-static hvd_status fail(mpi_tp *t, hvd_status status, const char *text) {
-    if (hvd_tp_failure_set(&t->failure, "mpi", status, 0, 0, text)) {
-        for (int i = 0; i < t->n; i++) {
-            t->entries[i].req->status = status;
-            t->entries[i].req->done = 1;
-        }
+/*
+ * The transport's fail function (transport/failure.h): the first failure
+ * wins; every request in flight completes with it; when this rank found
+ * it (origin is this rank), every peer is told, so that none waits for a
+ * rank that has stopped.
+ */
+static hvd_status fail_with(void *arg, hvd_status status, int culprit,
+                            int origin, const char *text) {
+    mpi_tp *t = arg;
+
+    (void)culprit;
+    if (!hvd_tp_failure_set(&t->failure, "mpi", status, t->rank, origin, text))
+        return hvd_tp_failure_error(&t->failure);
+    for (int i = 0; i < t->n; i++) {
+        t->entries[i].req->status = status;
+        t->entries[i].req->done = 1;
+    }
+    if (origin == t->rank && t->abort_sends != NULL) {
+        t->abort_out.status = (int32_t)status;
+        snprintf(t->abort_out.text, sizeof(t->abort_out.text), "%s", text);
+        for (int p = 0; p < t->size; p++)
+            if (p != t->rank)
+                MPI_Isend(&t->abort_out, (int)sizeof(t->abort_out), MPI_BYTE, p,
+                          TAG_ABORT, t->comm, &t->abort_sends[p]);
     }
     return hvd_tp_failure_error(&t->failure);
+}
+
+static hvd_status fail(mpi_tp *t, hvd_status status, const char *text) {
+    return fail_with(t, status, -1, t->rank, text);
 }
 
 static hvd_status fail_mpi(mpi_tp *t, int err, const char *call) {
@@ -319,6 +355,15 @@ static hvd_status heartbeats(mpi_tp *t, int64_t now) {
     int flag = 0, err;
     MPI_Status status;
 
+    /* A peer that failed and says why. */
+    err = MPI_Test(&t->abort_recv, &flag, &status);
+    if (err != MPI_SUCCESS)
+        return fail_mpi(t, err, "MPI_Test");
+    if (flag) {
+        t->abort_in.text[sizeof(t->abort_in.text) - 1] = '\0';
+        return fail_with(t, (hvd_status)t->abort_in.status, status.MPI_SOURCE,
+                         status.MPI_SOURCE, t->abort_in.text);
+    }
     /* Heartbeats that came in. */
     for (;;) {
         err = MPI_Test(&t->hb_recv, &flag, &status);
@@ -357,14 +402,10 @@ static hvd_status heartbeats(mpi_tp *t, int64_t now) {
                             ? t->last_rx[p]
                             : t->entries[i].posted;
         if (now - since > t->timeout_ns) {
-            char text[256];
-            snprintf(text, sizeof(text),
-                     "nothing (not even a heartbeat) arrived from rank %d "
-                     "for %.0f s while rank %d waited on it: it is stopped, "
-                     "hung, or busy outside hvd (HVD_TIMEOUT_SECONDS sets "
-                     "this limit)",
-                     p, (double)t->timeout_ns / 1e9, t->rank);
-            return fail(t, HVD_ERR_TIMEOUT, text);
+            char who[32];
+            snprintf(who, sizeof(who), "rank %d", p);
+            return hvd_tp_fail_stalled(fail_with, t, t->rank, p, who,
+                                       t->timeout_ns);
         }
     }
     return HVD_OK;
@@ -445,7 +486,11 @@ static void mpi_close(hvd_transport *tp) {
     if (t == NULL)
         return;
     if (hvd_mpi_initialized()) {
+        /* A failure can leave requests MPI has completed already (their
+         * handles are null): only the others are cancelled. */
         for (int i = 0; i < t->n; i++) {
+            if (t->mreqs[i] == MPI_REQUEST_NULL)
+                continue;
             MPI_Cancel(&t->mreqs[i]);
             MPI_Request_free(&t->mreqs[i]);
         }
@@ -453,13 +498,21 @@ static void mpi_close(hvd_transport *tp) {
             MPI_Cancel(&t->hb_recv);
             MPI_Wait(&t->hb_recv, MPI_STATUS_IGNORE);
         }
+        if (t->abort_recv != MPI_REQUEST_NULL) {
+            MPI_Cancel(&t->abort_recv);
+            MPI_Wait(&t->abort_recv, MPI_STATUS_IGNORE);
+        }
         for (int p = 0; t->hb_sends != NULL && p < t->size; p++)
             if (t->hb_sends[p] != MPI_REQUEST_NULL)
                 MPI_Request_free(&t->hb_sends[p]);
+        for (int p = 0; t->abort_sends != NULL && p < t->size; p++)
+            if (t->abort_sends[p] != MPI_REQUEST_NULL)
+                MPI_Request_free(&t->abort_sends[p]);
         if (t->comm != MPI_COMM_NULL)
             MPI_Comm_free(&t->comm);
     }
     free(t->hb_sends);
+    free(t->abort_sends);
     free(t->last_rx);
     free(t->mreqs);
     free(t->entries);
@@ -496,23 +549,28 @@ static hvd_status mpi_open(const hvd_transport_params *params,
     t->base.ops = &hvd_mpi_ops;
     t->comm = MPI_COMM_NULL;
     t->hb_recv = MPI_REQUEST_NULL;
+    t->abort_recv = MPI_REQUEST_NULL;
     t->rank = rank;
     t->size = size;
     t->timeout_ns = params->timeout_ns;
     t->hb_sends = malloc((size_t)size * sizeof(*t->hb_sends));
+    t->abort_sends = malloc((size_t)size * sizeof(*t->abort_sends));
     t->last_rx = calloc((size_t)size, sizeof(*t->last_rx));
-    if (t->hb_sends == NULL || t->last_rx == NULL) {
+    if (t->hb_sends == NULL || t->abort_sends == NULL || t->last_rx == NULL) {
         mpi_close(&t->base);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
     for (int p = 0; p < size; p++)
-        t->hb_sends[p] = MPI_REQUEST_NULL;
+        t->hb_sends[p] = t->abort_sends[p] = MPI_REQUEST_NULL;
     err = MPI_Comm_dup(MPI_COMM_WORLD, &t->comm);
     if (err == MPI_SUCCESS)
         err = MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
     if (err == MPI_SUCCESS)
         err = MPI_Irecv(&t->hb_in, 1, MPI_BYTE, MPI_ANY_SOURCE, TAG_HEARTBEAT,
                         t->comm, &t->hb_recv);
+    if (err == MPI_SUCCESS)
+        err = MPI_Irecv(&t->abort_in, (int)sizeof(t->abort_in), MPI_BYTE,
+                        MPI_ANY_SOURCE, TAG_ABORT, t->comm, &t->abort_recv);
     if (err != MPI_SUCCESS) {
         st = mpi_fail(HVD_ERR_TRANSPORT, err, "MPI_Comm_dup");
         mpi_close(&t->base);

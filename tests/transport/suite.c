@@ -1,0 +1,349 @@
+/* The transport suite's cases (suite.h says what each checks). */
+#include "suite.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport/base/env.h"
+#include "transport/base/error.h"
+
+#include "../integration/testutil.h"
+
+/* The case each rank (process or thread) runs, for suite_fail. */
+static _Thread_local const suite_rank *cur_rank;
+static _Thread_local const char *cur_case;
+
+void suite_fail(const char *fmt, ...) {
+    va_list ap;
+
+    printf(
+        "FAIL transport %s %s rank %d: ", cur_rank ? cur_rank->transport : "?",
+        cur_case ? cur_case : "?", cur_rank ? cur_rank->rank : -1);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    _exit(1);
+}
+
+/* Waits for req, bounded; the status it ended with. */
+static hvd_status wait_req(suite_rank *c, hvd_req *req, double limit_s) {
+    double end = now_s() + limit_s;
+
+    while (!req->done) {
+        hvd_status st = c->ops->progress(c->tp, 10);
+        if (st != HVD_OK && !req->done)
+            suite_fail("progress failed before the request ended: %s",
+                       hvd_last_error());
+        if (now_s() > end)
+            suite_fail("a request did not finish in %.0f s", limit_s);
+    }
+    return req->status;
+}
+
+static void wait_all(suite_rank *c, hvd_req *reqs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (wait_req(c, &reqs[i], 60) != HVD_OK)
+            suite_fail("request %zu failed: %s", i, hvd_last_error());
+}
+
+static uint8_t pattern(int src, int dst, int channel, int k, size_t i) {
+    return (uint8_t)(src * 31 + dst * 17 + channel * 7 + k * 5 + (int)i * 3);
+}
+
+static const size_t sizes[] = {
+    0, 1, 2, 3, 7, 8, 63, 4093, 65536, 65537, (1u << 20) + 3};
+enum { NSIZES = sizeof(sizes) / sizeof(sizes[0]) };
+
+/* order: every size, both channels, every peer; receives first or last. */
+static void case_order(suite_rank *c) {
+    size_t n = (size_t)(c->size > 1 ? c->size - 1 : 0) * 2 * NSIZES;
+
+    for (int recv_first = 1; recv_first >= 0; recv_first--) {
+        hvd_req *sreq = calloc(n, sizeof(*sreq));
+        hvd_req *rreq = calloc(n, sizeof(*rreq));
+        uint8_t **sbuf = calloc(n, sizeof(*sbuf));
+        uint8_t **rbuf = calloc(n, sizeof(*rbuf));
+        int i = 0;
+
+        for (int p = 0; p < c->size; p++) {
+            if (p == c->rank)
+                continue;
+            for (int ch = 0; ch < 2; ch++)
+                for (int k = 0; k < NSIZES; k++, i++) {
+                    sbuf[i] = malloc(sizes[k] + 1);
+                    rbuf[i] = malloc(sizes[k] + 1);
+                    for (size_t b = 0; b < sizes[k]; b++)
+                        sbuf[i][b] = pattern(c->rank, p, ch, k, b);
+                    memset(rbuf[i], 0xEE, sizes[k] + 1);
+                }
+        }
+        for (int phase = 0; phase < 2; phase++) {
+            int recv_now = (phase == 0) == recv_first;
+            i = 0;
+            for (int p = 0; p < c->size; p++) {
+                if (p == c->rank)
+                    continue;
+                for (int ch = 0; ch < 2; ch++)
+                    for (int k = 0; k < NSIZES; k++, i++) {
+                        hvd_status st =
+                            recv_now ? c->ops->irecv(c->tp, p, ch, rbuf[i],
+                                                     sizes[k], &rreq[i])
+                                     : c->ops->isend(c->tp, p, ch, sbuf[i],
+                                                     sizes[k], &sreq[i]);
+                        if (st != HVD_OK)
+                            suite_fail("%s of %zu bytes to/from rank %d: %s",
+                                       recv_now ? "irecv" : "isend", sizes[k],
+                                       p, hvd_last_error());
+                    }
+            }
+        }
+        wait_all(c, sreq, n);
+        wait_all(c, rreq, n);
+        i = 0;
+        for (int p = 0; p < c->size; p++) {
+            if (p == c->rank)
+                continue;
+            for (int ch = 0; ch < 2; ch++)
+                for (int k = 0; k < NSIZES; k++, i++) {
+                    for (size_t b = 0; b < sizes[k]; b++)
+                        if (rbuf[i][b] != pattern(p, c->rank, ch, k, b))
+                            suite_fail("message %d of %zu bytes from rank %d, "
+                                       "channel %d: byte %zu is %u, not %u",
+                                       k, sizes[k], p, ch, b, rbuf[i][b],
+                                       pattern(p, c->rank, ch, k, b));
+                    if (rbuf[i][sizes[k]] != 0xEE)
+                        suite_fail("a receive of %zu bytes wrote past its end",
+                                   sizes[k]);
+                    free(sbuf[i]);
+                    free(rbuf[i]);
+                }
+        }
+        free(sreq);
+        free(rreq);
+        free(sbuf);
+        free(rbuf);
+    }
+}
+
+/* control: the control channel is not held up by waiting data. Rank 0 and
+ * rank 1 only; the others idle. */
+static void case_control(suite_rank *c) {
+    size_t big = (size_t)64 << 20;
+    uint8_t *data = NULL;
+    hvd_req dreq = {0};
+    int peer = c->rank == 0 ? 1 : 0;
+
+    if (c->rank > 1)
+        return;
+    data = calloc(big, 1);
+    if (c->rank == 0 &&
+        c->ops->isend(c->tp, 1, HVD_CHANNEL_DATA, data, big, &dreq) != HVD_OK)
+        suite_fail("isend of 64 MiB: %s", hvd_last_error());
+    for (int round = 0; round < 200; round++) {
+        uint32_t out = (uint32_t)(round * 2 + c->rank), in = 0;
+        hvd_req s = {0}, r = {0};
+        if (c->ops->irecv(c->tp, peer, HVD_CHANNEL_CONTROL, &in, sizeof(in),
+                          &r) != HVD_OK ||
+            c->ops->isend(c->tp, peer, HVD_CHANNEL_CONTROL, &out, sizeof(out),
+                          &s) != HVD_OK)
+            suite_fail("control round %d: %s", round, hvd_last_error());
+        if (wait_req(c, &s, 30) != HVD_OK || wait_req(c, &r, 30) != HVD_OK)
+            suite_fail("control round %d failed: %s", round, hvd_last_error());
+        if (in != (uint32_t)(round * 2 + peer))
+            suite_fail("control round %d: got %u", round, in);
+    }
+    /* Only now is the data received. */
+    if (c->rank == 1 &&
+        c->ops->irecv(c->tp, 0, HVD_CHANNEL_DATA, data, big, &dreq) != HVD_OK)
+        suite_fail("irecv of 64 MiB: %s", hvd_last_error());
+    if (wait_req(c, &dreq, 60) != HVD_OK)
+        suite_fail("the 64 MiB message failed: %s", hvd_last_error());
+    free(data);
+}
+
+static void *waker(void *arg) {
+    suite_rank *c = arg;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+
+    nanosleep(&ts, NULL);
+    c->ops->wake(c->tp);
+    return NULL;
+}
+
+/* wake: a progress call waiting for nothing returns after wake(). */
+static void case_wake(suite_rank *c) {
+    pthread_t t;
+    double t0 = now_s();
+
+    /* Drain what open left to do first. */
+    for (int i = 0; i < 10; i++)
+        c->ops->progress(c->tp, 0);
+    pthread_create(&t, NULL, waker, c);
+    t0 = now_s();
+    while (now_s() - t0 < 0.09)
+        c->ops->progress(c->tp, 0);
+    hvd_status st = c->ops->progress(c->tp, -1);
+    double dt = now_s() - t0;
+    pthread_join(t, NULL);
+    if (st != HVD_OK)
+        suite_fail("progress(-1) failed: %s", hvd_last_error());
+    if (dt > 3.0)
+        suite_fail("progress(-1) returned %.1f s after wake()", dt);
+}
+
+/* mismatch: rank 1 expects 16 bytes from rank 0, which sends 8. */
+static void case_mismatch(suite_rank *c) {
+    uint8_t buf[16] = {0}, other[4];
+    hvd_req s = {0}, r = {0}, r2 = {0};
+
+    if (c->rank == 0) {
+        if (c->ops->isend(c->tp, 1, HVD_CHANNEL_DATA, buf, 8, &s) != HVD_OK)
+            suite_fail("isend: %s", hvd_last_error());
+    } else if (c->rank == 1) {
+        /* A second receive, from rank 0 on the control channel, is in
+         * flight too: the failure must complete it. */
+        if (c->ops->irecv(c->tp, 0, HVD_CHANNEL_CONTROL, other, sizeof(other),
+                          &r2) != HVD_OK ||
+            c->ops->irecv(c->tp, 0, HVD_CHANNEL_DATA, buf, 16, &r) != HVD_OK)
+            suite_fail("irecv: %s", hvd_last_error());
+    }
+    /* Every rank ends up failed, each within the timeout: the receiver
+     * sees the mismatch, the others hear of it (or see it go). */
+    double end = now_s() + 4 * SUITE_TIMEOUT_S;
+    hvd_status st = HVD_OK;
+    while (st == HVD_OK && now_s() < end)
+        st = c->ops->progress(c->tp, 10);
+    if (st == HVD_OK)
+        suite_fail("no error in %d s after a length mismatch",
+                   4 * SUITE_TIMEOUT_S);
+    if (c->rank == 1 &&
+        (!r.done || !r2.done || r.status == HVD_OK || r2.status == HVD_OK))
+        suite_fail("the receives in flight did not fail with the transport");
+    if (c->rank == 1 && strstr(hvd_last_error(), "rank 0") == NULL)
+        suite_fail("the sentence does not name rank 0: %s", hvd_last_error());
+    if (c->ops->progress(c->tp, 0) != st)
+        suite_fail("a later call did not return the failure again");
+}
+
+/* kill: the last rank leaves without a word; the others' receives fail. */
+static void case_kill(suite_rank *c) {
+    int victim = c->size - 1;
+    uint8_t bufs[SUITE_MAX_RANKS][8];
+    hvd_req reqs[SUITE_MAX_RANKS] = {{0}};
+
+    if (c->rank == victim) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        c->leave(c);
+        return;
+    }
+    for (int p = 0; p < c->size; p++)
+        if (p != c->rank && c->ops->irecv(c->tp, p, HVD_CHANNEL_DATA, bufs[p],
+                                          8, &reqs[p]) != HVD_OK)
+            suite_fail("irecv from rank %d: %s", p, hvd_last_error());
+    double t0 = now_s();
+    hvd_status st = HVD_OK;
+    while (st == HVD_OK && now_s() - t0 < 4 * SUITE_TIMEOUT_S)
+        st = c->ops->progress(c->tp, 10);
+    if (st == HVD_OK)
+        suite_fail("no error in %d s after rank %d died", 4 * SUITE_TIMEOUT_S,
+                   victim);
+    for (int p = 0; p < c->size; p++)
+        if (p != c->rank && (!reqs[p].done || reqs[p].status == HVD_OK))
+            suite_fail("the receive from rank %d did not fail", p);
+    if (!names_rank(hvd_last_error(), victim))
+        suite_fail("the sentence does not name rank %d: %s", victim,
+                   hvd_last_error());
+}
+
+/* pending: sent, never received; then shutdown and close, bounded. */
+static void case_pending(suite_rank *c) {
+    uint8_t small[3][100];
+    hvd_req s[3] = {{0}};
+
+    memset(small, 1, sizeof(small));
+    if (c->rank == 0)
+        for (int k = 0; k < 3; k++)
+            if (c->ops->isend(c->tp, 1, HVD_CHANNEL_DATA, small[k],
+                              sizeof(small[k]), &s[k]) != HVD_OK)
+                suite_fail("isend: %s", hvd_last_error());
+    /* Small messages are sent without their receive (eagerly). */
+    for (int k = 0; c->rank == 0 && k < 3; k++)
+        wait_req(c, &s[k], 30);
+    double t0 = now_s();
+    hvd_status st = c->ops->shutdown(c->tp);
+    if (now_s() - t0 > 30)
+        suite_fail("shutdown took %.0f s", now_s() - t0);
+    (void)st; /* OK, or an error naming the unread messages: either */
+}
+
+const suite_case suite_cases[] = {
+    {"order", case_order, 2, 0}, {"control", case_control, 2, 0},
+    {"wake", case_wake, 1, 0},   {"mismatch", case_mismatch, 2, 1},
+    {"kill", case_kill, 2, 1},   {"pending", case_pending, 2, 1},
+};
+const int suite_ncases = sizeof(suite_cases) / sizeof(suite_cases[0]);
+
+const suite_case *suite_find(const char *name) {
+    for (int i = 0; i < suite_ncases; i++)
+        if (strcmp(suite_cases[i].name, name) == 0)
+            return &suite_cases[i];
+    return NULL;
+}
+
+int suite_wanted(int i, int np, char **names, int n) {
+    int wanted = n == 0;
+
+    for (int a = 0; a < n; a++)
+        wanted |= strcmp(names[a], suite_cases[i].name) == 0;
+    return wanted && np >= suite_cases[i].needs;
+}
+
+void suite_params(hvd_transport_params *p, int rank, int size,
+                  hvd_bootstrap *bs, const char (*hosts)[HVD_HOST_MAX],
+                  const int *pids, unsigned job) {
+    /* Two sockets per pair (stripes from 1 MiB), host memory only. */
+    static const hvd_env_var settings[] = {{"HVD_TCP_NSOCKS", "2"},
+                                           {"HVD_TCP_STRIPE_MIN", "1M"},
+                                           {"HVD_IB_GPUDIRECT", "off"},
+                                           {NULL, NULL}};
+
+    memset(p, 0, sizeof(*p));
+    p->rank = rank;
+    p->size = size;
+    p->bootstrap = bs;
+    p->launcher_addr = "127.0.0.1";
+    for (int i = 0; i < HVD_JOB_ID_LEN; i++)
+        p->job_id[i] = (uint8_t)(job >> (i % 4 * 8) ^ (unsigned)i * 13);
+    p->secret = "test-transport-secret";
+    p->hosts = hosts;
+    p->pids = pids;
+    p->gpu_device = -1;
+    p->timeout_ns = (int64_t)SUITE_TIMEOUT_S * 1000000000;
+    p->connect_timeout_ns = (int64_t)30 * 1000000000;
+    p->env = hvd_env_vars_get;
+    p->env_ctx = (void *)settings;
+}
+
+int suite_run(suite_rank *r, const suite_case *tc) {
+    cur_rank = r;
+    cur_case = tc->name;
+    tc->run(r);
+    if (r->tp != NULL) {
+        if (!tc->fatal && r->ops->shutdown(r->tp) != HVD_OK)
+            suite_fail("shutdown: %s", hvd_last_error());
+        r->ops->close(r->tp);
+        r->tp = NULL;
+    }
+    printf("PASS transport %s %s rank %d\n", r->transport, tc->name, r->rank);
+    fflush(stdout);
+    return 0;
+}
