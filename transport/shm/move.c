@@ -1,0 +1,398 @@
+/*
+ * The shared-memory transport's data movement (see shm_internal.h).
+ */
+#include "transport/shm/shm_internal.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "transport/base/clock.h"
+#include "transport/base/error.h"
+#include "transport/failure.h"
+
+/* ------------------------------------------------------------------ */
+/* Moving data                                                         */
+
+/* Reads len bytes at remote of peer's memory into buf. */
+static hvd_status cma_read(shm *tp, int peer, void *buf, uint64_t remote,
+                           size_t len) {
+    size_t done = 0;
+
+    while (done < len) {
+        struct iovec l = {(uint8_t *)buf + done, len - done};
+        struct iovec r = {(void *)(uintptr_t)(remote + done), len - done};
+        ssize_t n = process_vm_readv(tp->peers[peer].pid, &l, 1, &r, 1, 0);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        int err = n < 0 ? errno : 0;
+        char who[160];
+        hvd_shm_describe(tp, peer, who, sizeof(who));
+        /* A peer that failed abandons the buffers it offered (and frees
+         * them at hvd_shutdown): what it published is the cause, not
+         * the read that found its memory gone. Found by the dead-rank
+         * test: rank 3 was killed, rank 1 saw it and shut down, and rank
+         * 0, reading rank 1's fusion buffer, reported EFAULT. */
+        seg_hdr *h =
+            tp->peers[peer].seg != NULL ? hdr_of(tp->peers[peer].seg) : NULL;
+        int32_t pst = h != NULL ? atomic_load(&h->failed) : HVD_OK;
+        if (pst != HVD_OK) {
+            char text[HVD_ERROR_MAX];
+            memcpy(text, h->failmsg, sizeof(text));
+            text[sizeof(text) - 1] = '\0';
+            return hvd_shm_fail_with(tp, (hvd_status)pst, h->culprit, tp->rank,
+                                     text);
+        }
+        if (err == ESRCH || hvd_shm_peer_exited(&tp->peers[peer]))
+            return hvd_tp_failf(
+                hvd_shm_fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, peer,
+                "%s exited or was killed while rank %d read from it", who,
+                tp->rank);
+        errno = err;
+        return hvd_tp_failf(
+            hvd_shm_fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, peer,
+            "process_vm_readv(%s, %zu bytes at 0x%llx) failed: %s", who,
+            len - done, (unsigned long long)(remote + done),
+            n < 0 ? strerror(errno) : "no bytes read");
+    }
+    return HVD_OK;
+}
+
+/* A send has fully left: its request completes (unless it did when it was
+ * buffered), its copy is freed. */
+static void retire(speer *pe, msg *m) {
+    if (m->req != NULL)
+        hvd_shm_complete(m->req, HVD_OK);
+    if (m->owned)
+        free(m->buf);
+    pe->pending--;
+}
+
+/* Writes what fits of the messages queued for peer p on ch; retires the
+ * CELL_RNDV ones p has read. Returns 1 if anything moved. */
+int hvd_shm_push(shm *tp, int p, int ch) {
+    speer *pe = &tp->peers[p];
+    fifo *f = fifo_of(pe->seg, tp->my_local, ch);
+    uint32_t cap = ncells_of[ch], cbytes = cell_bytes_of[ch];
+    int wrote = 0, moved = 0;
+    msg *m;
+
+    while ((m = q_front(&pe->sendq[ch])) != NULL &&
+           pe->tail[ch] - atomic_load_explicit(&f->head, memory_order_acquire) <
+               cap) {
+        cell *c = cell_of(f, ch, pe->tail[ch]);
+        c->msg_len = m->len;
+        c->first = m->off == 0;
+        if (m->off == 0 && m->len > tp->eager_max && tp->cma) {
+            c->kind = CELL_RNDV;
+            c->addr = (uint64_t)(uintptr_t)m->buf;
+            c->len = 0;
+            m->ack_id = ++pe->rndv_sent[ch];
+            atomic_store_explicit(&c->seq, ++pe->tail[ch],
+                                  memory_order_release);
+            if (q_push(&pe->ackq[ch], m) != 0) {
+                hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_NO_MEMORY,
+                             -1, "out of memory");
+                return 1;
+            }
+            q_pop(&pe->sendq[ch]);
+        } else {
+            size_t n = m->len - m->off < cbytes ? m->len - m->off : cbytes;
+            c->kind = CELL_DATA;
+            c->len = n;
+            if (n > 0)
+                memcpy(payload_of(c), m->buf + m->off, n);
+            m->off += n;
+            atomic_store_explicit(&c->seq, ++pe->tail[ch],
+                                  memory_order_release);
+            if (m->off == m->len) {
+                retire(pe, m);
+                q_pop(&pe->sendq[ch]);
+            }
+        }
+        wrote = 1;
+    }
+    if (pe->ackq[ch].count > 0) {
+        uint64_t acked = atomic_load_explicit(&f->acked, memory_order_acquire);
+        while ((m = q_front(&pe->ackq[ch])) != NULL && m->ack_id <= acked) {
+            retire(pe, m);
+            q_pop(&pe->ackq[ch]);
+            moved = 1;
+        }
+    }
+    if (wrote) {
+        hvd_shm_ring(pe->seg);
+        pe->last_active = hvd_now_ns();
+    }
+    return wrote || moved;
+}
+
+/* Takes what has arrived from peer p on ch into the posted receives.
+ * Returns 1 if anything moved. */
+static int pull(shm *tp, int p, int ch) {
+    speer *pe = &tp->peers[p];
+    fifo *f = fifo_of(tp->seg, pe->local, ch);
+    int moved = 0;
+    msg *m;
+
+    while ((m = q_front(&pe->recvq[ch])) != NULL) {
+        cell *c = cell_of(f, ch, pe->rx_head[ch]);
+        if (atomic_load_explicit(&c->seq, memory_order_acquire) !=
+            pe->rx_head[ch] + 1)
+            break;
+        if (c->first != (m->off == 0) || c->msg_len != m->len ||
+            (c->kind == CELL_DATA && c->len > m->len - m->off) ||
+            (c->kind != CELL_DATA && c->kind != CELL_RNDV)) {
+            char who[160];
+            hvd_shm_describe(tp, p, who, sizeof(who));
+            hvd_tp_failf(
+                hvd_shm_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, p,
+                "%s sent a message of %llu bytes where rank %d expected "
+                "%zu: ranks called collectives in different orders or with "
+                "different counts",
+                who, (unsigned long long)c->msg_len, tp->rank, m->len);
+            return 1;
+        }
+        if (c->kind == CELL_RNDV) {
+            if (cma_read(tp, p, m->buf, c->addr, m->len) != HVD_OK)
+                return 1;
+            m->off = m->len;
+            atomic_fetch_add_explicit(&f->acked, 1, memory_order_release);
+        } else if (c->len > 0) {
+            memcpy(m->buf + m->off, payload_of(c), c->len);
+            m->off += c->len;
+        }
+        atomic_store_explicit(&f->head, ++pe->rx_head[ch],
+                              memory_order_release);
+        moved = 1;
+        if (m->off == m->len) {
+            hvd_shm_complete(m->req, HVD_OK);
+            pe->pending--;
+            q_pop(&pe->recvq[ch]);
+        }
+    }
+    if (moved) {
+        hvd_shm_ring(pe->seg); /* cells freed, or a CELL_RNDV read */
+        pe->last_active = hvd_now_ns();
+    }
+    return moved;
+}
+
+/* One pass over every peer with work. Returns 1 if anything moved. */
+int hvd_shm_pass(shm *tp) {
+    int moved = 0;
+    for (int p = 0; p < tp->size && tp->failure.status == HVD_OK; p++) {
+        speer *pe = &tp->peers[p];
+        if (pe->pending == 0)
+            continue;
+        for (int ch = 0; ch < NCHANNELS && tp->failure.status == HVD_OK; ch++) {
+            if (pe->recvq[ch].count > 0)
+                moved |= pull(tp, p, ch);
+            if (pe->sendq[ch].count > 0 || pe->ackq[ch].count > 0)
+                moved |= hvd_shm_push(tp, p, ch);
+        }
+    }
+    return moved;
+}
+
+hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
+    shm *tp = (shm *)t;
+    seg_hdr *me = tp->seg != NULL ? hdr_of(tp->seg) : NULL;
+    int64_t now = hvd_now_ns(), deadline, spin_end;
+
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
+    if (me == NULL) {
+        /* No same-host peer: nothing can ever arrive. */
+        if (timeout_ms != 0) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        return HVD_OK;
+    }
+    if (now - tp->last_heartbeat >= HEARTBEAT_NS) {
+        tp->last_heartbeat = now;
+        atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed);
+    }
+    /* Peers are looked at every SLICE_MS even while traffic from others
+     * keeps this rank from ever sleeping. */
+    if (hvd_shm_check_peers(tp, now) != HVD_OK)
+        goto out;
+    if (hvd_shm_pass(tp) || timeout_ms == 0)
+        goto out;
+    deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
+    /* Spin while the doorbell is quiet, unless the host has fewer cores
+     * than ranks (spinning would steal the peer's core). */
+    spin_end = now + tp->spin_ns;
+    /* Any ring of the doorbell ends the wait: data, freed cells, or
+     * another thread's wake; the caller looks at its requests again. */
+    while (hvd_now_ns() < spin_end) {
+        uint32_t bell =
+            atomic_load_explicit(&me->doorbell, memory_order_acquire);
+        if (bell != tp->seen_bell) {
+            tp->seen_bell = bell;
+            hvd_shm_pass(tp);
+            goto out;
+        }
+        /* Give the core to any other runnable thread (the peer, if they
+         * share it; this rank's own application thread): a busy loop would
+         * hold it for a whole time slice. */
+        sched_yield();
+    }
+    for (;;) {
+        uint32_t bell;
+        int64_t left;
+        struct timespec ts;
+
+        atomic_store(&me->sleeping, 1);
+        bell = atomic_load(&me->doorbell);
+        if (bell != tp->seen_bell || hvd_shm_pass(tp)) {
+            tp->seen_bell = bell;
+            atomic_store(&me->sleeping, 0);
+            hvd_shm_pass(tp);
+            break;
+        }
+        now = hvd_now_ns();
+        left = deadline - now;
+        if (left > SLICE_MS * 1000000LL)
+            left = SLICE_MS * 1000000LL;
+        if (left > 0) {
+            ts.tv_sec = left / 1000000000LL;
+            ts.tv_nsec = left % 1000000000LL;
+            hvd_shm_futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
+        }
+        atomic_store(&me->sleeping, 0);
+        if (atomic_load(&me->doorbell) != bell) {
+            tp->seen_bell = atomic_load(&me->doorbell);
+            hvd_shm_pass(tp);
+            break;
+        }
+        now = hvd_now_ns();
+        if (now - tp->last_heartbeat >= HEARTBEAT_NS) {
+            tp->last_heartbeat = now;
+            atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed);
+        }
+        if (hvd_shm_check_peers(tp, now) != HVD_OK || now >= deadline)
+            break;
+    }
+out:
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
+    return HVD_OK;
+}
+
+static hvd_status check_peer(shm *tp, int peer, int channel, const char *what) {
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
+    if (peer < 0 || peer >= tp->size || peer == tp->rank)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "shm: cannot %s rank %d (this is rank %d of %d)",
+                             what, peer, tp->rank, tp->size);
+    if (tp->peers[peer].seg == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "shm: rank %d is on another host (%s) than rank "
+                             "%d: shared memory cannot reach it",
+                             peer, tp->hosts ? tp->hosts[peer] : "?", tp->rank);
+    if (channel < 0 || channel >= NCHANNELS)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "shm: no channel %d",
+                             channel);
+    return HVD_OK;
+}
+
+static hvd_status post(shm *tp, int peer, int ch, msgq *q, void *buf,
+                       size_t len, hvd_req *req) {
+    msg m = {.req = req, .buf = buf, .len = len};
+
+    req->done = 0;
+    req->status = HVD_OK;
+    req->peer = peer;
+    req->len = len;
+    if (q_push(q, &m) != 0)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    if (tp->peers[peer].pending++ == 0)
+        tp->peers[peer].last_active = hvd_now_ns();
+    (void)ch;
+    return HVD_OK;
+}
+
+hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
+                         const void *buf, size_t len, hvd_req *req) {
+    shm *tp = (shm *)t;
+    hvd_status st = check_peer(tp, peer, channel, "send to");
+    msgq *q;
+
+    if (st == HVD_OK)
+        st = post(tp, peer, channel, &tp->peers[peer].sendq[channel],
+                  (void *)(uintptr_t)buf, len, req);
+    if (st != HVD_OK)
+        return st;
+    /* Start at once: a small message is in the peer's FIFO before the
+     * caller next waits. */
+    q = &tp->peers[peer].sendq[channel];
+    if (q->count == 1)
+        hvd_shm_push(tp, peer, channel);
+    /*
+     * A control message the FIFO cannot take now is copied and completes
+     * at once, as a socket buffers it: the engine sends control messages
+     * and waits for them while the peer may be busy in a collective that
+     * waits on this rank, so they must never wait for the peer.
+     */
+    if (channel == HVD_CHANNEL_CONTROL && !req->done && q->count > 0) {
+        msg *m = &q->v[(q->head + q->count - 1) % q->cap];
+        uint8_t *copy = malloc(len > 0 ? len : 1);
+        if (copy == NULL)
+            return HVD_OK; /* it completes when written, as data does */
+        if (len > 0)
+            memcpy(copy, buf, len);
+        m->buf = copy;
+        m->owned = 1;
+        m->req = NULL;
+        hvd_shm_complete(req, HVD_OK);
+    }
+    return HVD_OK;
+}
+
+hvd_status hvd_shm_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                         size_t len, hvd_req *req) {
+    shm *tp = (shm *)t;
+    hvd_status st = check_peer(tp, peer, channel, "receive from");
+
+    if (st == HVD_OK)
+        st = post(tp, peer, channel, &tp->peers[peer].recvq[channel], buf, len,
+                  req);
+    return st;
+}
+
+void hvd_shm_wake(hvd_transport *t) {
+    shm *tp = (shm *)t;
+    if (tp->seg != NULL)
+        hvd_shm_ring(tp->seg);
+}
+
+hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
+                       size_t len) {
+    shm *tp = (shm *)t;
+    hvd_status st = check_peer(tp, peer, 0, "read from");
+
+    if (st != HVD_OK)
+        return st;
+    if (!tp->cma)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "shm: process_vm_readv is not permitted here");
+    return len > 0 ? cma_read(tp, peer, buf, remote, len) : HVD_OK;
+}
+
+int hvd_shm_can_get(hvd_transport *t, int peer) {
+    shm *tp = (shm *)t;
+    return tp->cma && peer >= 0 && peer < tp->size &&
+           tp->peers[peer].seg != NULL;
+}

@@ -1,0 +1,380 @@
+/*
+ * The shared-memory transport's setup and goodbye (see shm_internal.h).
+ */
+#include "transport/shm/shm_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "transport/base/clock.h"
+#include "transport/base/error.h"
+#include "transport/base/log.h"
+
+/* ------------------------------------------------------------------ */
+/* Setup                                                               */
+
+/* What each rank tells the others at open, twice: first its segment,
+ * then whether it mapped and can read every same-host peer. */
+typedef struct shm_blob {
+    uint64_t magic;
+    uint64_t probe_addr;
+    uint64_t seg_len;
+    int32_t pid;
+    int32_t ok;     /* round 1: segment made; round 2: peers mapped */
+    int32_t cma_ok; /* round 2 */
+    int32_t pad;
+    char err[200];
+} shm_blob;
+
+void hvd_shm_close(hvd_transport *t) {
+    shm *tp = (shm *)t;
+
+    if (tp == NULL)
+        return;
+    for (int p = 0; tp->peers != NULL && p < tp->size; p++) {
+        speer *pe = &tp->peers[p];
+        if (pe->seg != NULL)
+            munmap(pe->seg, pe->seg_len);
+        if (pe->pidfd >= 0)
+            close(pe->pidfd);
+        for (int ch = 0; ch < NCHANNELS; ch++) {
+            msgq *qs[2] = {&pe->sendq[ch], &pe->ackq[ch]};
+            for (int k = 0; k < 2; k++)
+                for (size_t i = 0; i < qs[k]->count; i++) {
+                    msg *m = &qs[k]->v[(qs[k]->head + i) % qs[k]->cap];
+                    if (m->owned)
+                        free(m->buf);
+                }
+            free(pe->sendq[ch].v);
+            free(pe->ackq[ch].v);
+            free(pe->recvq[ch].v);
+        }
+    }
+    if (tp->seg_named)
+        shm_unlink(tp->seg_name);
+    if (tp->seg != NULL)
+        munmap(tp->seg, tp->seg_len);
+    free(tp->peers);
+    free(tp->hosts);
+    free(tp);
+}
+
+hvd_status hvd_shm_probe(const hvd_transport_params *params, hvd_caps *caps) {
+    int same = 0;
+
+    memset(caps, 0, sizeof(*caps));
+    if (params->hosts != NULL)
+        for (int i = 0; i < params->size; i++)
+            same += strcmp(params->hosts[i], params->hosts[params->rank]) == 0;
+    caps->usable = same > 1;
+    caps->one_sided = 1;
+    /* Only within a host, and there first. */
+    caps->reach = HVD_REACH_SAME_HOST;
+    caps->priority = 30;
+    if (!caps->usable)
+        snprintf(caps->reason, sizeof(caps->reason),
+                 "no other rank runs on this host");
+    return HVD_OK;
+}
+
+static int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+        return (int)fd;
+    }
+#else
+    (void)pid;
+#endif
+    return -1;
+}
+
+/* Makes and maps this rank's segment. */
+static hvd_status make_segment(shm *tp, const hvd_transport_params *params) {
+    int fd;
+
+    hvd_shm_segment_name(params->job_id, tp->rank, tp->seg_name,
+                         sizeof(tp->seg_name));
+    tp->seg_len = segment_bytes(tp->nlocal);
+    fd = shm_open(tp->seg_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* Left by an earlier job of the same id: not ours to keep. */
+        shm_unlink(tp->seg_name);
+        fd =
+            shm_open(tp->seg_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "shm_open(%s) failed: %s",
+                             tp->seg_name, strerror(errno));
+    tp->seg_named = 1;
+    if (ftruncate(fd, (off_t)tp->seg_len) != 0) {
+        int e = errno;
+        close(fd);
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "ftruncate(%s, %zu) failed: %s (is /dev/shm "
+                             "full?)",
+                             tp->seg_name, tp->seg_len, strerror(e));
+    }
+    void *p =
+        mmap(NULL, tp->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "mmap(%s, %zu) failed: %s",
+                             tp->seg_name, tp->seg_len, strerror(errno));
+    tp->seg = p;
+    seg_hdr *h = hdr_of(tp->seg);
+    h->magic = SHM_MAGIC;
+    h->version = SHM_VERSION;
+    h->nlocal = (uint32_t)tp->nlocal;
+    h->pid = (int32_t)getpid();
+    for (int ch = 0; ch < NCHANNELS; ch++) {
+        h->ncells[ch] = ncells_of[ch];
+        h->cell_bytes[ch] = cell_bytes_of[ch];
+    }
+    return HVD_OK;
+}
+
+/* Maps peer p's segment and checks it; err gets the reason on failure. */
+static int map_peer(shm *tp, const hvd_transport_params *params, int p,
+                    const shm_blob *b, char *err, size_t errlen) {
+    speer *pe = &tp->peers[p];
+    char name[96];
+    int fd;
+
+    hvd_shm_segment_name(params->job_id, p, name, sizeof(name));
+    fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "shm_open(%s) of rank %d failed: %s", name, p,
+                 strerror(errno));
+        return -1;
+    }
+    void *m = mmap(NULL, (size_t)b->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        snprintf(err, errlen, "mmap(%s) of rank %d failed: %s", name, p,
+                 strerror(errno));
+        return -1;
+    }
+    pe->seg = m;
+    pe->seg_len = (size_t)b->seg_len;
+    seg_hdr *h = hdr_of(pe->seg);
+    if (pe->seg_len != tp->seg_len || h->magic != SHM_MAGIC ||
+        h->version != SHM_VERSION || h->nlocal != (uint32_t)tp->nlocal) {
+        snprintf(err, errlen,
+                 "the segment of rank %d (%s) is not one this hvd can use "
+                 "(another version of hvd?)",
+                 p, name);
+        return -1;
+    }
+    pe->pid = (pid_t)b->pid;
+    pe->pidfd = open_pidfd(pe->pid);
+    return 0;
+}
+
+hvd_status hvd_shm_open(const hvd_transport_params *params,
+                        hvd_transport **out) {
+    shm *tp = calloc(1, sizeof(*tp));
+    shm_blob mine, *all = NULL;
+    hvd_status st = HVD_OK;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *cma_env = getenv("HVD_SHM_CMA");
+    const char *spin_env = getenv("HVD_SHM_SPIN_US");
+
+    if (tp == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    tp->base.ops = &hvd_shm_ops;
+    tp->rank = params->rank;
+    tp->size = params->size;
+    tp->timeout_ns = params->timeout_ns;
+    tp->eager_max = cell_bytes_of[HVD_CHANNEL_DATA];
+    tp->cma_probe = SHM_MAGIC;
+    tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
+    all = calloc((size_t)tp->size, sizeof(*all));
+    if (params->hosts != NULL) {
+        tp->hosts = malloc((size_t)tp->size * sizeof(*tp->hosts));
+        if (tp->hosts != NULL)
+            memcpy(tp->hosts, params->hosts,
+                   (size_t)tp->size * sizeof(*tp->hosts));
+    }
+    if (tp->peers == NULL || all == NULL ||
+        (params->hosts != NULL && tp->hosts == NULL)) {
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
+    for (int p = 0; p < tp->size; p++) {
+        speer *pe = &tp->peers[p];
+        pe->pidfd = -1;
+        pe->local = -1;
+        if (params->hosts != NULL &&
+            strcmp(params->hosts[p], params->hosts[tp->rank]) == 0) {
+            if (p == tp->rank)
+                tp->my_local = tp->nlocal;
+            pe->local = tp->nlocal++;
+        }
+    }
+    tp->spin_ns = ncpu > 0 && tp->nlocal > ncpu ? 0 : SPIN_NS_DEFAULT;
+    if (spin_env != NULL && *spin_env != '\0') {
+        char *end;
+        long us = strtol(spin_env, &end, 10);
+        if (*end != '\0' || us < 0 || us > 1000000) {
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "HVD_SHM_SPIN_US=%s is not a number of "
+                               "microseconds from 0 to 1000000",
+                               spin_env);
+            goto fail;
+        }
+        tp->spin_ns = us * 1000LL;
+    }
+
+    /* Round 1: every rank with a same-host peer makes its segment. */
+    memset(&mine, 0, sizeof(mine));
+    mine.magic = SHM_MAGIC;
+    mine.pid = (int32_t)getpid();
+    mine.probe_addr = (uint64_t)(uintptr_t)&tp->cma_probe;
+    mine.ok = 1;
+    if (tp->nlocal > 1) {
+        st = make_segment(tp, params);
+        if (st != HVD_OK) {
+            mine.ok = 0;
+            snprintf(mine.err, sizeof(mine.err), "%s", hvd_error_get());
+        }
+        mine.seg_len = tp->seg_len;
+    }
+    hvd_status bst = params->bootstrap->allgather(params->bootstrap, &mine,
+                                                  sizeof(mine), all);
+    if (bst != HVD_OK) {
+        st = bst;
+        goto fail;
+    }
+
+    /* Round 2: map every same-host peer's segment; test process_vm_readv
+     * on each. */
+    int ok = mine.ok, cma_ok = cma_env == NULL || strcmp(cma_env, "0") != 0;
+    char err[200] = "";
+    for (int p = 0; p < tp->size && ok; p++) {
+        if (p == tp->rank || tp->peers[p].local < 0)
+            continue;
+        all[p].err[sizeof(all[p].err) - 1] = '\0';
+        if (!all[p].ok) {
+            ok = 0;
+            snprintf(err, sizeof(err), "rank %d: %.150s", p, all[p].err);
+            break;
+        }
+        if (map_peer(tp, params, p, &all[p], err, sizeof(err)) != 0) {
+            ok = 0;
+            break;
+        }
+        uint64_t word = 0;
+        struct iovec l = {&word, sizeof(word)};
+        struct iovec r = {(void *)(uintptr_t)all[p].probe_addr, sizeof(word)};
+        if (cma_ok && (process_vm_readv(all[p].pid, &l, 1, &r, 1, 0) !=
+                           (ssize_t)sizeof(word) ||
+                       word != SHM_MAGIC)) {
+            HVD_INFO("shm",
+                     "process_vm_readv from rank %d is not permitted (%s): "
+                     "large messages go through the shared segments",
+                     p, strerror(errno));
+            cma_ok = 0;
+        }
+    }
+    memset(&mine, 0, sizeof(mine));
+    mine.ok = ok;
+    mine.cma_ok = cma_ok;
+    snprintf(mine.err, sizeof(mine.err), "%s", err);
+    bst = params->bootstrap->allgather(params->bootstrap, &mine, sizeof(mine),
+                                       all);
+    if (bst != HVD_OK) {
+        st = bst;
+        goto fail;
+    }
+    /* Every rank judges the same way from the same data: one failed rank
+     * fails the transport everywhere, and one-sided reads are used only if
+     * every rank can make them. */
+    tp->cma = 1;
+    for (int p = 0; p < tp->size; p++) {
+        all[p].err[sizeof(all[p].err) - 1] = '\0';
+        if (!all[p].ok) {
+            st = hvd_error_set(HVD_ERR_TRANSPORT,
+                               "shared memory could not be set up on rank "
+                               "%d's host (%s): %s",
+                               p, tp->hosts ? tp->hosts[p] : "?", all[p].err);
+            goto fail;
+        }
+        tp->cma &= all[p].cma_ok;
+    }
+    /* Every same-host rank has mapped every segment: the names can go, so
+     * that nothing is left in /dev/shm whatever happens next. */
+    if (tp->seg_named) {
+        shm_unlink(tp->seg_name);
+        tp->seg_named = 0;
+    }
+    free(all);
+    HVD_DEBUG("shm",
+              "%d ranks on this host share memory (%zu bytes a segment); "
+              "large messages by %s",
+              tp->nlocal, tp->seg_len,
+              tp->cma ? "process_vm_readv" : "copy through the segments");
+    *out = &tp->base;
+    return HVD_OK;
+fail:
+    free(all);
+    hvd_shm_close(&tp->base);
+    return st;
+}
+
+/*
+ * Says goodbye, then writes out what is still queued: a control message
+ * the FIFO could not take was copied and completed at once (hvd_shm_isend), so
+ * without this it would be lost when the process exits, or, sent by
+ * reference (CELL_RNDV), read from memory that is gone; a peer still
+ * waiting for it would find this rank gone (found by the transport suite,
+ * tests/transport). Towards each peer it stops once the queue is empty,
+ * the peer has said goodbye too (it reads nothing more) or has gone, or
+ * after the timeout.
+ */
+hvd_status hvd_shm_shutdown(hvd_transport *t) {
+    shm *tp = (shm *)t;
+    int64_t end;
+
+    if (tp->failure.status != HVD_OK || tp->seg == NULL)
+        return HVD_OK;
+    atomic_store(&hdr_of(tp->seg)->bye, 1);
+    for (int p = 0; p < tp->size; p++)
+        if (tp->peers[p].seg != NULL)
+            hvd_shm_ring(tp->peers[p].seg);
+    end = hvd_now_ns() + tp->timeout_ns;
+    for (;;) {
+        int left = 0;
+        for (int p = 0; p < tp->size; p++) {
+            speer *pe = &tp->peers[p];
+            if (pe->seg == NULL || atomic_load(&hdr_of(pe->seg)->bye) ||
+                atomic_load(&hdr_of(pe->seg)->failed) != HVD_OK)
+                continue;
+            for (int ch = 0; ch < NCHANNELS; ch++) {
+                if (pe->sendq[ch].count == 0 && pe->ackq[ch].count == 0)
+                    continue;
+                hvd_shm_push(tp, p, ch);
+                /* A message sent by reference (CELL_RNDV) is read from
+                 * this process's memory: it must wait to be read. */
+                if ((pe->sendq[ch].count > 0 || pe->ackq[ch].count > 0) &&
+                    !hvd_shm_peer_exited(pe))
+                    left = 1;
+            }
+        }
+        if (!left || tp->failure.status != HVD_OK || hvd_now_ns() > end)
+            break;
+        sched_yield();
+    }
+    return HVD_OK;
+}

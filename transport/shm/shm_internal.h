@@ -1,0 +1,251 @@
+/*
+ * Private to the shared-memory transport (transport/shm/): its constants,
+ * the segment layout, its structs and the functions its files share.
+ * Nothing outside transport/shm/ includes it; the transport's interface is
+ * transport/shm/shm.h.
+ *
+ *   shm.c    the ops table, segment names and cleanup, waking (futex,
+ *            doorbell) and failing (a failed, dead or stalled peer)
+ *   move.c   moving data: the FIFOs, process_vm_readv, progress, isend,
+ *            irecv, wake and one-sided get
+ *   setup.c  setup: probe, the segments and their exchange, open,
+ *            shutdown and close
+ */
+#ifndef HVD_TRANSPORT_SHM_SHM_INTERNAL_H
+#define HVD_TRANSPORT_SHM_SHM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "transport/base/error.h"
+#include "transport/failure.h"
+#include "transport/shm/shm.h"
+#include "transport/transport.h"
+
+#define SHM_MAGIC 0x31306d6873647668ULL /* "hvdshm01" */
+#define SHM_VERSION 1
+#define LINE 64
+#define NCHANNELS 2
+/* Cells per FIFO and payload bytes per cell, per channel. The data
+ * channel's cells carry whole pipeline chunks of small messages; the
+ * control channel's carry the engine's small messages. */
+static const uint32_t ncells_of[NCHANNELS] = {8, 8};
+static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
+/* How long a waiting rank spins before it sleeps on its futex, by default
+ * (HVD_SHM_SPIN_US). Long enough for the peer's reply to come while this
+ * rank still spins once both are running; a futex wake-up alone costs
+ * about 10 us, and far more on a loaded host. */
+#define SPIN_NS_DEFAULT (200 * 1000LL)
+/* Longest sleep before peers are checked again. */
+#define SLICE_MS 100
+/* How often a waiting rank writes its heartbeat. */
+#define HEARTBEAT_NS (100 * 1000000LL)
+
+enum { CELL_DATA = 1, CELL_RNDV = 2 };
+
+/* A cell's header; its payload follows. seq is written last (release):
+ * seq == n + 1 says the n-th cell of the FIFO is there. */
+typedef struct cell {
+    _Atomic uint64_t seq;
+    uint64_t len;     /* payload bytes in this cell */
+    uint64_t msg_len; /* the whole message */
+    uint64_t addr;    /* CELL_RNDV: the message in the sender's memory */
+    uint32_t kind;
+    uint32_t first; /* 1 on a message's first cell */
+    uint8_t pad[LINE - 40];
+} cell;
+_Static_assert(sizeof(cell) == LINE, "a cell header is one cache line");
+
+/* A FIFO's receiver-written counters, then its cells. */
+typedef struct fifo {
+    _Atomic uint64_t head;  /* cells the receiver has consumed */
+    _Atomic uint64_t acked; /* CELL_RNDV messages the receiver has read */
+    uint8_t pad[LINE - 16];
+} fifo;
+_Static_assert(sizeof(fifo) == LINE, "a FIFO header is one cache line");
+
+/* The start of every segment. Fields one process writes and others poll
+ * sit on lines of their own. */
+typedef struct seg_hdr {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nlocal;
+    int32_t pid;
+    uint32_t ncells[NCHANNELS];
+    uint32_t cell_bytes[NCHANNELS];
+    uint8_t pad0[LINE - 36];
+    _Atomic uint32_t doorbell; /* rung by whoever gives the owner work */
+    uint8_t pad1[LINE - 4];
+    _Atomic uint32_t sleeping; /* the owner sleeps on doorbell */
+    uint8_t pad2[LINE - 4];
+    _Atomic int64_t heartbeat; /* CLOCK_MONOTONIC of the owner, waiting */
+    _Atomic uint32_t bye;      /* the owner has shut down in order */
+    _Atomic int32_t failed;    /* the owner's transport failed: status */
+    int32_t culprit;
+    char failmsg[HVD_ERROR_MAX];
+} seg_hdr;
+
+/* One message in a queue: the caller's request and its progress. */
+typedef struct msg {
+    hvd_req *req; /* NULL once completed early (a buffered send) */
+    uint8_t *buf;
+    size_t len;
+    size_t off;      /* bytes copied so far */
+    uint64_t ack_id; /* CELL_RNDV: acked count that completes it */
+    int owned;       /* buf is a copy this transport frees */
+} msg;
+
+/* FIFO of messages, a ring that grows by doubling (never per message in
+ * the steady state). */
+typedef struct msgq {
+    msg *v;
+    size_t cap;
+    size_t head;
+    size_t count;
+} msgq;
+
+typedef struct speer {
+    int local; /* index among this host's ranks, -1: another host */
+    pid_t pid;
+    int pidfd;    /* -1 where pidfd_open is missing */
+    uint8_t *seg; /* its segment: this rank writes into its FIFOs */
+    size_t seg_len;
+    msgq sendq[NCHANNELS]; /* not yet fully written */
+    msgq ackq[NCHANNELS];  /* CELL_RNDV written, not yet read */
+    msgq recvq[NCHANNELS];
+    uint64_t tail[NCHANNELS];      /* cells written into its FIFO */
+    uint64_t rndv_sent[NCHANNELS]; /* CELL_RNDV messages sent to it */
+    uint64_t rx_head[NCHANNELS];   /* cells consumed from it (mine) */
+    int pending;                   /* messages in flight with it */
+    int64_t last_active;
+} speer;
+
+typedef struct shm {
+    hvd_transport base;
+    int rank;
+    int size;
+    int nlocal;
+    int my_local;
+    int cma;         /* every same-host rank can process_vm_readv every other */
+    int64_t spin_ns; /* 0: sleep at once */
+    uint8_t *seg;    /* mine */
+    size_t seg_len;
+    char seg_name[96];
+    int seg_named; /* still linked in /dev/shm */
+    speer *peers;
+    size_t eager_max; /* larger messages go by CELL_RNDV when cma */
+    int64_t timeout_ns;
+    int64_t last_check;
+    int64_t last_heartbeat;
+    uint32_t seen_bell;
+    char (*hosts)[HVD_HOST_MAX];
+    uint64_t cma_probe;     /* read by peers to test process_vm_readv */
+    hvd_tp_failure failure; /* the first failure, which wins */
+} shm;
+
+/* ------------------------------------------------------------------ */
+/* Layout                                                              */
+
+/* The segment layout and the queues are here, static inline, because
+ * shm.c, move.c and setup.c use them, move.c once per cell or message. */
+
+static inline size_t fifo_bytes(int ch) {
+    return sizeof(fifo) +
+           (size_t)ncells_of[ch] * (sizeof(cell) + cell_bytes_of[ch]);
+}
+
+static inline size_t segment_bytes(int nlocal) {
+    size_t per_src = 0;
+    for (int ch = 0; ch < NCHANNELS; ch++)
+        per_src += fifo_bytes(ch);
+    return sizeof(seg_hdr) + (size_t)nlocal * per_src;
+}
+
+static inline seg_hdr *hdr_of(uint8_t *seg) { return (seg_hdr *)(void *)seg; }
+
+/* The FIFO of segment seg that rank src (local index) writes into. */
+static inline fifo *fifo_of(uint8_t *seg, int src, int ch) {
+    size_t per_src = 0, off;
+    for (int c = 0; c < NCHANNELS; c++)
+        per_src += fifo_bytes(c);
+    off = sizeof(seg_hdr) + (size_t)src * per_src;
+    for (int c = 0; c < ch; c++)
+        off += fifo_bytes(c);
+    return (fifo *)(void *)(seg + off);
+}
+
+static inline cell *cell_of(fifo *f, int ch, uint64_t n) {
+    size_t i = (size_t)(n % ncells_of[ch]);
+    return (cell *)(void *)((uint8_t *)(f + 1) +
+                            i * (sizeof(cell) + cell_bytes_of[ch]));
+}
+
+static inline uint8_t *payload_of(cell *c) { return (uint8_t *)(c + 1); }
+
+/* ------------------------------------------------------------------ */
+/* Queues                                                              */
+
+static inline int q_push(msgq *q, const msg *m) {
+    if (q->count == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 16;
+        msg *v = malloc(cap * sizeof(*v));
+        if (v == NULL)
+            return -1;
+        for (size_t i = 0; i < q->count; i++)
+            v[i] = q->v[(q->head + i) % q->cap];
+        free(q->v);
+        q->v = v;
+        q->cap = cap;
+        q->head = 0;
+    }
+    q->v[(q->head + q->count) % q->cap] = *m;
+    q->count++;
+    return 0;
+}
+
+static inline msg *q_front(msgq *q) { return q->count ? &q->v[q->head] : NULL; }
+
+static inline void q_pop(msgq *q) {
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared between the files (each defined where its section lives)     */
+
+/* shm.c: waking and failing. */
+long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
+                   const struct timespec *ts);
+void hvd_shm_ring(uint8_t *seg);
+void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen);
+void hvd_shm_complete(hvd_req *req, hvd_status status);
+hvd_status hvd_shm_fail_with(void *arg, hvd_status status, int culprit,
+                             int origin, const char *text);
+int hvd_shm_peer_exited(const speer *pe);
+hvd_status hvd_shm_check_peers(shm *tp, int64_t now);
+
+/* move.c: moving data. */
+int hvd_shm_push(shm *tp, int p, int ch);
+int hvd_shm_pass(shm *tp);
+hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms);
+hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
+                         const void *buf, size_t len, hvd_req *req);
+hvd_status hvd_shm_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                         size_t len, hvd_req *req);
+void hvd_shm_wake(hvd_transport *t);
+hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
+                       size_t len);
+int hvd_shm_can_get(hvd_transport *t, int peer);
+
+/* setup.c. */
+void hvd_shm_close(hvd_transport *t);
+hvd_status hvd_shm_probe(const hvd_transport_params *params, hvd_caps *caps);
+hvd_status hvd_shm_open(const hvd_transport_params *params,
+                        hvd_transport **out);
+hvd_status hvd_shm_shutdown(hvd_transport *t);
+
+#endif
