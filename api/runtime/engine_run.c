@@ -1,0 +1,480 @@
+/* The engine (engine.h): running a cycle's responses: fused host allreduces,
+ * the other collectives, device tensors. */
+
+#include "api/runtime/engine_internal.h"
+
+/* ------------------------------------------------------------------ */
+/* Running responses                                                   */
+
+static hvd_status fusion_room(hvd_engine *eng, size_t bytes) {
+    if (bytes > eng->fusion_cap) {
+        size_t cap = hvd_grow_cap(bytes, eng->cfg.fusion_threshold);
+        void *p = malloc(cap);
+        if (p == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory for a %zu-byte fusion buffer",
+                                 cap);
+        free(eng->fusion);
+        eng->fusion = p;
+        eng->fusion_cap = cap;
+    }
+    return HVD_OK;
+}
+
+/* Now, if a timeline is written (clock reads cost nothing otherwise). */
+static int64_t stamp(const hvd_engine *eng) {
+    return eng->timeline != NULL ? hvd_now_ns() : 0;
+}
+
+/* Timeline args of a collective: where it runs and how (the selector's
+ * plan for it, which is what hvd_coll_* then runs). */
+static void collective_args(hvd_engine *eng, char *out, size_t outlen,
+                            hvd_coll_kind kind, hvd_dtype dtype, int ntensors,
+                            size_t bytes) {
+    hvd_plan plan;
+
+    hvd_coll_plan(eng->data, kind, bytes, dtype, &plan);
+    snprintf(out, outlen,
+             "\"transport\": \"%s\", \"algorithm\": \"%s\", "
+             "\"chunk\": %zu, \"tensors\": %d, \"bytes\": %zu",
+             hvd_plan_transport(&plan),
+             plan.algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan.algo),
+             plan.chunk, ntensors, bytes);
+}
+
+/* ------------------------------------------------------------------ */
+/* Device tensors (api/runtime/devexec.h) */
+
+/* A fence may have been reached: wakes the engine (any thread; a CUDA
+ * host callback). */
+void hvd_eng_dev_wake(void *arg) {
+    hvd_engine *eng = arg;
+
+    if (eng->tp != NULL) {
+        eng->tp->ops->wake(eng->tp);
+        return;
+    }
+    pthread_mutex_lock(&hvd_eng_lock);
+    eng->gpu_woken = 1;
+    pthread_cond_broadcast(&hvd_eng_cond);
+    pthread_mutex_unlock(&hvd_eng_lock);
+}
+
+static hvd_status devq_push(hvd_engine *eng, hvd_request *req, uint64_t seq) {
+    if (eng->devq_n == eng->devq_cap) {
+        size_t cap = eng->devq_cap ? 2 * eng->devq_cap : 64;
+        devwait *q = malloc(cap * sizeof(*q));
+        if (q == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        for (size_t i = 0; i < eng->devq_n; i++)
+            q[i] = eng->devq[(eng->devq_head + i) % eng->devq_cap];
+        free(eng->devq);
+        eng->devq = q;
+        eng->devq_cap = cap;
+        eng->devq_head = 0;
+    }
+    eng->devq[(eng->devq_head + eng->devq_n) % eng->devq_cap] =
+        (devwait){.req = req, .seq = seq};
+    eng->devq_n++;
+    return HVD_OK;
+}
+
+/* Completes the device requests whose fence the GPU has reached. */
+hvd_status hvd_eng_dev_reap(hvd_engine *eng) {
+    uint64_t done;
+    hvd_status st;
+    int64_t t;
+
+    if (eng->devq_n == 0)
+        return HVD_OK;
+    st = hvd_devexec_poll(eng->dev, &done);
+    if (st != HVD_OK)
+        return st;
+    t = stamp(eng);
+    while (eng->devq_n > 0 && eng->devq[eng->devq_head].seq <= done) {
+        hvd_request *req = eng->devq[eng->devq_head].req;
+        eng->devq_head = (eng->devq_head + 1) % eng->devq_cap;
+        eng->devq_n--;
+        hvd_timeline_end(eng->timeline, req->name, t);
+        hvd_eng_finish(eng, req, HVD_OK, NULL);
+    }
+    return HVD_OK;
+}
+
+/* 1 if hvd_eng_dev_reap has something to do (or an error to report). */
+int hvd_eng_dev_ready(hvd_engine *eng) {
+    uint64_t done;
+
+    if (eng->devq_n == 0)
+        return 0;
+    return hvd_devexec_poll(eng->dev, &done) != HVD_OK ||
+           done >= eng->devq[eng->devq_head].seq;
+}
+
+/* At the end: waits (bounded) for the device work still in flight. */
+hvd_status hvd_eng_dev_drain(hvd_engine *eng) {
+    int64_t deadline = hvd_now_ns() + eng->cfg.timeout_ns;
+
+    for (;;) {
+        hvd_status st = hvd_eng_dev_reap(eng);
+        if (st != HVD_OK || eng->devq_n == 0)
+            return st;
+        if (hvd_now_ns() > deadline)
+            return hvd_error_set(HVD_ERR_TIMEOUT,
+                                 "rank %d: the GPU did not finish '%s' "
+                                 "within %.0f s of shutdown",
+                                 eng->rank, eng->devq[eng->devq_head].req->name,
+                                 (double)eng->cfg.timeout_ns / 1e9);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The job failed: so do the device requests in flight. */
+void hvd_eng_dev_fail_all(hvd_engine *eng, hvd_status status,
+                          const char *text) {
+    while (eng->devq_n > 0) {
+        hvd_request *req = eng->devq[eng->devq_head].req;
+        eng->devq_head = (eng->devq_head + 1) % eng->devq_cap;
+        eng->devq_n--;
+        hvd_eng_finish(eng, req, status, text);
+    }
+}
+
+/*
+ * After a device operation was handed to the GPU (st == HVD_OK, fence
+ * seq) or was refused: reqs (NULL entries: joined) then wait for the fence,
+ * or fail alike on every rank when the GPU cannot be used (not fatal).
+ */
+static hvd_status dev_handed(hvd_engine *eng, hvd_request **reqs, size_t n,
+                             hvd_status st, int fatal, uint64_t seq,
+                             const char *event, int64_t t, int ntensors,
+                             size_t bytes) {
+    char args[256], text[HVD_ERROR_MAX];
+
+    eng->n_collectives++;
+    if (st != HVD_OK && fatal)
+        return st;
+    if (st != HVD_OK) {
+        snprintf(text, sizeof(text), "%s", hvd_error_get());
+        for (size_t i = 0; i < n; i++)
+            if (reqs[i] != NULL)
+                hvd_eng_complete(eng, reqs[i], st, text);
+        return HVD_OK;
+    }
+    snprintf(args, sizeof(args),
+             "\"transport\": \"%s\", \"memory\": \"device\", "
+             "\"tensors\": %d, \"bytes\": %zu",
+             hvd_devexec_path(eng->dev), ntensors, bytes);
+    for (size_t i = 0; i < n; i++) {
+        if (reqs[i] == NULL)
+            continue;
+        hvd_timeline_begin(eng->timeline, reqs[i]->name, event, t, args);
+        hvd_eng_retire(eng, reqs[i]);
+        st = devq_push(eng, reqs[i], seq);
+        if (st != HVD_OK)
+            return st;
+    }
+    return HVD_OK;
+}
+
+/* Allreduces resps[first, last) of device tensors (one collective). */
+static hvd_status run_device_allreduce(hvd_engine *eng, resp *rs, size_t first,
+                                       size_t last) {
+    const resp *r0 = &rs[first];
+    size_t n = 0, k = 0, total = 0, nreq = last - first;
+    hvd_request **reqs;
+    uint64_t seq = 0;
+    int fatal = 1;
+    int64_t t = stamp(eng);
+    hvd_status st;
+
+    for (size_t i = first; i < last; i++) {
+        n += rs[i].desc.ncounts;
+        total += (size_t)hvd_opdesc_total(&rs[i].desc);
+    }
+    /* The tensors, then the requests after them in the same array. */
+    size_t need = n * sizeof(hvd_dev_tensor) + nreq * sizeof(hvd_request *);
+    if (need > eng->dtens_cap * sizeof(hvd_dev_tensor)) {
+        size_t cap = need / sizeof(hvd_dev_tensor) + 1;
+        hvd_dev_tensor *p = realloc(eng->dtens, cap * sizeof(*p));
+        if (p == NULL)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        eng->dtens = p;
+        eng->dtens_cap = cap;
+    }
+    reqs = (hvd_request **)(void *)(eng->dtens + n);
+    for (size_t i = first; i < last; i++) {
+        hvd_request *req = rs[i].self_joined
+                               ? NULL
+                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        if (!rs[i].self_joined && req == NULL)
+            return hvd_error_set(HVD_ERR_INTERNAL,
+                                 "rank %d has no request '%s' to run",
+                                 eng->rank, rs[i].name);
+        reqs[i - first] = req;
+        for (size_t c = 0; c < rs[i].desc.ncounts; c++)
+            eng->dtens[k++] =
+                (hvd_dev_tensor){.send = req != NULL ? req->send[c] : NULL,
+                                 .recv = req != NULL ? req->recv[c] : NULL,
+                                 .count = rs[i].desc.counts[c]};
+    }
+    st = hvd_devexec_allreduce(eng->dev, eng->dtens, n, r0->desc.dtype,
+                               r0->desc.op, r0->contributors, &seq, &fatal);
+    return dev_handed(eng, reqs, nreq, st, fatal, seq, "ALLREDUCE", t, (int)n,
+                      total * hvd_dtype_size(r0->desc.dtype));
+}
+
+/* A broadcast or allgather of device tensors. */
+static hvd_status run_device_other(hvd_engine *eng, const resp *r,
+                                   hvd_request *req) {
+    uint64_t seq = 0;
+    int fatal = 1;
+    int64_t t = stamp(eng);
+    hvd_status st;
+
+    if (r->desc.kind == HVD_KIND_BROADCAST)
+        st = hvd_devexec_broadcast(eng->dev, req->recv[0], req->counts[0],
+                                   r->desc.dtype, r->desc.root, &seq, &fatal);
+    else
+        st = hvd_devexec_allgather(eng->dev, req->send[0], req->recv[0],
+                                   req->counts[0], r->desc.dtype, &seq, &fatal);
+    return dev_handed(
+        eng, &req, 1, st, fatal, seq,
+        r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST" : "ALLGATHER", t, 1,
+        (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype));
+}
+
+/*
+ * Allreduces resps[first, last): one collective, in place on the caller's
+ * buffers for a single tensor, else through the fusion buffer.
+ */
+static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
+                                size_t last) {
+    const resp *r0 = &rs[first];
+    hvd_dtype dtype = r0->desc.dtype;
+    size_t esize = hvd_dtype_size(dtype);
+    int average_here =
+        r0->desc.op == HVD_AVERAGE && r0->contributors != eng->size;
+    hvd_op op = average_here ? HVD_SUM : r0->desc.op;
+    size_t total = 0, ntensors = 0;
+    int64_t t;
+    hvd_status st;
+    char args[256];
+
+    for (size_t i = first; i < last; i++) {
+        total += (size_t)hvd_opdesc_total(&rs[i].desc);
+        ntensors += rs[i].desc.ncounts;
+    }
+    t = hvd_now_ns();
+    for (size_t i = first; i < last; i++) {
+        hvd_timeline_end(eng->timeline, rs[i].name, t); /* QUEUE */
+    }
+    if (r0->desc.mem == HVD_MEM_DEVICE)
+        return run_device_allreduce(eng, rs, first, last);
+
+    /* The path is the selector's choice for this size (what the timeline
+     * shows before the collective runs). */
+    collective_args(eng, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
+                    (int)ntensors, total * esize);
+    if (ntensors == 1 && !r0->self_joined) {
+        hvd_request *req = hvd_namemap_get(&eng->by_name, r0->name);
+        if (req == NULL)
+            return hvd_error_set(HVD_ERR_INTERNAL,
+                                 "rank %d has no request '%s' to run",
+                                 eng->rank, r0->name);
+        void *recv = req->recv[0];
+        hvd_timeline_begin(eng->timeline, r0->name, "ALLREDUCE", t, args);
+        st =
+            hvd_coll_allreduce(eng->data, req->send[0], recv, total, dtype, op);
+        if (st == HVD_OK && average_here)
+            hvd_reduce_scale_div(recv, total, dtype, r0->contributors);
+        t = hvd_now_ns();
+        hvd_timeline_end(eng->timeline, r0->name, t);
+        eng->n_collectives++;
+        if (st != HVD_OK)
+            return st;
+        hvd_eng_complete(eng, req, HVD_OK, NULL);
+        return HVD_OK;
+    }
+
+    st = fusion_room(eng, total * esize > 0 ? total * esize : 1);
+    if (st != HVD_OK)
+        return st;
+    uint8_t *fb = eng->fusion;
+    size_t off = 0;
+    for (size_t i = first; i < last; i++) {
+        hvd_request *req = rs[i].self_joined
+                               ? NULL
+                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_timeline_begin(eng->timeline, rs[i].name, "MEMCPY_IN_FUSION_BUFFER",
+                           stamp(eng), NULL);
+        for (size_t k = 0; k < rs[i].desc.ncounts; k++) {
+            size_t n = (size_t)rs[i].desc.counts[k];
+            if (req == NULL)
+                hvd_reduce_fill_neutral(fb + off, n, dtype, op);
+            else if (n > 0)
+                memcpy(fb + off, req->send[k], n * esize);
+            off += n * esize;
+        }
+        hvd_timeline_end(eng->timeline, rs[i].name, stamp(eng));
+    }
+    t = stamp(eng);
+    for (size_t i = first; i < last; i++)
+        hvd_timeline_begin(eng->timeline, rs[i].name, "ALLREDUCE", t, args);
+    st = hvd_coll_allreduce(eng->data, fb, fb, total, dtype, op);
+    if (st == HVD_OK && average_here)
+        hvd_reduce_scale_div(fb, total, dtype, r0->contributors);
+    eng->n_collectives++;
+    t = stamp(eng);
+    for (size_t i = first; i < last; i++)
+        hvd_timeline_end(eng->timeline, rs[i].name, t);
+    if (st != HVD_OK)
+        return st;
+    off = 0;
+    for (size_t i = first; i < last; i++) {
+        hvd_request *req = rs[i].self_joined
+                               ? NULL
+                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_timeline_begin(eng->timeline, rs[i].name,
+                           "MEMCPY_OUT_FUSION_BUFFER", stamp(eng), NULL);
+        for (size_t k = 0; k < rs[i].desc.ncounts; k++) {
+            size_t n = (size_t)rs[i].desc.counts[k];
+            if (req != NULL && n > 0)
+                memcpy(req->recv[k], fb + off, n * esize);
+            off += n * esize;
+        }
+        hvd_timeline_end(eng->timeline, rs[i].name, stamp(eng));
+        if (req != NULL)
+            hvd_eng_complete(eng, req, HVD_OK, NULL);
+    }
+    return HVD_OK;
+}
+
+/* Runs one broadcast, allgather, barrier, join or call response. */
+static hvd_status run_other(hvd_engine *eng, const resp *r) {
+    hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+    hvd_status st = HVD_OK;
+    int64_t t = hvd_now_ns();
+    char args[256];
+
+    hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
+    if (req == NULL) {
+        /* Only a joined rank meets an operation it did not ask for, and
+         * only for what can complete without it (allreduce, barrier). */
+        if (r->desc.kind == HVD_KIND_BARRIER)
+            return HVD_OK;
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "rank %d has no request '%s' to run", eng->rank,
+                             r->name);
+    }
+    if (r->desc.mem == HVD_MEM_DEVICE && (r->desc.kind == HVD_KIND_BROADCAST ||
+                                          r->desc.kind == HVD_KIND_ALLGATHER))
+        return run_device_other(eng, r, req);
+    switch (r->desc.kind) {
+    case HVD_KIND_BROADCAST:
+        st = hvd_coll_broadcast(eng->data, req->recv[0], req->counts[0],
+                                r->desc.dtype, r->desc.root);
+        eng->n_collectives++;
+        break;
+    case HVD_KIND_ALLGATHER:
+        st = hvd_coll_allgather(eng->data, req->send[0], req->recv[0],
+                                req->counts[0], r->desc.dtype);
+        eng->n_collectives++;
+        break;
+    case HVD_KIND_CALL:
+        req->fn(req->fn_arg, eng->data);
+        break;
+    case HVD_KIND_JOIN:
+        req->last_rank = r->last_joined;
+        break;
+    default: /* barrier: that every rank asked is the barrier */
+        break;
+    }
+    if (st != HVD_OK)
+        return st;
+    if (r->desc.kind == HVD_KIND_BROADCAST ||
+        r->desc.kind == HVD_KIND_ALLGATHER) {
+        size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype);
+        int bc = r->desc.kind == HVD_KIND_BROADCAST;
+        collective_args(eng, args, sizeof(args),
+                        bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER,
+                        r->desc.dtype, 1,
+                        bc ? bytes : bytes * (size_t)eng->size);
+        hvd_timeline_begin(eng->timeline, r->name,
+                           r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST"
+                                                              : "ALLGATHER",
+                           t, args);
+        hvd_timeline_end(eng->timeline, r->name, hvd_now_ns());
+    }
+    hvd_eng_complete(eng, req, HVD_OK, NULL);
+    return HVD_OK;
+}
+
+/* Whether rs[i] may join the fusion group that starts at rs[first]. */
+static int fuses(const hvd_engine *eng, const resp *rs, size_t first, size_t i,
+                 size_t group_bytes) {
+    const resp *a = &rs[first], *b = &rs[i];
+    size_t bytes =
+        (size_t)hvd_opdesc_total(&b->desc) * hvd_dtype_size(b->desc.dtype);
+
+    return b->status == HVD_OK && b->desc.kind == HVD_KIND_ALLREDUCE &&
+           b->desc.dtype == a->desc.dtype && b->desc.op == a->desc.op &&
+           b->desc.mem == a->desc.mem && b->contributors == a->contributors &&
+           b->self_joined == a->self_joined &&
+           bytes <= eng->cfg.fusion_tensor_max &&
+           group_bytes + bytes <= eng->cfg.fusion_threshold;
+}
+
+/* Runs the cycle's responses in order, fusing neighbouring allreduces. */
+hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
+    int64_t t = hvd_now_ns();
+
+    for (size_t i = 0; i < n; i++) {
+        hvd_request *req = hvd_namemap_get(&eng->by_name, rs[i].name);
+        if (req != NULL) {
+            hvd_timeline_end(eng->timeline, rs[i].name, t); /* NEGOTIATE */
+            hvd_timeline_begin(eng->timeline, rs[i].name, "QUEUE", t, NULL);
+        } else if (rs[i].status == HVD_OK) {
+            /* A joined rank: give it a row all the same. */
+            hvd_timeline_begin(eng->timeline, rs[i].name, "QUEUE", t, NULL);
+        }
+    }
+    for (size_t i = 0; i < n;) {
+        resp *r = &rs[i];
+        hvd_status st;
+
+        if (r->status != HVD_OK) {
+            hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+            if (req != NULL) {
+                hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
+                hvd_eng_complete(eng, req, r->status, r->error);
+            }
+            i++;
+            continue;
+        }
+        if (r->desc.kind != HVD_KIND_ALLREDUCE) {
+            st = run_other(eng, r);
+            if (st != HVD_OK)
+                return st;
+            i++;
+            continue;
+        }
+        size_t last = i + 1;
+        size_t bytes =
+            (size_t)hvd_opdesc_total(&r->desc) * hvd_dtype_size(r->desc.dtype);
+        if (r->desc.ncounts == 1 && bytes <= eng->cfg.fusion_tensor_max &&
+            bytes <= eng->cfg.fusion_threshold) {
+            while (last < n && fuses(eng, rs, i, last, bytes)) {
+                bytes += (size_t)hvd_opdesc_total(&rs[last].desc) *
+                         hvd_dtype_size(rs[last].desc.dtype);
+                last++;
+            }
+        }
+        st = run_allreduce(eng, rs, i, last);
+        if (st != HVD_OK)
+            return st;
+        i = last;
+    }
+    return HVD_OK;
+}
