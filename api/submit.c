@@ -142,10 +142,11 @@ static hvd_status shape_count(const char *fn, const char *name, int ndim,
 }
 
 /*
- * One buffer of kind (allreduce or broadcast), with its shape (ndim >= 2)
- * or without (ndim 0): checked, located, made a request of and handed to
- * the engine. The caller has checked what is the kind's own (op, root);
- * the other kind's member is 0, as in a new request.
+ * One buffer of kind (allreduce, broadcast or allgather), with its shape
+ * (ndim >= 2) or without (ndim 0): checked, located, made a request of and
+ * handed to the engine. The caller has checked what is the kind's own (op,
+ * root); the other kind's member is 0, as in a new request. An allgather's
+ * count must also fit size times over in recvbuf.
  */
 static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
                              const void *sendbuf, void *recvbuf, size_t count,
@@ -155,6 +156,11 @@ static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
     hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
 
+    if (st == HVD_OK && kind == HVD_KIND_ALLGATHER && hvd_size() > 0 &&
+        count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)hvd_size())
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): count %zu times %d ranks is too large",
+                           fn, NAME(name), count, hvd_size());
     if (st == HVD_OK && out == NULL)
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
                            NAME(name));
@@ -282,31 +288,8 @@ hvd_status hvd_broadcast_shaped_async(const char *name, void *buf, int ndim,
 hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
                                void *recvbuf, size_t count, hvd_dtype dtype,
                                hvd_handle *out) {
-    static const char fn[] = "hvd_allgather";
-    hvd_request *req;
-    hvd_memtype mem = HVD_MEM_HOST;
-    hvd_status st = check_buffers(fn, name, sendbuf, recvbuf, count, dtype);
-
-    if (st == HVD_OK && hvd_size() > 0 &&
-        count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)hvd_size())
-        st = hvd_error_set(HVD_ERR_INVALID_ARG,
-                           "%s('%s'): count %zu times %d ranks is too large",
-                           fn, NAME(name), count, hvd_size());
-    if (st == HVD_OK && out == NULL)
-        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
-                           NAME(name));
-    if (st == HVD_OK)
-        st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
-    if (st == HVD_OK)
-        st = hvd_job_request(fn, name, HVD_KIND_ALLGATHER, 1, &req);
-    if (st != HVD_OK)
-        return st;
-    req->desc.dtype = dtype;
-    req->desc.mem = mem;
-    req->send[0] = sendbuf;
-    req->recv[0] = recvbuf;
-    req->counts[0] = count;
-    return hvd_job_hand_over(fn, req, out);
+    return submit_one("hvd_allgather", name, HVD_KIND_ALLGATHER, sendbuf,
+                      recvbuf, count, 0, NULL, dtype, 0, 0, out);
 }
 
 hvd_status hvd_wait(hvd_handle handle) {

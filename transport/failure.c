@@ -2,6 +2,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "transport/base/log.h"
 
@@ -32,6 +34,35 @@ hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     return fail(tp, status, culprit, self, text);
+}
+
+void hvd_tp_copy_names(const hvd_transport_params *params, int size,
+                       char (**hosts)[HVD_HOST_MAX], int **pids) {
+    *hosts = NULL;
+    *pids = NULL;
+    if (params->hosts == NULL || params->pids == NULL)
+        return;
+    *hosts = malloc((size_t)size * sizeof(**hosts));
+    *pids = malloc((size_t)size * sizeof(**pids));
+    if (*hosts == NULL || *pids == NULL) {
+        free(*hosts);
+        free(*pids);
+        *hosts = NULL;
+        *pids = NULL;
+        return;
+    }
+    memcpy(*hosts, params->hosts, (size_t)size * sizeof(**hosts));
+    memcpy(*pids, params->pids, (size_t)size * sizeof(**pids));
+}
+
+void hvd_tp_describe(char *out, size_t outlen, int peer, int size,
+                     const char *host, int pid) {
+    if (peer < 0 || peer >= size)
+        snprintf(out, outlen, "an unknown peer");
+    else if (host != NULL && pid >= 0)
+        snprintf(out, outlen, "rank %d (pid %d on %s)", peer, pid, host);
+    else
+        snprintf(out, outlen, "rank %d", peer);
 }
 
 hvd_status hvd_tp_fail_stalled(hvd_tp_fail_fn fail, void *tp, int self,

@@ -17,6 +17,7 @@
 
 #include "hvd/hvd.h"
 #include "transport/base/error.h"
+#include "transport/transport.h"
 
 typedef struct hvd_tp_failure {
     hvd_status status;        /* HVD_OK until the transport fails */
@@ -51,6 +52,22 @@ typedef hvd_status (*hvd_tp_fail_fn)(void *tp, hvd_status status, int culprit,
 hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
                         hvd_status status, int culprit, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+
+/*
+ * Copies params' host names and pids, when it has them, for a transport's
+ * sentences (hvd_tp_describe); the caller frees both. Without them, or
+ * without memory, both are NULL and the sentences say "rank N" only.
+ */
+void hvd_tp_copy_names(const hvd_transport_params *params, int size,
+                       char (**hosts)[HVD_HOST_MAX], int **pids);
+
+/*
+ * Writes how a transport names peer in its sentences into out: "rank 3
+ * (pid 1234 on host-a)", "rank 3" when host is NULL or pid < 0 (not
+ * known yet), "an unknown peer" when peer is not in [0, size).
+ */
+void hvd_tp_describe(char *out, size_t outlen, int peer, int size,
+                     const char *host, int pid);
 
 /*
  * Fails the transport because peer (described by who, e.g. "rank 1 on

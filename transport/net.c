@@ -170,21 +170,34 @@ static void reuse_addr(int fd) {
                   strerror(errno));
 }
 
-hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
-                          int *port_out) {
-    struct sockaddr_storage ss;
-    socklen_t len = parse_addr(addr, port, &ss);
-    int fd;
-
-    if (len == 0)
+/* A non-blocking TCP socket for addr:port (a numeric address), with
+ * SO_REUSEADDR, and the address in *ss. */
+static hvd_status open_socket(const char *addr, int port,
+                              struct sockaddr_storage *ss, socklen_t *len,
+                              int *fd_out) {
+    *len = parse_addr(addr, port, ss);
+    if (*len == 0)
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "'%s' is not a numeric IPv4 or IPv6 address",
                              addr);
-    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    *fd_out =
+        socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (*fd_out < 0)
         return hvd_error_set(HVD_ERR_TRANSPORT, "socket() failed: %s",
                              strerror(errno));
-    reuse_addr(fd);
+    reuse_addr(*fd_out);
+    return HVD_OK;
+}
+
+hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
+                          int *port_out) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd;
+    hvd_status st = open_socket(addr, port, &ss, &len, &fd);
+
+    if (st != HVD_OK)
+        return st;
     if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
         int err = errno;
         close(fd);
@@ -215,21 +228,15 @@ hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
 
 hvd_status hvd_net_connect_start(const char *addr, int port, int *fd_out) {
     struct sockaddr_storage ss;
-    socklen_t len = parse_addr(addr, port, &ss);
+    socklen_t len;
     int fd;
+    /* SO_REUSEADDR: its local port, in TIME_WAIT after the job, then does
+     * not keep a later listener (which sets it too) off that port. */
+    hvd_status st = open_socket(addr, port, &ss, &len, &fd);
 
-    if (len == 0)
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "'%s' is not a numeric IPv4 or IPv6 address",
-                             addr);
-    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "socket() failed: %s",
-                             strerror(errno));
+    if (st != HVD_OK)
+        return st;
     hvd_net_nodelay(fd);
-    /* Its local port, in TIME_WAIT after the job, then does not keep a
-     * later listener (which sets it too) off that port. */
-    reuse_addr(fd);
     if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) {
         int err = errno;
         close(fd);

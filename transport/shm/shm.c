@@ -66,13 +66,10 @@ void hvd_shm_ring(uint8_t *seg) {
 }
 
 void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen) {
-    if (peer < 0 || peer >= tp->size)
-        snprintf(out, outlen, "an unknown peer");
-    else if (tp->hosts != NULL)
-        snprintf(out, outlen, "rank %d (pid %d on %s)", peer,
-                 (int)tp->peers[peer].pid, tp->hosts[peer]);
-    else
-        snprintf(out, outlen, "rank %d", peer);
+    int known = peer >= 0 && peer < tp->size && tp->hosts != NULL;
+
+    hvd_tp_describe(out, outlen, peer, tp->size, known ? tp->hosts[peer] : NULL,
+                    known ? (int)tp->peers[peer].pid : -1);
 }
 
 void hvd_shm_complete(hvd_req *req, hvd_status status) {

@@ -370,16 +370,7 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     tp->socks =
         calloc((size_t)tp->size * (size_t)tp->nconn, sizeof(*tp->socks));
-    if (params->hosts != NULL && params->pids != NULL) {
-        tp->hosts = malloc((size_t)tp->size * sizeof(*tp->hosts));
-        tp->pids = malloc((size_t)tp->size * sizeof(*tp->pids));
-        if (tp->hosts != NULL && tp->pids != NULL) {
-            memcpy(tp->hosts, params->hosts,
-                   (size_t)tp->size * sizeof(*tp->hosts));
-            memcpy(tp->pids, params->pids,
-                   (size_t)tp->size * sizeof(*tp->pids));
-        }
-    }
+    hvd_tp_copy_names(params, tp->size, &tp->hosts, &tp->pids);
     if (tp->peers == NULL || tp->socks == NULL) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto fail;

@@ -220,9 +220,31 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
     for (;;) {
         if (!s->in_frame) {
             size_t avail = s->rx_end - s->rx_off;
-            hvd_frame f;
+            hvd_frame f = {0};
+            /* A header, or an ABORT's body, not all here yet. */
+            int more = avail < HVD_FRAME_HDR_LEN;
 
-            if (avail < HVD_FRAME_HDR_LEN) {
+            if (!more) {
+                if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) !=
+                    HVD_OK) {
+                    char who[160];
+                    hvd_tcp_describe(tp, s->peer, who, sizeof(who));
+                    return hvd_tp_failf(hvd_tcp_fail_with, tp, tp->rank,
+                                        HVD_ERR_TRANSPORT, s->peer,
+                                        "protocol error from %s: %s", who,
+                                        hvd_error_get());
+                }
+                if (f.type == HVD_FRAME_BYE || f.type == HVD_FRAME_HEARTBEAT) {
+                    s->rx_off += HVD_FRAME_HDR_LEN;
+                    s->rx_seq++;
+                    if (f.type == HVD_FRAME_BYE)
+                        s->bye_rx = 1;
+                    continue;
+                }
+                more = f.type == HVD_FRAME_ABORT &&
+                       avail < HVD_FRAME_HDR_LEN + f.len;
+            }
+            if (more) {
                 int r = s->eof ? -1 : rx_fill(s, &st);
                 if (r == 0)
                     break;
@@ -232,35 +254,9 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
                     return st;
                 continue;
             }
-            if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) !=
-                HVD_OK) {
-                char who[160];
-                hvd_tcp_describe(tp, s->peer, who, sizeof(who));
-                return hvd_tp_failf(
-                    hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_TRANSPORT, s->peer,
-                    "protocol error from %s: %s", who, hvd_error_get());
-            }
-            if (f.type == HVD_FRAME_BYE || f.type == HVD_FRAME_HEARTBEAT) {
-                s->rx_off += HVD_FRAME_HDR_LEN;
-                s->rx_seq++;
-                if (f.type == HVD_FRAME_BYE)
-                    s->bye_rx = 1;
-                continue;
-            }
-            if (f.type == HVD_FRAME_ABORT) {
-                if (avail < HVD_FRAME_HDR_LEN + f.len) {
-                    int r = s->eof ? -1 : rx_fill(s, &st);
-                    if (r == 0)
-                        break;
-                    if (r == -1)
-                        return on_eof(s);
-                    if (r < 0)
-                        return st;
-                    continue;
-                }
+            if (f.type == HVD_FRAME_ABORT)
                 return on_abort(s, s->rx + s->rx_off + HVD_FRAME_HDR_LEN,
                                 (size_t)f.len);
-            }
             if (s->recvq.count == 0) {
                 /* Data for a receive not posted yet: leave it in the
                  * staging buffer (and the kernel) until irecv. */

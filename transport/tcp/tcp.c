@@ -46,13 +46,11 @@ void hvd_tcp_part_range(size_t len, int nparts, int i, size_t *off_out,
 /* Failure                                                             */
 
 void hvd_tcp_describe(const tcp *tp, int peer, char *out, size_t outlen) {
-    if (peer < 0 || peer >= tp->size)
-        snprintf(out, outlen, "an unknown peer");
-    else if (tp->hosts != NULL && tp->pids != NULL)
-        snprintf(out, outlen, "rank %d (pid %d on %s)", peer, tp->pids[peer],
-                 tp->hosts[peer]);
-    else
-        snprintf(out, outlen, "rank %d", peer);
+    int known =
+        peer >= 0 && peer < tp->size && tp->hosts != NULL && tp->pids != NULL;
+
+    hvd_tp_describe(out, outlen, peer, tp->size, known ? tp->hosts[peer] : NULL,
+                    known ? tp->pids[peer] : -1);
 }
 
 /* Writes buf fully unless the peer is gone or deadline passes; returns the

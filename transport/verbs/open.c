@@ -106,16 +106,7 @@ static hvd_status open_set(const hvd_ibv_seam *seam,
     mine = calloc(1, blen);
     qinfo = calloc((size_t)tp->size * 2, sizeof(*qinfo));
     conns = calloc((size_t)tp->size, sizeof(*conns));
-    if (params->hosts != NULL && params->pids != NULL) {
-        tp->hosts = malloc((size_t)tp->size * sizeof(*tp->hosts));
-        tp->pids = malloc((size_t)tp->size * sizeof(*tp->pids));
-        if (tp->hosts != NULL && tp->pids != NULL) {
-            memcpy(tp->hosts, params->hosts,
-                   (size_t)tp->size * sizeof(*tp->hosts));
-            memcpy(tp->pids, params->pids,
-                   (size_t)tp->size * sizeof(*tp->pids));
-        }
-    }
+    hvd_tp_copy_names(params, tp->size, &tp->hosts, &tp->pids);
     if (tp->qps == NULL || tp->pending == NULL || tp->last_active == NULL ||
         blobs == NULL || mine == NULL || qinfo == NULL || conns == NULL) {
         /* Still take part in the exchange, so no rank waits for us. */

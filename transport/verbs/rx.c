@@ -7,30 +7,23 @@
 /* Receiving                                                           */
 
 static hvd_status mismatch(vqp *q, size_t sent, int more, size_t want) {
-    char who[160];
-
-    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(
-        hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_MISMATCH, q->peer,
-        "%s sent a message of %s%zu bytes where this rank expected "
-        "%zu: ranks called collectives in different orders or with "
-        "different counts",
-        who, more ? "more than " : "", sent, want);
+    return hvd_vb_peer_failf(
+        q, HVD_ERR_MISMATCH,
+        "sent a message of %s%zu bytes where this rank expected %zu: ranks "
+        "called collectives in different orders or with different counts",
+        more ? "more than " : "", sent, want);
 }
 
 /* The ranks disagree on the memory type of message r: it came the host
  * way (eager or through the ring) into a receive of device memory. */
 static hvd_status memtype_mismatch_rx(vqp *q, const rxreq *r) {
-    char who[160];
-
-    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(
-        hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT, q->peer,
-        "%s sent message %llu of %zu bytes on the %s channel from "
+    return hvd_vb_peer_failf(
+        q, HVD_ERR_TRANSPORT,
+        "sent message %llu of %zu bytes on the %s channel from "
         "host memory (through eager or ring buffers) while this rank "
         "(rank %d) receives it into CUDA device memory: the ranks "
         "disagree on the memory type of an operation",
-        who, (unsigned long long)r->seq, r->len,
+        (unsigned long long)r->seq, r->len,
         q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
 }
 
@@ -133,32 +126,25 @@ static hvd_status arrive(vqp *q, int chunk, uint32_t idx, uint32_t len,
 }
 
 hvd_status hvd_vb_on_bye(vqp *q) {
-    char who[160];
-
     q->bye_rx = 1;
     if (q->rq_count == 0 || q->tp->shutting_down)
         return HVD_OK;
-    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(
-        hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_PEER_LOST, q->peer,
-        "%s called hvd_shutdown while this rank still expected data "
-        "from it: ranks did not run the same collectives",
-        who);
+    return hvd_vb_peer_failf(
+        q, HVD_ERR_PEER_LOST,
+        "called hvd_shutdown while this rank still expected data "
+        "from it: ranks did not run the same collectives");
 }
 
 /* The sender learns that the receiver of message r->seq receives it into
  * device memory, after it had sent it from host memory. */
 static hvd_status memtype_mismatch_tx(vqp *q, const hvd_vrdv *r) {
-    char who[160];
-
-    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(
-        hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT, q->peer,
-        "%s receives message %llu of %llu bytes on the %s channel "
+    return hvd_vb_peer_failf(
+        q, HVD_ERR_TRANSPORT,
+        "receives message %llu of %llu bytes on the %s channel "
         "into CUDA device memory, but this rank (rank %d) had "
         "already sent it from host memory: the ranks disagree on "
         "the memory type of an operation",
-        who, (unsigned long long)r->seq, (unsigned long long)r->len,
+        (unsigned long long)r->seq, (unsigned long long)r->len,
         q->ch == HVD_CHANNEL_DATA ? "data" : "control", q->tp->rank);
 }
 

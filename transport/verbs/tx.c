@@ -20,11 +20,7 @@ hvd_status hvd_vb_maybe_credit(vqp *q) {
     err = hvd_vb_post_ctl(q, HVD_VMSG_CREDIT, NULL, 0);
     if (err <= 1)
         return HVD_OK; /* posted, or later when a buffer frees */
-    char who[160];
-    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT,
-                        -1, "ibv_post_send(credit message) to %s failed: %s",
-                        who, strerror(err));
+    return hvd_vb_post_failed(q, "credit message", err);
 }
 
 hvd_status hvd_vb_post_failed(vqp *q, const char *what, int err) {
@@ -42,29 +38,15 @@ static int send_eager(vqp *q, txmsg *m, hvd_status *st) {
     vtp *tp = q->tp;
     hvd_vhdr h = {.type = HVD_VMSG_DATA, .len = (uint32_t)m->len};
     wrctx ctx = {.stage = -1, .kind = WR_EAGER, .sbuf = 1};
-    struct ibv_sge sge;
-    struct ibv_send_wr wr;
-    uint8_t *b;
     int err;
 
     if (q->cr.eager == 0 || sb_free(q) <= SEND_RESERVE || wr_free(q) < 1)
         return 0;
     hvd_vcredit_take_eager(&q->cr);
     hvd_vcredit_collect(&q->cr, &h.eager_ret, &h.slot_ret);
-    b = sb_take(q);
-    hvd_vhdr_encode(&h, b);
-    if (m->len > 0)
-        memcpy(b + HVD_VHDR_LEN, m->buf, m->len);
     tp->ctr.eager_tx++;
     tp->ctr.cpu_bytes += m->len;
-    sge = (struct ibv_sge){.addr = (uintptr_t)b,
-                           .length = (uint32_t)(HVD_VHDR_LEN + m->len),
-                           .lkey = tp->mem_mr->lkey};
-    memset(&wr, 0, sizeof(wr));
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    err = hvd_vb_post_wr(q, &wr, &ctx);
+    err = hvd_vb_post_sbuf(q, &h, m->buf, m->len, &ctx);
     if (err != 0) {
         *st = hvd_vb_post_failed(q, "eager message", err);
         return 0;
@@ -246,14 +228,12 @@ hvd_status hvd_vb_rdv_progress(vqp *q) {
 /* m goes into the buffer r offers. */
 static hvd_status start_rdv(vqp *q, txmsg *m, hvd_vrdv *r) {
     if (r->len != m->len) {
-        char who[160];
-        hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-        return hvd_tp_failf(
-            hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_MISMATCH, q->peer,
-            "%s expects a message of %llu bytes where this rank "
-            "(rank %d) sends %zu: ranks called collectives in "
-            "different orders or with different counts",
-            who, (unsigned long long)r->len, q->tp->rank, m->len);
+        return hvd_vb_peer_failf(
+            q, HVD_ERR_MISMATCH,
+            "expects a message of %llu bytes where this rank (rank %d) sends "
+            "%zu: ranks called collectives in different orders or with "
+            "different counts",
+            (unsigned long long)r->len, q->tp->rank, m->len);
     }
     m->rdv = 1;
     m->raddr = r->addr;

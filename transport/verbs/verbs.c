@@ -7,13 +7,11 @@
 /* Failure                                                             */
 
 void hvd_vb_describe(const vtp *tp, int peer, char *out, size_t outlen) {
-    if (peer < 0 || peer >= tp->size)
-        snprintf(out, outlen, "an unknown peer");
-    else if (tp->hosts != NULL && tp->pids != NULL)
-        snprintf(out, outlen, "rank %d (pid %d on %s)", peer, tp->pids[peer],
-                 tp->hosts[peer]);
-    else
-        snprintf(out, outlen, "rank %d", peer);
+    int known =
+        peer >= 0 && peer < tp->size && tp->hosts != NULL && tp->pids != NULL;
+
+    hvd_tp_describe(out, outlen, peer, tp->size, known ? tp->hosts[peer] : NULL,
+                    known ? tp->pids[peer] : -1);
 }
 
 /* Posts one signaled send work request with its context. Returns the
@@ -32,36 +30,46 @@ int hvd_vb_post_wr(vqp *q, struct ibv_send_wr *wr, const wrctx *ctx) {
     return err;
 }
 
+/* Sends header h and plen bytes of payload from q's next send buffer (the
+ * caller has checked that one and a work request are free). Returns the
+ * errno of ibv_post_send (0: posted); on failure the buffer is free
+ * again. */
+int hvd_vb_post_sbuf(vqp *q, const hvd_vhdr *h, const void *payload,
+                     size_t plen, const wrctx *ctx) {
+    uint8_t *b = sb_take(q);
+    struct ibv_sge sge = {.addr = (uintptr_t)b,
+                          .length = (uint32_t)(HVD_VHDR_LEN + plen),
+                          .lkey = q->tp->mem_mr->lkey};
+    struct ibv_send_wr wr;
+    int err;
+
+    hvd_vhdr_encode(h, b);
+    if (plen > 0)
+        memcpy(b + HVD_VHDR_LEN, payload, plen);
+    memset(&wr, 0, sizeof(wr));
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    err = hvd_vb_post_wr(q, &wr, ctx);
+    if (err != 0)
+        q->sb_used--;
+    return err;
+}
+
 /* Posts a control message (header and payload) on q if a send buffer and
  * a work request are free. Returns 0 if posted, 1 if not now, else the
  * errno of ibv_post_send. */
 int hvd_vb_post_ctl(vqp *q, uint8_t type, const uint8_t *payload, size_t plen) {
-    vtp *tp = q->tp;
     hvd_vhdr h = {.type = type, .len = (uint32_t)plen};
-    struct ibv_sge sge;
-    struct ibv_send_wr wr;
     wrctx ctx = {.stage = -1, .kind = WR_CTL, .type = type, .sbuf = 1};
-    uint8_t *b;
     int err;
 
     if (sb_free(q) < 1 || wr_free(q) < 1 || q->qp == NULL)
         return 1;
     if (type != HVD_VMSG_ABORT)
         hvd_vcredit_collect(&q->cr, &h.eager_ret, &h.slot_ret);
-    b = sb_take(q);
-    hvd_vhdr_encode(&h, b);
-    if (plen > 0)
-        memcpy(b + HVD_VHDR_LEN, payload, plen);
-    sge = (struct ibv_sge){.addr = (uintptr_t)b,
-                           .length = (uint32_t)(HVD_VHDR_LEN + plen),
-                           .lkey = tp->mem_mr->lkey};
-    memset(&wr, 0, sizeof(wr));
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    err = hvd_vb_post_wr(q, &wr, &ctx);
+    err = hvd_vb_post_sbuf(q, &h, payload, plen, &ctx);
     if (err != 0) {
-        q->sb_used--;
         /* The credits taken for the header were not sent. */
         q->cr.eager_ret += h.eager_ret;
         q->cr.slot_ret += h.slot_ret;
@@ -188,6 +196,18 @@ hvd_status hvd_vb_fail_with(void *arg, hvd_status status, int culprit,
             tp->seam->modify_qp(tp->qps[i].qp, &attr, IBV_QP_STATE);
     }
     return hvd_tp_failure_error(&tp->failure);
+}
+
+hvd_status hvd_vb_peer_failf(vqp *q, hvd_status status, const char *fmt, ...) {
+    char who[160], text[HVD_ERROR_MAX];
+    va_list ap;
+
+    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    return hvd_tp_failf(hvd_vb_fail_with, q->tp, q->tp->rank, status, q->peer,
+                        "%s %s", who, text);
 }
 
 hvd_status hvd_vb_protocol_error(vqp *q, const char *what) {

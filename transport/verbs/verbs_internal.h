@@ -290,10 +290,16 @@ static inline hvd_vrdv *rtr_find(vqp *q, uint64_t seq) {
 /* verbs.c */
 void hvd_vb_describe(const vtp *tp, int peer, char *out, size_t outlen);
 int hvd_vb_post_wr(vqp *q, struct ibv_send_wr *wr, const wrctx *ctx);
+int hvd_vb_post_sbuf(vqp *q, const hvd_vhdr *h, const void *payload,
+                     size_t plen, const wrctx *ctx);
 int hvd_vb_post_ctl(vqp *q, uint8_t type, const uint8_t *payload, size_t plen);
 const char *hvd_vb_ctl_name(uint8_t type);
 hvd_status hvd_vb_fail_with(void *arg, hvd_status status, int culprit,
                             int origin, const char *text);
+/* Fails the transport with q's peer as the culprit, in the sentence
+ * "<the peer: rank, pid, host> <fmt formatted>". */
+hvd_status hvd_vb_peer_failf(vqp *q, hvd_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 hvd_status hvd_vb_protocol_error(vqp *q, const char *what);
 hvd_status hvd_vb_repost(vqp *q, uint32_t idx);
 
