@@ -25,4 +25,14 @@ static inline size_t hvd_grow_cap(size_t need, size_t limit) {
     return cap;
 }
 
+/*
+ * Grows a ring of entries of elem bytes (v, *cap entries, the count in
+ * use from *head on, wrapping) to hold at least need: twice its capacity
+ * (16 at first) until it does, the entries moved to the front (*head 0).
+ * Returns the new buffer, or NULL without memory (v is then kept). Rings
+ * never shrink, so a steady state does not allocate.
+ */
+void *hvd_ring_grow(void *v, size_t elem, size_t *cap, size_t *head,
+                    size_t count, size_t need);
+
 #endif

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "transport/base/error.h"
+#include "transport/base/grow.h"
 #include "transport/failure.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
@@ -191,16 +192,11 @@ static inline uint8_t *payload_of(cell *c) { return (uint8_t *)(c + 1); }
 
 static inline int q_push(msgq *q, const msg *m) {
     if (q->count == q->cap) {
-        size_t cap = q->cap ? 2 * q->cap : 16;
-        msg *v = malloc(cap * sizeof(*v));
+        msg *v = hvd_ring_grow(q->v, sizeof(*v), &q->cap, &q->head, q->count,
+                               q->count + 1);
         if (v == NULL)
             return -1;
-        for (size_t i = 0; i < q->count; i++)
-            v[i] = q->v[(q->head + i) % q->cap];
-        free(q->v);
         q->v = v;
-        q->cap = cap;
-        q->head = 0;
     }
     q->v[(q->head + q->count) % q->cap] = *m;
     q->count++;

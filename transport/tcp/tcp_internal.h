@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "transport/base/grow.h"
 #include "transport/failure.h"
 #include "transport/net.h"
 #include "transport/tcp/frame.h"
@@ -127,23 +128,15 @@ struct tcp {
  * hot path (once per message part). */
 
 static inline int q_reserve(partq *q, size_t more) {
-    size_t cap;
     part *v;
 
     if (q->count + more <= q->cap)
         return 0;
-    cap = q->cap ? q->cap : 8;
-    while (cap < q->count + more)
-        cap *= 2;
-    v = malloc(cap * sizeof(*v));
+    v = hvd_ring_grow(q->v, sizeof(*v), &q->cap, &q->head, q->count,
+                      q->count + more);
     if (v == NULL)
         return -1;
-    for (size_t i = 0; i < q->count; i++)
-        v[i] = q->v[(q->head + i) % q->cap];
-    free(q->v);
     q->v = v;
-    q->cap = cap;
-    q->head = 0;
     return 0;
 }
 

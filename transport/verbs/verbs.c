@@ -359,24 +359,6 @@ static hvd_status check_peer(vtp *tp, int peer, int channel, const char *what) {
     return HVD_OK;
 }
 
-/* A ring of elem-sized entries (cap, head, count), full, grown to twice
- * its capacity: the new buffer, or NULL (the old one is then kept). Rings
- * never shrink, so the steady state does not allocate. */
-static void *ring_grow(void *v, size_t elem, size_t *cap, size_t *head,
-                       size_t count) {
-    size_t ncap = *cap ? *cap * 2 : 16;
-    uint8_t *nv = malloc(ncap * elem);
-
-    if (nv == NULL)
-        return NULL;
-    for (size_t i = 0; i < count; i++)
-        memcpy(nv + i * elem, (uint8_t *)v + ((*head + i) % *cap) * elem, elem);
-    free(v);
-    *cap = ncap;
-    *head = 0;
-    return nv;
-}
-
 /* 1 if buf is CUDA device memory that this transport moves itself (and
  * its allocation's id); always 0 with GPUDirect off and on the control
  * channel, where every buffer is host memory (transport.h) and nothing is
@@ -412,8 +394,8 @@ static hvd_status vb_isend(hvd_transport *t, int peer, int channel,
     dev = on_device(tp, channel, buf, len, &id);
     q = &tp->qps[peer * 2 + channel];
     if (q->sq_count == q->sq_cap) {
-        txmsg *v = ring_grow(q->sq, sizeof(*q->sq), &q->sq_cap, &q->sq_head,
-                             q->sq_count);
+        txmsg *v = hvd_ring_grow(q->sq, sizeof(*q->sq), &q->sq_cap, &q->sq_head,
+                                 q->sq_count, q->sq_count + 1);
         if (v == NULL)
             return hvd_error_set(HVD_ERR_NO_MEMORY,
                                  "out of memory queueing a message for rank "
@@ -451,8 +433,8 @@ static hvd_status vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
         return st;
     q = &tp->qps[peer * 2 + channel];
     if (q->rq_count == q->rq_cap) {
-        rxreq *v = ring_grow(q->rq, sizeof(*q->rq), &q->rq_cap, &q->rq_head,
-                             q->rq_count);
+        rxreq *v = hvd_ring_grow(q->rq, sizeof(*q->rq), &q->rq_cap, &q->rq_head,
+                                 q->rq_count, q->rq_count + 1);
         if (v == NULL)
             return hvd_error_set(HVD_ERR_NO_MEMORY,
                                  "out of memory queueing a receive from rank "

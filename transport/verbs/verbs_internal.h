@@ -34,6 +34,7 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
+#include "transport/base/grow.h"
 #include "transport/base/log.h"
 #include "transport/failure.h"
 #include "transport/rendezvous.h"
