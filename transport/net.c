@@ -170,38 +170,44 @@ static void reuse_addr(int fd) {
                   strerror(errno));
 }
 
+/* A socket and the address it is for. */
+typedef struct endpoint {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd;
+} endpoint;
+
 /* A non-blocking TCP socket for addr:port (a numeric address), with
- * SO_REUSEADDR, and the address in *ss. */
-static hvd_status open_socket(const char *addr, int port,
-                              struct sockaddr_storage *ss, socklen_t *len,
-                              int *fd_out) {
-    *len = parse_addr(addr, port, ss);
-    if (*len == 0)
+ * SO_REUSEADDR. */
+static hvd_status open_socket(const char *addr, int port, endpoint *e) {
+    e->fd = -1;
+    e->len = parse_addr(addr, port, &e->ss);
+    if (e->len == 0)
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "'%s' is not a numeric IPv4 or IPv6 address",
                              addr);
-    *fd_out =
-        socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (*fd_out < 0)
+    e->fd =
+        socket(e->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (e->fd < 0)
         return hvd_error_set(HVD_ERR_TRANSPORT, "socket() failed: %s",
                              strerror(errno));
-    reuse_addr(*fd_out);
+    reuse_addr(e->fd);
     return HVD_OK;
 }
 
 hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
                           int *port_out) {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int fd;
-    hvd_status st = open_socket(addr, port, &ss, &len, &fd);
+    endpoint e;
+    hvd_status st = open_socket(addr, port, &e);
+    struct sockaddr_storage *ss = &e.ss;
+    int fd = e.fd;
 
     if (st != HVD_OK)
         return st;
-    if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
+    if (bind(fd, (struct sockaddr *)ss, e.len) != 0) {
         int err = errno;
         close(fd);
-        fd = err == EADDRINUSE && port == 0 ? listen_reusing(&ss, len) : -1;
+        fd = err == EADDRINUSE && port == 0 ? listen_reusing(ss, e.len) : -1;
         if (fd < 0)
             return hvd_error_set(
                 HVD_ERR_TRANSPORT, "bind(%s:%d) failed: %s", addr, port,
@@ -212,41 +218,40 @@ hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
         return hvd_error_set(HVD_ERR_TRANSPORT, "listen(%s:%d) failed: %s",
                              addr, port, strerror(err));
     }
-    len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+    e.len = sizeof(*ss);
+    if (getsockname(fd, (struct sockaddr *)ss, &e.len) != 0) {
         int err = errno;
         close(fd);
         return hvd_error_set(HVD_ERR_TRANSPORT, "getsockname() failed: %s",
                              strerror(err));
     }
-    *port_out = ntohs(ss.ss_family == AF_INET
-                          ? ((struct sockaddr_in *)&ss)->sin_port
-                          : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    *port_out = ntohs(ss->ss_family == AF_INET
+                          ? ((struct sockaddr_in *)ss)->sin_port
+                          : ((struct sockaddr_in6 *)ss)->sin6_port);
     *fd_out = fd;
     return HVD_OK;
 }
 
 hvd_status hvd_net_connect_start(const char *addr, int port, int *fd_out) {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int fd;
+    endpoint e;
     /* SO_REUSEADDR: its local port, in TIME_WAIT after the job, then does
      * not keep a later listener (which sets it too) off that port. */
-    hvd_status st = open_socket(addr, port, &ss, &len, &fd);
+    hvd_status st = open_socket(addr, port, &e);
 
     if (st != HVD_OK)
         return st;
-    hvd_net_nodelay(fd);
-    if (connect(fd, (struct sockaddr *)&ss, len) != 0 && errno != EINPROGRESS) {
+    hvd_net_nodelay(e.fd);
+    if (connect(e.fd, (struct sockaddr *)&e.ss, e.len) != 0 &&
+        errno != EINPROGRESS) {
         int err = errno;
-        close(fd);
-        if (err == EADDRNOTAVAIL && connect_reusing(&ss, len, fd_out) == 0)
+        close(e.fd);
+        if (err == EADDRNOTAVAIL && connect_reusing(&e.ss, e.len, fd_out) == 0)
             return HVD_OK;
         return hvd_error_set(
             err == ECONNREFUSED ? HVD_ERR_PEER_LOST : HVD_ERR_TRANSPORT,
             "connect(%s:%d) failed: %s", addr, port, strerror(err));
     }
-    *fd_out = fd;
+    *fd_out = e.fd;
     return HVD_OK;
 }
 

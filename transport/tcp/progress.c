@@ -17,6 +17,15 @@
 /* ------------------------------------------------------------------ */
 /* Progress                                                            */
 
+/* The socket's call (send(), recv()) failed with errno: the peer is lost,
+ * with that sentence. */
+static hvd_status io_failed(tsock *s, const char *call) {
+    char what[128];
+
+    snprintf(what, sizeof(what), "%s failed: %s", call, strerror(errno));
+    return hvd_tcp_peer_lost(s->tp, s, what);
+}
+
 void hvd_tcp_set_events(tsock *s) {
     uint32_t want = 0;
     struct epoll_event ev;
@@ -81,9 +90,7 @@ hvd_status hvd_tcp_sock_send(tsock *s) {
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
-            char what[128];
-            snprintf(what, sizeof(what), "send() failed: %s", strerror(errno));
-            return hvd_tcp_peer_lost(tp, s, what);
+            return io_failed(s, "send()");
         }
         size_t left = (size_t)n;
         while (s->sendq.count > 0) {
@@ -131,9 +138,7 @@ static int rx_fill(tsock *s, hvd_status *st) {
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
-        char what[128];
-        snprintf(what, sizeof(what), "recv() failed: %s", strerror(errno));
-        *st = hvd_tcp_peer_lost(s->tp, s, what);
+        *st = io_failed(s, "recv()");
         return -2;
     }
 }
@@ -213,6 +218,16 @@ int hvd_tcp_scan_for_abort(tsock *s) {
     return 1;
 }
 
+/* Reads more of the stream into the staging buffer: 1 if bytes came, 0 if
+ * none are there now; -1 if it ended or failed, *st then saying how. */
+static int refill(tsock *s, hvd_status *st) {
+    int r = s->eof ? -1 : rx_fill(s, st);
+
+    if (r == -1)
+        *st = on_eof(s);
+    return r < 0 ? -1 : r;
+}
+
 hvd_status hvd_tcp_sock_recv(tsock *s) {
     tcp *tp = s->tp;
     hvd_status st = HVD_OK;
@@ -245,13 +260,11 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
                        avail < HVD_FRAME_HDR_LEN + f.len;
             }
             if (more) {
-                int r = s->eof ? -1 : rx_fill(s, &st);
-                if (r == 0)
-                    break;
-                if (r == -1)
-                    return on_eof(s);
+                int r = refill(s, &st);
                 if (r < 0)
                     return st;
+                if (r == 0)
+                    break;
                 continue;
             }
             if (f.type == HVD_FRAME_ABORT)
@@ -310,17 +323,13 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
-            char what[128];
-            snprintf(what, sizeof(what), "recv() failed: %s", strerror(errno));
-            return hvd_tcp_peer_lost(tp, s, what);
+            return io_failed(s, "recv()");
         }
-        int r = rx_fill(s, &st);
-        if (r == 0)
-            break;
-        if (r == -1)
-            return on_eof(s);
+        int r = refill(s, &st);
         if (r < 0)
             return st;
+        if (r == 0)
+            break;
     }
     hvd_tcp_set_events(s);
     return HVD_OK;
