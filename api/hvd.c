@@ -221,9 +221,15 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
     if (!g.initialized) {
         st = hvd_error_set(HVD_ERR_NOT_INITIALIZED, "hvd_path before hvd_init");
     } else {
+        const char *step = kind == HVD_COLL_ALLREDUCE
+                               ? hvd_engine_step_path(g.engine, bytes)
+                               : NULL;
         hvd_coll_plan(hvd_engine_data(g.engine), (hvd_coll_kind)kind, bytes,
                       dtype, &plan);
-        if (plan.algo == HVD_ALGO_AUTO)
+        if (step != NULL)
+            snprintf(out, outlen, "%s/step/%zu", step,
+                     g.job.cfg.step_carry_bytes);
+        else if (plan.algo == HVD_ALGO_AUTO)
             snprintf(out, outlen, "local");
         else
             snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),

@@ -102,11 +102,19 @@ static hvd_status locate(const char *fn, const char *name, int n,
     return HVD_OK;
 }
 
+/* Set while a blocking call submits: its request is marked will_wait, so
+ * the engine need not be woken for it (the call's wait runs the engine). */
+static _Thread_local int t_blocking;
+
+/* Hands req to the engine (api/job.h), marked as a blocking call's. */
+static hvd_status hand_over(const char *fn, hvd_request *req, hvd_handle *out) {
+    req->will_wait = t_blocking;
+    return hvd_job_hand_over(fn, req, out);
+}
+
 static hvd_status wait_named(const char *fn, hvd_handle h, int *last_rank) {
     char name[256];
-
-    snprintf(name, sizeof(name), "%s", h->name);
-    hvd_status st = hvd_engine_wait(h, last_rank);
+    hvd_status st = hvd_engine_wait(h, last_rank, name, sizeof(name));
     if (st != HVD_OK)
         hvd_error_prefix("%s('%s') on rank %d: ", fn, name, hvd_rank());
     return st;
@@ -178,7 +186,7 @@ static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
     req->recv[0] = recvbuf;
     req->counts[0] = count;
     hvd_opdesc_set_shape(&req->desc, ndim, shape);
-    return hvd_job_hand_over(fn, req, out);
+    return hand_over(fn, req, out);
 }
 
 /* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
@@ -251,7 +259,7 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
         req->recv[i] = recvbufs[i];
         req->counts[i] = counts[i];
     }
-    return hvd_job_hand_over(fn, req, out);
+    return hand_over(fn, req, out);
 }
 
 /* A broadcast, with its shape (ndim >= 2) or without (ndim 0). */
@@ -316,8 +324,10 @@ hvd_status hvd_test(hvd_handle handle, int *done) {
 hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                          size_t count, hvd_dtype dtype, hvd_op op) {
     hvd_handle h;
+    t_blocking = 1;
     hvd_status st =
         hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &h);
+    t_blocking = 0;
 
     return st != HVD_OK ? st : wait_named("hvd_allreduce", h, NULL);
 }
@@ -327,8 +337,10 @@ hvd_status hvd_grouped_allreduce(const char *name, int n,
                                  void *const *recvbufs, const size_t *counts,
                                  hvd_dtype dtype, hvd_op op) {
     hvd_handle h;
+    t_blocking = 1;
     hvd_status st = hvd_grouped_allreduce_async(name, n, sendbufs, recvbufs,
                                                 counts, dtype, op, &h);
+    t_blocking = 0;
 
     return st != HVD_OK ? st : wait_named("hvd_grouped_allreduce", h, NULL);
 }
@@ -336,7 +348,9 @@ hvd_status hvd_grouped_allreduce(const char *name, int n,
 hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
                          hvd_dtype dtype, int root) {
     hvd_handle h;
+    t_blocking = 1;
     hvd_status st = hvd_broadcast_async(name, buf, count, dtype, root, &h);
+    t_blocking = 0;
 
     return st != HVD_OK ? st : wait_named("hvd_broadcast", h, NULL);
 }
@@ -344,8 +358,10 @@ hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
 hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
                          size_t count, hvd_dtype dtype) {
     hvd_handle h;
+    t_blocking = 1;
     hvd_status st =
         hvd_allgather_async(name, sendbuf, recvbuf, count, dtype, &h);
+    t_blocking = 0;
 
     return st != HVD_OK ? st : wait_named("hvd_allgather", h, NULL);
 }
@@ -356,8 +372,10 @@ hvd_status hvd_barrier(void) {
     hvd_handle h;
     hvd_status st = hvd_job_request(fn, NULL, HVD_KIND_BARRIER, 1, &req);
 
+    t_blocking = 1;
     if (st == HVD_OK)
-        st = hvd_job_hand_over(fn, req, &h);
+        st = hand_over(fn, req, &h);
+    t_blocking = 0;
     return st != HVD_OK ? st : wait_named(fn, h, NULL);
 }
 
@@ -370,7 +388,7 @@ hvd_status hvd_join(int *last_rank_out) {
     hvd_status st = hvd_job_request(fn, "hvd.join", HVD_KIND_JOIN, 1, &req);
 
     if (st == HVD_OK)
-        st = hvd_job_hand_over(fn, req, &h);
+        st = hand_over(fn, req, &h);
     if (st == HVD_OK)
         st = wait_named(fn, h, &last);
     if (st == HVD_OK && last_rank_out != NULL)
@@ -388,6 +406,6 @@ hvd_status hvd_internal_call(const char *name, hvd_engine_fn fn, void *arg) {
         return st;
     req->fn = fn;
     req->fn_arg = arg;
-    st = hvd_job_hand_over("hvd_internal_call", req, &h);
+    st = hand_over("hvd_internal_call", req, &h);
     return st != HVD_OK ? st : wait_named("hvd_internal_call", h, NULL);
 }

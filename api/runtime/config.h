@@ -26,6 +26,9 @@ typedef struct hvd_config {
     char tuning_file[512];    /* HVD_TUNING_FILE */
     size_t fusion_threshold;  /* HVD_FUSION_THRESHOLD */
     size_t fusion_tensor_max; /* HVD_FUSION_TENSOR_MAX */
+    size_t step_carry_bytes;  /* HVD_STEP_CARRY_BYTES */
+    int caller_progress;      /* HVD_CALLER_PROGRESS */
+    int spin_us;              /* HVD_SPIN_US; -1: chosen by the job */
     int cache_capacity;       /* HVD_CACHE_CAPACITY */
     int cycle_time_ms;        /* HVD_CYCLE_TIME_MS */
     int stall_check_s;        /* HVD_STALL_CHECK_SECONDS */

@@ -161,6 +161,7 @@ void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
     eng->tl_next_marks = mark_cycles;
     __atomic_store_n(&eng->tl_swap, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&hvd_eng_cond);
+    pthread_cond_broadcast(&eng->turn_cond);
     pthread_mutex_unlock(&hvd_eng_lock);
     hvd_timeline_close(replaced);
     if (eng->tp != NULL)
@@ -173,10 +174,13 @@ void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
 hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
     hvd_status st = HVD_OK;
 
+    int wake = !req->will_wait || !eng->cfg.caller_progress;
+
     req->t_submit = hvd_now_ns();
     req->state = REQ_NEW;
     req->slot = -1;
     req->next = NULL;
+    req->eng = eng;
     pthread_mutex_lock(&hvd_eng_lock);
     if (eng->failed != HVD_OK) {
         st = hvd_error_set(eng->failed, "hvd failed earlier: %s", eng->failmsg);
@@ -196,10 +200,16 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
         else
             eng->queue_head = req;
         eng->queue_tail = req;
-        pthread_cond_broadcast(&hvd_eng_cond);
+        /* A blocking call runs the engine itself (hvd_engine_wait), or
+         * wakes the engine thread there if it cannot. */
+        if (wake) {
+            eng->async_queued = 1;
+            pthread_cond_broadcast(&eng->turn_cond);
+            pthread_cond_broadcast(&hvd_eng_cond);
+        }
     }
     pthread_mutex_unlock(&hvd_eng_lock);
-    if (st == HVD_OK && eng->tp != NULL)
+    if (st == HVD_OK && wake && eng->tp != NULL)
         eng->tp->ops->wake(eng->tp);
     return st;
 }
@@ -208,8 +218,107 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
  * operation is often done sooner than a sleeping thread would wake. */
 #define WAIT_SPIN_NS (50 * 1000LL)
 
-hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out) {
+/* Whether a waiting thread may run the engine (under the lock). */
+static int may_drive(const hvd_engine *eng) {
+    return eng->cfg.caller_progress && !eng->finished &&
+           eng->failed == HVD_OK && eng->drive_status == HVD_OK &&
+           !eng->drive_last;
+}
+
+/*
+ * Runs the engine's passes in this thread until req is done, once the
+ * engine thread has stood aside (it is woken out of the transport's wait
+ * if it is in one): no hand-off to the engine thread and back. Polls for
+ * spin_ns, yielding, then blocks in the transport. Leaves the engine to
+ * the engine thread when req is done or the job fails or ends.
+ */
+static void drive(hvd_engine *eng, hvd_request *req) {
+    hvd_status st = HVD_OK;
+    int last = 0, woke = 0;
+
+    pthread_mutex_lock(&hvd_eng_lock);
+    eng->wanted++;
+    while (!req->done && may_drive(eng) && (eng->driving || eng->engine_busy)) {
+        if (eng->engine_busy && !woke) {
+            /* Out of the transport's wait (or, in a job of one, the
+             * engine's own). */
+            woke = 1;
+            if (eng->tp == NULL) {
+                pthread_cond_broadcast(&hvd_eng_cond);
+                continue;
+            }
+            pthread_mutex_unlock(&hvd_eng_lock);
+            eng->tp->ops->wake(eng->tp);
+            pthread_mutex_lock(&hvd_eng_lock);
+            continue;
+        }
+        pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
+    }
+    eng->wanted--;
+    if (req->done || !may_drive(eng)) {
+        pthread_mutex_unlock(&hvd_eng_lock);
+        return;
+    }
+    eng->driving = 1;
+    pthread_mutex_unlock(&hvd_eng_lock);
+
+    int64_t spin_end = hvd_now_ns() + eng->cfg.spin_ns;
+    int spin = eng->cfg.spin_ns > 0;
+    for (unsigned n = 1; !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE); n++) {
+        if (spin && n % 16 == 0)
+            spin = hvd_now_ns() < spin_end;
+        st = hvd_eng_pass(eng, !spin, &last);
+        if (st != HVD_OK || last)
+            break;
+        /* While polling, a pause between looks, and now and then the core
+         * for anyone else runnable. */
+        if (spin && n % 64 == 0)
+            sched_yield();
+        else if (spin)
+            hvd_cpu_relax();
+    }
+
+    pthread_mutex_lock(&hvd_eng_lock);
+    eng->driving = 0;
+    eng->driven_ns = hvd_now_ns();
+    if (st != HVD_OK) {
+        eng->drive_status = st;
+        snprintf(eng->drive_text, sizeof(eng->drive_text), "%s",
+                 hvd_error_get());
+    }
+    eng->drive_last = last;
+    /* The engine thread takes over now if anything else needs it. */
+    if (st != HVD_OK || last || eng->npending > 0 || eng->queue_head != NULL ||
+        eng->stop_requested)
+        pthread_cond_broadcast(&eng->turn_cond);
+    if (eng->wanted > 0)
+        pthread_cond_broadcast(&hvd_eng_cond);
+    pthread_mutex_unlock(&hvd_eng_lock);
+}
+
+hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
+                           size_t namelen) {
+    hvd_engine *eng = NULL;
     hvd_status st;
+
+    /* A blocking call runs the engine itself; an asynchronous request's
+     * wait leaves it to the engine thread, which may be running a burst
+     * of them. The engine is alive while req is not done; waiters keeps
+     * it so. */
+    pthread_mutex_lock(&hvd_eng_lock);
+    if (req->will_wait && !req->done && req->eng != NULL &&
+        may_drive(req->eng)) {
+        eng = req->eng;
+        eng->waiters++;
+    }
+    pthread_mutex_unlock(&hvd_eng_lock);
+    if (eng != NULL) {
+        drive(eng, req);
+        pthread_mutex_lock(&hvd_eng_lock);
+        if (--eng->waiters == 0)
+            pthread_cond_broadcast(&hvd_eng_cond);
+        pthread_mutex_unlock(&hvd_eng_lock);
+    }
     int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
 
     /* Yield while looking, so an engine thread that shares the core runs. */
@@ -223,6 +332,8 @@ hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out) {
     st = req->status;
     if (st != HVD_OK)
         hvd_error_copy(st, req->error);
+    if (st != HVD_OK && name_out != NULL)
+        snprintf(name_out, namelen, "%s", req->name);
     if (last_rank_out != NULL)
         *last_rank_out = req->last_rank;
     hvd_request_free(req);
@@ -270,10 +381,12 @@ static void engine_free(hvd_engine *eng) {
     hvd_timeline_close(eng->timeline);
     hvd_timeline_close(eng->tl_next);
     free(eng->pending);
+    hvd_eng_step_free(eng);
     free(eng->ports);
     free(eng->inval);
     free(eng->body);
     hvd_eng_vote_free(&eng->vt);
+    pthread_cond_destroy(&eng->turn_cond);
     free(eng->resps);
     free(eng->fusion);
     free(eng);
@@ -292,6 +405,7 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     eng->size = size;
     eng->tp = tp;
     eng->cfg = *cfg;
+    pthread_cond_init(&eng->turn_cond, NULL);
     hvd_namemap_init(&eng->inflight);
     hvd_namemap_init(&eng->by_name);
     st =
@@ -322,6 +436,7 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
         calloc((size_t)(cfg->cache_capacity > 0 ? cfg->cache_capacity : 1),
                sizeof(*eng->inval));
     if (eng->ports == NULL || eng->inval == NULL ||
+        hvd_eng_step_init(eng) != 0 ||
         (rank == 0 &&
          hvd_eng_vote_init(&eng->vt, size, cfg->cache_capacity) != 0)) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
@@ -339,6 +454,8 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
                 goto fail;
         }
     }
+    /* The engine thread's until it has posted its receives. */
+    eng->engine_busy = 1;
     if (pthread_create(&eng->thread, NULL, hvd_eng_main, eng) != 0) {
         st = hvd_error_set(HVD_ERR_INTERNAL, "pthread_create failed: %s",
                            strerror(errno));
@@ -354,17 +471,30 @@ fail:
 
 hvd_comm *hvd_engine_data(hvd_engine *eng) { return eng->data; }
 
+const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes) {
+    if (eng->size == 1 || eng->tp == NULL || eng->cfg.cache_capacity == 0 ||
+        bytes > eng->cfg.fusion_tensor_max || bytes > eng->cfg.step_carry_bytes)
+        return NULL;
+    return eng->tp->ops->name;
+}
+
 hvd_status hvd_engine_stop(hvd_engine *eng) {
     hvd_status st;
 
     pthread_mutex_lock(&hvd_eng_lock);
     eng->stop_requested = 1;
     pthread_cond_broadcast(&hvd_eng_cond);
+    pthread_cond_broadcast(&eng->turn_cond);
     pthread_mutex_unlock(&hvd_eng_lock);
     if (eng->tp != NULL)
         eng->tp->ops->wake(eng->tp);
     if (eng->thread_started)
         pthread_join(eng->thread, NULL);
+    /* A thread still in hvd_engine_wait may look at eng until it leaves. */
+    pthread_mutex_lock(&hvd_eng_lock);
+    while (eng->waiters > 0)
+        pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
+    pthread_mutex_unlock(&hvd_eng_lock);
     st = eng->stop_status;
     if (st != HVD_OK)
         hvd_error_copy(st, eng->failed != HVD_OK ? eng->failmsg : "");

@@ -35,6 +35,9 @@
 typedef struct hvd_engine_config {
     size_t fusion_threshold;   /* bytes; 0: no fusion */
     size_t fusion_tensor_max;  /* larger allreduces run alone, in place */
+    size_t step_carry_bytes;   /* cached allreduce data in step messages */
+    int caller_progress;       /* a waiting thread may run the engine */
+    int64_t spin_ns;           /* it polls this long before it blocks */
     int cache_capacity;        /* 0: no response cache */
     int cycle_time_ms;         /* batching window after work arrives */
     double stall_check_s;      /* 0: no stall warnings */
@@ -78,8 +81,10 @@ typedef struct hvd_request {
     int64_t t_submit;
     int state;
     int slot;
-    int inval; /* its cache slot must be invalidated on every rank */
-    int voted; /* the others have heard of it (vote or coordinator) */
+    int inval;     /* its cache slot must be invalidated on every rank */
+    int voted;     /* the others have heard of it (vote or coordinator) */
+    int will_wait; /* its submitter waits for it at once (a blocking call) */
+    struct hvd_engine *eng; /* the engine it was submitted to */
 
     /* Called once it has finished instead of being waited for
      * (hvd_engine_on_done), outside the engine's lock. */
@@ -122,12 +127,19 @@ hvd_status hvd_engine_stop(hvd_engine *eng);
  * the engine runs, so other threads may plan with it: hvd_coll_plan). */
 hvd_comm *hvd_engine_data(hvd_engine *eng);
 
+/* The transport's name if a cached allreduce of bytes bytes of host memory
+ * travels in the engine's step messages (docs/design.md, "Steps"), else
+ * NULL. */
+const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes);
+
 /* Hands req to the engine. On failure req is untouched (still the
  * caller's) and the sentence is set. */
 hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req);
 
-/* Waits for req, copies its sentence to this thread on failure, frees it. */
-hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out);
+/* Waits for req, copies its sentence to this thread on failure (and its
+ * name to name_out, namelen bytes, if not NULL), frees it. */
+hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
+                           size_t namelen);
 
 /* Rank 0: the engine writes tl from its next cycle on (NULL: none), with
  * CYCLE_START marks if mark_cycles; the one before is closed. Takes tl. */

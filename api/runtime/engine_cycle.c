@@ -1,5 +1,5 @@
-/* The engine (engine.h): one cycle on every rank (rank 0 decides, all run), and
- * the engine thread's loop. */
+/* The engine (engine.h): running a cycle on every rank, rank 0's decisions,
+ * and the engine thread's loop. */
 
 #include "api/runtime/engine_internal.h"
 
@@ -34,7 +34,7 @@ static void unbind(hvd_request *req) {
 }
 
 /* Runs cycle c; every rank runs every cycle, in number order. */
-static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
+hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     hvd_cache *cache = &eng->cache;
     size_t nresp = 0;
     hvd_status st;
@@ -56,8 +56,10 @@ static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
                 eng->pending[k]->state == REQ_CACHED)
                 unbind(eng->pending[k]);
         hvd_cache_erase(cache, s);
-        if (eng->rank == 0)
+        if (eng->rank == 0) {
             hvd_eng_vote_reset(&eng->vt, eng->size, s, c->number);
+            eng->vt.erase[s] = 0;
+        }
     }
 
     st = resps_room(eng, c->n_run + c->n_responses);
@@ -76,6 +78,8 @@ static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         r->status = HVD_OK;
         r->contributors = eng->size;
         r->cached = 1;
+        if (eng->carried_all[i])
+            r->parts = &eng->parts[i * (size_t)eng->size];
         hvd_cache_touch(cache, s, c->number);
         if (eng->rank == 0)
             hvd_eng_vote_reset(&eng->vt, eng->size, s, c->number);
@@ -154,134 +158,59 @@ static hvd_status run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     return HVD_OK;
 }
 
-/* Rank 0: decides a cycle if there is anything to run, sends it to every
- * rank and runs it. *ran says whether it did; *stop whether it was the
- * last. */
-static hvd_status decide(hvd_engine *eng, double now, int *ran, int *stop) {
+/*
+ * Rank 0: what it decides for the next step: the negotiated responses,
+ * the slots to erase, whether a rank is joined (the cache path pauses)
+ * and whether every rank stops, in eng->decision. *has says whether
+ * there is any of it (the step must then run).
+ */
+static hvd_status decide(hvd_engine *eng, double now, int *has) {
     vote_table *vt = &eng->vt;
-    Hvd__Engine__Cycle c = HVD__ENGINE__CYCLE__INIT;
-    Hvd__Engine__ResponseList list = HVD__ENGINE__RESPONSE_LIST__INIT;
-    uint32_t *run = NULL, *erase = NULL;
-    int ns = eng->cache.nslots, votes = 0, all_stop = 1;
+    Hvd__Engine__Cycle *c = &eng->decision;
+    int all_stop = 1;
     hvd_status st;
 
-    *ran = 0;
-    *stop = 0;
-    st = hvd_coord_collect(eng->coord, now, &list);
+    *has = 0;
+    hvd__engine__cycle__init(c);
+    st = hvd_coord_collect(eng->coord, now, &eng->dec_list);
     if (st == HVD_OK && vt->capacity > 0)
-        st = hvd_eng_vote_stalls(eng, now, &list);
+        st = hvd_eng_vote_stalls(eng, now, &eng->dec_list);
     if (st != HVD_OK)
-        goto out;
-    int paused = hvd_coord_joined(eng->coord) > 0;
-    if (ns > 0) {
-        run = malloc((size_t)ns * sizeof(*run));
-        erase = malloc((size_t)ns * sizeof(*erase));
-        if (run == NULL || erase == NULL) {
-            st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-            goto out;
-        }
-    }
-    /* Small operations ready on every rank wait (briefly) while others
-     * are ready on some ranks only, so that they fuse; large ones run at
-     * once (they run alone anyway). */
-    int partial = 0, small = 0, nrun_big = 0;
-    for (int s = 0; s < ns; s++)
-        partial |= vt->count[s] > 0 && vt->count[s] < eng->size;
-    int hold = partial && !paused && vt->small_since != 0 &&
-               now - vt->small_since < FUSION_WAIT_S &&
-               now - vt->last_vote < FUSION_QUIET_S;
-    for (int s = 0; s < ns; s++) {
-        votes |= vt->count[s] > 0;
-        if (vt->erase[s]) {
-            erase[c.n_erase++] = (uint32_t)s;
-        } else if (vt->count[s] == eng->size && !paused) {
-            const hvd_opdesc *d = &eng->cache.slots[s].desc;
-            size_t bytes =
-                (size_t)hvd_opdesc_total(d) * hvd_dtype_size(d->dtype);
-            int fusable = d->kind == HVD_KIND_ALLREDUCE &&
-                          bytes <= eng->cfg.fusion_tensor_max &&
-                          bytes <= eng->cfg.fusion_threshold;
-            if (!fusable) {
-                run[c.n_run++] = (uint32_t)s;
-                nrun_big++;
-            } else if (partial && vt->small_since == 0) {
-                small++; /* the wait starts now */
-            } else if (hold) {
-                small++;
-            } else {
-                run[c.n_run++] = (uint32_t)s;
-            }
-        }
-    }
-    if (small > 0 && vt->small_since == 0)
-        vt->small_since = now;
-    if (small == 0 && c.n_run > (size_t)nrun_big)
-        vt->small_since = 0;
+        return st;
+    c->paused = hvd_coord_joined(eng->coord) > 0;
+    c->erase = eng->dec_erase;
+    for (int s = 0; s < eng->cache.nslots; s++)
+        if (vt->erase[s])
+            c->erase[c->n_erase++] = (uint32_t)s;
     for (int r = 0; r < eng->size; r++)
         all_stop &= vt->stop[r];
-    /* A joined rank does not vote, so while one is, cached requests are
-     * sent back to the table: an (empty) cycle tells every rank. */
-    if (c.n_run == 0 && c.n_erase == 0 && list.n_responses == 0 && !all_stop &&
-        !(paused && votes) && paused == eng->paused)
-        goto out;
-    if (paused)
-        for (int s = 0; s < ns; s++)
-            hvd_eng_vote_clear(vt, eng->size, s);
-
-    c.number = eng->cycle + 1;
-    c.run = run;
-    c.erase = erase;
-    c.n_responses = list.n_responses;
-    c.responses = list.responses;
-    c.paused = paused;
-    c.stop = all_stop;
-    if (eng->size > 1) {
-        size_t len = hvd__engine__cycle__get_packed_size(&c);
-        st = hvd_eng_body_room(eng, len ? len : 1);
-        if (st != HVD_OK)
-            goto out;
-        hvd__engine__cycle__pack(&c, eng->body);
-        for (int r = 1; r < eng->size && st == HVD_OK; r++)
-            st = hvd_eng_send_msg(eng, r, MSG_CYCLE, eng->body, len);
-        if (st != HVD_OK)
-            goto out;
-    }
-    st = run_cycle(eng, &c);
-    *ran = 1;
-    *stop = all_stop;
-out:
-    hvd_coord_free_responses(&list);
-    free(run);
-    free(erase);
-    return st;
+    c->stop = all_stop;
+    c->n_responses = eng->dec_list.n_responses;
+    c->responses = eng->dec_list.responses;
+    *has = c->n_erase > 0 || c->n_responses > 0 || c->stop ||
+           c->paused != eng->paused;
+    return HVD_OK;
 }
 
 /* Another rank: tells rank 0 what changed. */
 static hvd_status send_update(hvd_engine *eng, int stop) {
     Hvd__Engine__Update u = HVD__ENGINE__UPDATE__INIT;
     Hvd__Engine__Request *items = NULL, **ptrs = NULL;
-    uint32_t *ready = NULL;
     int64_t now = hvd_now_ns();
-    size_t nnew = 0, nready = 0, len;
+    size_t nnew = 0, len;
     hvd_status st = HVD_OK;
 
-    for (int i = 0; i < eng->npending; i++) {
+    for (int i = 0; i < eng->npending; i++)
         nnew += eng->pending[i]->state == REQ_NEW;
-        nready += eng->pending[i]->state == REQ_CACHED;
-    }
     items = calloc(nnew ? nnew : 1, sizeof(*items));
     ptrs = calloc(nnew ? nnew : 1, sizeof(*ptrs));
-    ready = calloc(nready ? nready : 1, sizeof(*ready));
-    if (items == NULL || ptrs == NULL || ready == NULL) {
+    if (items == NULL || ptrs == NULL) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto out;
     }
     for (int i = 0; i < eng->npending; i++) {
         hvd_request *req = eng->pending[i];
-        if (req->state == REQ_CACHED) {
-            ready[u.n_ready++] = (uint32_t)req->slot;
-            req->voted = 1;
-        } else if (req->state == REQ_NEW) {
+        if (req->state == REQ_NEW) {
             Hvd__Engine__Request *it = &items[u.n_requests];
             hvd__engine__request__init(it);
             it->name = req->name;
@@ -300,7 +229,6 @@ static hvd_status send_update(hvd_engine *eng, int stop) {
         }
     }
     u.seen_cycle = eng->cycle;
-    u.ready = ready;
     u.requests = ptrs;
     u.n_invalidate = (size_t)eng->ninval;
     u.invalidate = eng->inval;
@@ -317,7 +245,6 @@ static hvd_status send_update(hvd_engine *eng, int stop) {
 out:
     free(items);
     free(ptrs);
-    free(ready);
     return st;
 }
 
@@ -337,13 +264,6 @@ static int idle_timeout_ms(hvd_engine *eng) {
             next = a;
         if (b >= 0 && b < next)
             next = b;
-        if (eng->vt.small_since != 0) {
-            double c = eng->vt.small_since + FUSION_WAIT_S;
-            double q = eng->vt.last_vote + FUSION_QUIET_S;
-            double d = c < q ? c : q;
-            if (d < next)
-                next = d;
-        }
     }
     double ms = (next - now) * 1000.0;
     return ms <= 0 ? 0 : (int)ms + 1;
@@ -361,11 +281,8 @@ static int work_waiting(hvd_engine *eng) {
     waiting =
         eng->queue_head != NULL || (eng->stop_requested && !eng->stop_seen);
     pthread_mutex_unlock(&hvd_eng_lock);
-    waiting = waiting || hvd_eng_dev_ready(eng);
-    for (int r = 0; r < eng->size && !waiting && eng->size > 1; r++)
-        if ((eng->rank == 0) != (r == 0))
-            waiting = eng->ports[eng->rank == 0 ? r : 0].req.done;
-    return waiting;
+    return waiting || hvd_eng_dev_ready(eng) || hvd_eng_port_ready(eng) ||
+           hvd_eng_step_complete(eng);
 }
 
 /* Waits for work, a message or a timer. */
@@ -385,7 +302,8 @@ static hvd_status idle_wait(hvd_engine *eng, int timeout_ms) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&hvd_eng_lock);
-    if (eng->queue_head == NULL && !eng->stop_requested && !eng->gpu_woken)
+    if (eng->queue_head == NULL && !eng->stop_requested && !eng->gpu_woken &&
+        eng->wanted == 0)
         pthread_cond_timedwait(&hvd_eng_cond, &hvd_eng_lock, &ts);
     eng->gpu_woken = 0;
     pthread_mutex_unlock(&hvd_eng_lock);
@@ -393,129 +311,150 @@ static hvd_status idle_wait(hvd_engine *eng, int timeout_ms) {
 }
 
 /*
- * Every rank has stopped: the header receives still posted are completed
- * by a last STOP message each way (updates sent before it are read and
- * dropped), so nothing is in flight when the transport says goodbye.
+ * One pass of the engine, by the engine thread or by a thread that waits
+ * (hvd_engine_wait): takes submitted requests in, tells rank 0 what is
+ * new, takes control messages, starts and finishes a step. If none of it
+ * had anything to do, waits for the network up to the engine's timers
+ * (block) or only looks (!block). *last: the last step ran.
  */
-static hvd_status close_ports(hvd_engine *eng) {
+hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
     hvd_status st = HVD_OK;
-    uint32_t type = 0;
-    size_t len;
+    int stop = 0, has = 0;
 
-    if (eng->size == 1)
-        return HVD_OK;
+    *last = 0;
+    st = hvd_eng_dev_reap(eng);
+    if (st != HVD_OK)
+        return st;
+    hvd_eng_intake(eng, &stop);
+    if (stop && eng->stop_deadline == 0)
+        eng->stop_deadline = hvd_now_ns() + eng->cfg.timeout_ns;
+    if (stop && hvd_now_ns() > eng->stop_deadline)
+        return hvd_error_set(HVD_ERR_TIMEOUT,
+                             "rank %d: not every rank called hvd_shutdown "
+                             "within %.0f s; leaving without them",
+                             eng->rank, (double)eng->cfg.timeout_ns / 1e9);
+
+    /* What rank 0 must hear of: new names, invalidations, stop. Only
+     * rank 0 keeps time (votes, stalls, the coordinator). */
+    double now = eng->rank == 0 ? now_s() : 0;
     if (eng->rank == 0) {
-        for (int r = 1; r < eng->size && st == HVD_OK; r++)
-            st = hvd_eng_send_msg(eng, r, MSG_STOP, NULL, 0);
-        for (int r = 1; r < eng->size && st == HVD_OK; r++)
-            for (type = 0; st == HVD_OK && type != MSG_STOP;)
-                st = hvd_eng_take_msg(eng, r, &type, &len);
-    } else {
-        st = hvd_eng_send_msg(eng, 0, MSG_STOP, NULL, 0);
-        while (st == HVD_OK && type != MSG_STOP)
-            st = hvd_eng_take_msg(eng, 0, &type, &len);
+        hvd_eng_swap_timeline(eng);
+        if (!eng->in_step && eng->cfg.cycle_time_ms > 0 &&
+            (hvd_eng_has_news(eng, stop) || hvd_eng_has_offers(eng))) {
+            /* Batching window: let more work arrive first. */
+            int64_t end =
+                hvd_now_ns() + (int64_t)eng->cfg.cycle_time_ms * 1000000;
+            while (hvd_now_ns() < end) {
+                st = idle_wait(eng, (int)((end - hvd_now_ns()) / 1000000) + 1);
+                if (st != HVD_OK)
+                    return st;
+                hvd_eng_intake(eng, &stop);
+            }
+            now = now_s();
+        }
+        st = hvd_eng_local_update(eng, stop, now);
+    } else if (hvd_eng_has_news(eng, stop)) {
+        st = send_update(eng, stop);
     }
+    if (st == HVD_OK)
+        st = hvd_eng_pump(eng, now);
+    if (st != HVD_OK)
+        return st;
+
+    /* A step starts when this rank has something to offer or decide, or
+     * another rank has started it. */
+    if (!eng->in_step) {
+        if (eng->rank == 0)
+            st = decide(eng, now, &has);
+        if (st == HVD_OK &&
+            (has || hvd_eng_has_offers(eng) || hvd_eng_peer_started(eng))) {
+            st = hvd_eng_step_start(eng);
+            if (st == HVD_OK && !hvd_eng_step_complete(eng))
+                return HVD_OK; /* the peers' parts may be here soon */
+        } else if (eng->rank == 0) {
+            hvd_coord_free_responses(&eng->dec_list);
+        }
+        if (st != HVD_OK)
+            return st;
+    }
+    if (hvd_eng_step_complete(eng))
+        return hvd_eng_step_finish(eng, now, last);
+    return idle_wait(eng, block ? idle_timeout_ms(eng) : 0);
+}
+
+/* How long the engine thread stands aside after a waiting thread ran the
+ * engine: the next blocking call is usually that soon, and finds the
+ * engine free. */
+#define DRIVER_GRACE_NS (500 * 1000LL)
+
+/*
+ * The engine thread's turn: waits while a waiting thread runs the engine
+ * (or wants to), and for a short grace after one did while nothing else
+ * needs the engine. Returns with the engine thread's turn taken
+ * (eng->engine_busy), or with the status a driver left.
+ */
+static hvd_status take_turn(hvd_engine *eng, int *last) {
+    hvd_status st = HVD_OK;
+
+    pthread_mutex_lock(&hvd_eng_lock);
+    for (;;) {
+        int64_t now = hvd_now_ns(), until = 0;
+        if (eng->drive_status != HVD_OK || eng->drive_last)
+            break;
+        if (eng->driving || eng->wanted > 0)
+            until = now + DRIVER_GRACE_NS;
+        else if (eng->driven_ns != 0 &&
+                 now < eng->driven_ns + DRIVER_GRACE_NS && !eng->async_queued &&
+                 !eng->stop_requested && !eng->tl_swap)
+            until = eng->driven_ns + DRIVER_GRACE_NS;
+        if (until == 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = until - now;
+        ts.tv_sec += ns / NS_PER_S;
+        ts.tv_nsec += ns % NS_PER_S;
+        if (ts.tv_nsec >= NS_PER_S) {
+            ts.tv_sec++;
+            ts.tv_nsec -= NS_PER_S;
+        }
+        pthread_cond_timedwait(&eng->turn_cond, &hvd_eng_lock, &ts);
+    }
+    if (eng->drive_status != HVD_OK)
+        st = hvd_error_set(eng->drive_status, "%s", eng->drive_text);
+    *last = eng->drive_last;
+    eng->engine_busy = 1;
+    eng->async_queued = 0;
+    pthread_mutex_unlock(&hvd_eng_lock);
     return st;
 }
 
 static hvd_status engine_loop(hvd_engine *eng) {
     hvd_status st;
-    int stop = 0;
+    int last = 0;
 
-    if (eng->size > 1) {
-        for (int r = 0; r < eng->size; r++) {
-            if ((eng->rank == 0) == (r == 0))
-                continue;
-            st = hvd_eng_post_header(eng, r);
-            if (st != HVD_OK)
-                return st;
-        }
-    }
+    /* Nobody else drives before the receives are posted (engine_busy was
+     * set when the thread was started). */
+    st = hvd_eng_open_ports(eng);
+    if (st != HVD_OK)
+        return st;
+    pthread_mutex_lock(&hvd_eng_lock);
+    eng->engine_busy = 0;
+    pthread_cond_broadcast(&hvd_eng_cond);
+    pthread_mutex_unlock(&hvd_eng_lock);
     for (;;) {
-        st = hvd_eng_dev_reap(eng);
+        st = take_turn(eng, &last);
+        if (st == HVD_OK && !last)
+            st = hvd_eng_pass(eng, 1, &last);
+        pthread_mutex_lock(&hvd_eng_lock);
+        eng->engine_busy = 0;
+        if (eng->wanted > 0)
+            pthread_cond_broadcast(&hvd_eng_cond);
+        pthread_mutex_unlock(&hvd_eng_lock);
         if (st != HVD_OK)
             return st;
-        hvd_eng_intake(eng, &stop);
-        if (stop && eng->stop_deadline == 0)
-            eng->stop_deadline = hvd_now_ns() + eng->cfg.timeout_ns;
-        if (stop && hvd_now_ns() > eng->stop_deadline)
-            return hvd_error_set(HVD_ERR_TIMEOUT,
-                                 "rank %d: not every rank called hvd_shutdown "
-                                 "within %.0f s; leaving without them",
-                                 eng->rank, (double)eng->cfg.timeout_ns / 1e9);
-
-        if (eng->rank == 0) {
-            int ran = 0, last = 0;
-            int news;
-            hvd_eng_swap_timeline(eng);
-            news = hvd_eng_has_news(eng, stop);
-            if (news && eng->cfg.cycle_time_ms > 0) {
-                /* Batching window: let more work arrive first. */
-                int64_t end =
-                    hvd_now_ns() + (int64_t)eng->cfg.cycle_time_ms * 1000000;
-                while (hvd_now_ns() < end) {
-                    st = idle_wait(eng,
-                                   (int)((end - hvd_now_ns()) / 1000000) + 1);
-                    if (st != HVD_OK)
-                        return st;
-                    hvd_eng_intake(eng, &stop);
-                }
-            }
-            st = hvd_eng_local_update(eng, stop, now_s());
-            if (st == HVD_OK && eng->size > 1)
-                st = hvd_eng_read_updates(eng, now_s());
-            if (st == HVD_OK)
-                st = decide(eng, now_s(), &ran, &last);
-            if (st != HVD_OK)
-                return st;
-            if (last)
-                return close_ports(eng);
-            if (ran)
-                continue;
-        } else {
-            ctrl_port *p = &eng->ports[0];
-            if (hvd_eng_has_news(eng, stop)) {
-                st = send_update(eng, stop);
-                if (st != HVD_OK)
-                    return st;
-            }
-            if (p->req.done) {
-                uint32_t type;
-                size_t len;
-                st = hvd_eng_take_msg(eng, 0, &type, &len);
-                if (st != HVD_OK)
-                    return st;
-                if (type != MSG_CYCLE)
-                    return hvd_error_set(HVD_ERR_TRANSPORT,
-                                         "control message %u from rank 0 "
-                                         "where a cycle was expected",
-                                         type);
-                Hvd__Engine__Cycle *c =
-                    hvd__engine__cycle__unpack(NULL, len, eng->body);
-                if (c == NULL)
-                    return hvd_error_set(HVD_ERR_TRANSPORT,
-                                         "malformed cycle from rank 0");
-                if (c->number != eng->cycle + 1) {
-                    st = hvd_error_set(HVD_ERR_TRANSPORT,
-                                       "cycle %llu from rank 0 after cycle "
-                                       "%llu",
-                                       (unsigned long long)c->number,
-                                       (unsigned long long)eng->cycle);
-                } else {
-                    st = run_cycle(eng, c);
-                }
-                int last = c->stop;
-                hvd__engine__cycle__free_unpacked(c, NULL);
-                if (st != HVD_OK)
-                    return st;
-                if (last)
-                    return close_ports(eng);
-                continue;
-            }
-        }
-        st = idle_wait(eng, idle_timeout_ms(eng));
-        if (st != HVD_OK)
-            return st;
+        if (last)
+            return hvd_eng_close_ports(eng);
     }
 }
 

@@ -3,14 +3,16 @@
  * interface the rest of hvd uses):
  *  engine.c       requests and their completion, submission (any
  *                 thread), start and stop;
- *  engine_msg.c   control messages between rank 0 and the others, and
- *                 taking submitted requests in;
+ *  engine_msg.c   control messages between the ranks, and taking
+ *                 submitted requests in;
  *  engine_run.c   running a cycle's responses: fused host allreduces,
  *                 the other collectives, device tensors;
  *  engine_vote.c  rank 0's vote table: which ranks have each cached
  *                 operation ready, and stalls;
- *  engine_cycle.c one cycle on every rank (rank 0 decides, all run), and
- *                 the engine thread's loop.
+ *  engine_step.c  a step: every rank's part of it to every rank, and
+ *                 what they decide together;
+ *  engine_cycle.c running a cycle on every rank, rank 0's decisions,
+ *                 and the engine thread's loop.
  * Nothing outside api/runtime/engine*.c includes this.
  */
 #ifndef HVD_API_ENGINE_INTERNAL_H
@@ -41,30 +43,26 @@
 #define NS_PER_S 1000000000LL
 /* The longest an idle engine waits before looking at its timers again. */
 #define IDLE_WAIT_MS 1000
-/*
- * Rank 0 holds small operations every rank has ready for at most
- * FUSION_WAIT_S while others are ready on some ranks only and votes keep
- * coming (none for FUSION_QUIET_S ends the wait), so that a burst of
- * gradients fuses instead of taking one cycle each.
- */
-#define FUSION_WAIT_S 0.002
-#define FUSION_QUIET_S 0.0002
 
 /*
- * Control messages travel on the control channel as a 16-byte header and,
- * if len > 0, a body of len bytes as a second message. Rank 0 always has
- * one header receive posted from every other rank, and every other rank
- * one from rank 0.
+ * Control messages travel on the control channel as one frame of
+ * CTRL_FRAME bytes: a 16-byte header and the first CTRL_INLINE bytes of
+ * the body (padded), then, if the body is longer, the rest as a second
+ * message. Every rank always has one frame receive posted from every
+ * other rank, so a small message (a step of small tensors, an update)
+ * is one message each way.
  */
+#define CTRL_FRAME 256
+#define CTRL_INLINE (CTRL_FRAME - sizeof(msg_header))
 enum {
     MSG_UPDATE = 1, /* rank -> 0: Update, whenever its state changes */
-    MSG_CYCLE = 2,  /* 0 -> rank: Cycle */
-    MSG_STOP = 3,   /* both ways, after the last cycle */
+    MSG_STEP = 2,   /* rank -> every rank: its Step, then carried data */
+    MSG_STOP = 3,   /* every rank to every rank, after the last step */
 };
 
 typedef struct msg_header {
     uint32_t type;
-    uint32_t reserved;
+    uint32_t proto_len; /* MSG_STEP: bytes of the packed Step; data follows */
     uint64_t len;
 } msg_header;
 
@@ -88,10 +86,32 @@ typedef struct devwait {
     uint64_t seq;
 } devwait;
 
-/* One header receive per peer. */
+/* A step message (a Step and the data it carries), mine or a peer's. */
+typedef struct step_msg {
+    uint8_t *buf; /* the body */
+    size_t cap;
+    Hvd__Engine__Step *msg; /* unpacked; NULL while there is none */
+    const uint8_t *data;    /* the carried tensors, in carried order */
+    size_t data_len;
+} step_msg;
+
+/*
+ * What arrives from one peer: a header receive is always posted, then the
+ * body's. A peer is at most one step ahead (it needs this rank's part of a
+ * step to finish it), so two step messages per peer are enough.
+ */
 typedef struct ctrl_port {
-    msg_header hdr;
+    union {
+        msg_header hdr;
+        uint8_t frame[CTRL_FRAME];
+    } in; /* the frame receive */
     hvd_req req;
+    int in_body;        /* req is the receive of the body's rest */
+    int closed;         /* STOP came: nothing more */
+    uint64_t next_step; /* the number of its next step message */
+    uint8_t *body;      /* an update's body */
+    size_t body_cap;
+    step_msg step[2]; /* by step number parity */
 } ctrl_port;
 
 /* A response of the current cycle, pointing into the cache or into the
@@ -105,23 +125,25 @@ typedef struct resp {
     int self_joined;
     int last_joined;
     int cached;
+    /* Carried in every rank's step message: each rank's data, in rank
+     * order (then it is reduced here, with no collective); else NULL. */
+    const uint8_t *const *parts;
 } resp;
 
 /*
- * Rank 0's view of the votes: which ranks have a request ready for each
- * cache slot. A slot every rank votes for runs in the next cycle.
+ * Rank 0's view of the votes: which ranks offered each cache slot in the
+ * last step (for the stall inspector: the step itself runs the slots every
+ * rank offers).
  */
 typedef struct vote_table {
     int capacity;
-    uint8_t *votes;     /* [rank * capacity + slot] */
-    int *count;         /* ranks voting per slot */
-    double *first;      /* when the first vote came (s) */
-    double *warned;     /* when the stall inspector last warned */
-    double small_since; /* small ready operations wait since (0: none) */
-    double last_vote;   /* when a vote last changed */
-    uint64_t *changed;  /* last cycle that ran, erased or reused it */
-    uint8_t *erase;     /* invalidated by some rank: erase next cycle */
-    uint8_t *stop;      /* per rank: it has called hvd_shutdown */
+    uint8_t *votes;    /* [rank * capacity + slot] */
+    int *count;        /* ranks voting per slot */
+    double *first;     /* when the first vote came (s) */
+    double *warned;    /* when the stall inspector last warned */
+    uint64_t *changed; /* last cycle that ran, erased or reused it */
+    uint8_t *erase;    /* invalidated by some rank: erase next cycle */
+    uint8_t *stop;     /* per rank: it has called hvd_shutdown */
 } vote_table;
 
 struct hvd_engine {
@@ -149,14 +171,33 @@ struct hvd_engine {
     int npending, cappending;
     hvd_namemap by_name; /* pending by name */
     hvd_cache cache;
-    uint64_t cycle;  /* the last cycle run */
+    uint64_t cycle;  /* the last cycle (step) run */
     int paused;      /* a rank is joined: no cache path */
     int stop_told;   /* rank 0 knows this rank stops */
     uint32_t *inval; /* slots to tell rank 0 about */
     int ninval;
-    ctrl_port *ports; /* rank 0: one per rank; others: [0] from rank 0 */
-    uint8_t *body;
+    ctrl_port *ports; /* one per peer */
+    uint8_t *body;    /* an update being sent */
     size_t body_cap;
+    /* The step in progress (engine_step.c). */
+    int in_step;   /* this rank's part of step cycle + 1 is out */
+    step_msg mine; /* that part (its data: in out) */
+    uint8_t *out;  /* what was sent: header, Step, data */
+    size_t out_cap;
+    Hvd__Engine__Step mine_msg;
+    uint32_t *mine_ready, *mine_carried; /* cache capacity entries each */
+    hvd_request **mine_creq;             /* the requests carried */
+    hvd_req *out_req; /* 2 per peer: frame and the body's rest */
+    /* Finishing a step, per cache slot (capacity entries each). */
+    uint32_t *run;         /* the slots every rank offers, ascending */
+    int *offers;           /* ranks that offer it */
+    int *offered_by;       /* the last rank counted + 1 */
+    int *run_index;        /* its place in run + 1; 0: it does not run */
+    int *carried_all;      /* per run entry: every rank carried its data */
+    const uint8_t **parts; /* per run entry: each rank's data (size each) */
+    Hvd__Engine__Cycle decision; /* rank 0: its part of the step */
+    Hvd__Engine__ResponseList dec_list;
+    uint32_t *dec_erase;
     resp *resps;
     size_t resps_cap;
     void *fusion;
@@ -180,6 +221,20 @@ struct hvd_engine {
     hvd_dev_tensor *dtens;
     size_t dtens_cap;
     int gpu_woken; /* under lock: a fence was reached (job of one) */
+
+    /* Who runs the engine, under the lock. A thread in hvd_engine_wait
+     * runs the passes itself (drives) while the engine thread stands
+     * aside; the engine thread takes over when nobody drives. */
+    pthread_cond_t turn_cond; /* the engine thread waits for its turn */
+    int driving;              /* a waiting thread runs the engine */
+    int wanted;               /* waiting threads that want to */
+    int engine_busy;          /* the engine thread is in a pass */
+    int waiters;              /* threads that may drive: keep eng alive */
+    int async_queued;         /* a request nobody waits for is queued */
+    int64_t driven_ns;        /* when a driver last let go */
+    hvd_status drive_status;  /* a driver's pass failed: the job fails */
+    char drive_text[HVD_ERROR_MAX];
+    int drive_last; /* a driver ran the last step */
 };
 
 /* One lock and condition for every engine: handles outlive an engine
@@ -198,16 +253,21 @@ hvd_status hvd_eng_fail(hvd_engine *eng, hvd_status status);
 void hvd_eng_swap_timeline(hvd_engine *eng);
 
 /* engine_msg.c */
-hvd_status hvd_eng_post_header(hvd_engine *eng, int peer);
+hvd_status hvd_eng_open_ports(hvd_engine *eng);
+size_t hvd_eng_frame(uint8_t *frame, uint32_t type, uint32_t proto_len,
+                     const void *body, size_t len);
 hvd_status hvd_eng_send_msg(hvd_engine *eng, int peer, uint32_t type,
                             const void *body, size_t len);
 hvd_status hvd_eng_body_room(hvd_engine *eng, size_t len);
-hvd_status hvd_eng_take_msg(hvd_engine *eng, int peer, uint32_t *type_out,
-                            size_t *len_out);
+hvd_status hvd_eng_pump(hvd_engine *eng, double now);
+int hvd_eng_port_ready(const hvd_engine *eng);
+hvd_status hvd_eng_close_ports(hvd_engine *eng);
+int hvd_eng_room(void **buf, size_t *cap, size_t len);
 int hvd_eng_invalidate(hvd_engine *eng, int slot);
 void hvd_eng_classify(hvd_engine *eng, hvd_request *req);
 void hvd_eng_intake(hvd_engine *eng, int *stop);
 int hvd_eng_has_news(const hvd_engine *eng, int stop);
+int hvd_eng_has_offers(const hvd_engine *eng);
 
 /* engine_run.c */
 void hvd_eng_dev_wake(void *arg);
@@ -223,12 +283,25 @@ void hvd_eng_vote_free(vote_table *vt);
 void hvd_eng_vote_reset(vote_table *vt, int size, int slot, uint64_t cycle);
 void hvd_eng_vote_clear(vote_table *vt, int size, int slot);
 hvd_status hvd_eng_local_update(hvd_engine *eng, int stop, double now);
-hvd_status hvd_eng_read_updates(hvd_engine *eng, double now);
+hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
+                                size_t len, double now);
+void hvd_eng_vote_offers(hvd_engine *eng, int rank, const uint32_t *ready,
+                         size_t n, double now);
 double hvd_eng_vote_deadline(const hvd_engine *eng);
 hvd_status hvd_eng_vote_stalls(hvd_engine *eng, double now,
                                Hvd__Engine__ResponseList *list);
 
+/* engine_step.c */
+int hvd_eng_step_init(hvd_engine *eng);
+void hvd_eng_step_free(hvd_engine *eng);
+int hvd_eng_peer_started(const hvd_engine *eng);
+hvd_status hvd_eng_step_start(hvd_engine *eng);
+int hvd_eng_step_complete(hvd_engine *eng);
+hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last);
+
 /* engine_cycle.c */
+hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c);
+hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last);
 void *hvd_eng_main(void *arg);
 
 #endif

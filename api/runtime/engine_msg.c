@@ -1,77 +1,232 @@
-/* The engine (engine.h): control messages between rank 0 and the others, and
- * taking submitted requests in. */
+/* The engine (engine.h): control messages between the ranks, and taking
+ * submitted requests in. */
 
 #include "api/runtime/engine_internal.h"
 
 /* ------------------------------------------------------------------ */
 /* Control messages                                                    */
 
-hvd_status hvd_eng_post_header(hvd_engine *eng, int peer) {
-    ctrl_port *p = &eng->ports[eng->rank == 0 ? peer : 0];
-
-    return hvd_comm_irecv(eng->ctrl, peer, &p->hdr, sizeof(p->hdr), &p->req);
-}
-
-/* Sends a header and its body, and waits until both are out. */
-hvd_status hvd_eng_send_msg(hvd_engine *eng, int peer, uint32_t type,
-                            const void *body, size_t len) {
-    msg_header hdr = {.type = type, .len = len};
-    hvd_req req[2];
-    hvd_status st = hvd_comm_isend(eng->ctrl, peer, &hdr, sizeof(hdr), &req[0]);
-
-    if (st == HVD_OK && len > 0)
-        st = hvd_comm_isend(eng->ctrl, peer, body, len, &req[1]);
-    if (st == HVD_OK)
-        st = hvd_comm_waitall(eng->ctrl, req, len > 0 ? 2 : 1);
-    return st;
-}
-
-hvd_status hvd_eng_body_room(hvd_engine *eng, size_t len) {
-    if (len > eng->body_cap) {
-        size_t cap = hvd_grow_cap(len, 0);
-        void *p = realloc(eng->body, cap);
+/* Grows *buf to at least len bytes; 0 on success. */
+int hvd_eng_room(void **buf, size_t *cap, size_t len) {
+    if (len > *cap) {
+        size_t c = hvd_grow_cap(len, 0);
+        void *p = realloc(*buf, c);
         if (p == NULL)
-            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-        eng->body = p;
-        eng->body_cap = cap;
+            return -1;
+        *buf = p;
+        *cap = c;
+    }
+    return 0;
+}
+
+static hvd_status post_header(hvd_engine *eng, int peer) {
+    ctrl_port *p = &eng->ports[peer];
+
+    p->in_body = 0;
+    return hvd_comm_irecv(eng->ctrl, peer, p->in.frame, CTRL_FRAME, &p->req);
+}
+
+/* Posts a header receive from every peer (before the first step). */
+hvd_status hvd_eng_open_ports(hvd_engine *eng) {
+    for (int r = 0; r < eng->size; r++) {
+        if (r == eng->rank)
+            continue;
+        eng->ports[r].next_step = 1;
+        hvd_status st = post_header(eng, r);
+        if (st != HVD_OK)
+            return st;
     }
     return HVD_OK;
 }
 
-/*
- * Waits for the header receive from peer, checks it, receives the body
- * into eng->body (it follows at once) and posts the next header receive,
- * unless this was the peer's last message (STOP). *type_out and *len_out
- * describe the message.
- */
-hvd_status hvd_eng_take_msg(hvd_engine *eng, int peer, uint32_t *type_out,
-                            size_t *len_out) {
-    ctrl_port *p = &eng->ports[eng->rank == 0 ? peer : 0];
-    msg_header hdr;
-    hvd_status st = hvd_comm_wait(eng->ctrl, &p->req);
+/* Fills frame (CTRL_FRAME bytes) with the header and the start of the
+ * body; returns the bytes of the body that follow in a second message. */
+size_t hvd_eng_frame(uint8_t *frame, uint32_t type, uint32_t proto_len,
+                     const void *body, size_t len) {
+    msg_header hdr = {.type = type, .proto_len = proto_len, .len = len};
+    size_t head = len < CTRL_INLINE ? len : CTRL_INLINE;
 
-    if (st != HVD_OK)
-        return st;
-    hdr = p->hdr;
-    if (hdr.type < MSG_UPDATE || hdr.type > MSG_STOP ||
-        hdr.len > ((uint64_t)1 << 32))
+    memcpy(frame, &hdr, sizeof(hdr));
+    if (head > 0 && frame + sizeof(hdr) != (const uint8_t *)body)
+        memcpy(frame + sizeof(hdr), body, head);
+    memset(frame + sizeof(hdr) + head, 0, CTRL_INLINE - head);
+    return len - head;
+}
+
+/* Sends a message (its frame, then the rest of its body) and waits until
+ * it is out. */
+hvd_status hvd_eng_send_msg(hvd_engine *eng, int peer, uint32_t type,
+                            const void *body, size_t len) {
+    uint8_t frame[CTRL_FRAME];
+    size_t rest = hvd_eng_frame(frame, type, 0, body, len);
+    hvd_req req[2];
+    hvd_status st = hvd_comm_isend(eng->ctrl, peer, frame, CTRL_FRAME, &req[0]);
+
+    if (st == HVD_OK && rest > 0)
+        st = hvd_comm_isend(eng->ctrl, peer,
+                            (const uint8_t *)body + CTRL_INLINE, rest, &req[1]);
+    if (st == HVD_OK)
+        st = hvd_comm_waitall(eng->ctrl, req, rest > 0 ? 2 : 1);
+    return st;
+}
+
+hvd_status hvd_eng_body_room(hvd_engine *eng, size_t len) {
+    if (hvd_eng_room((void **)&eng->body, &eng->body_cap, len) != 0)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    return HVD_OK;
+}
+
+static hvd_status take_body(hvd_engine *eng, int peer, double now);
+
+/* A frame has come from peer: checks its header, copies the start of
+ * the body into the buffer it belongs to and posts the receive of the
+ * rest, or handles the message if it is all there. */
+static hvd_status take_header(hvd_engine *eng, int peer, double now,
+                              int *again) {
+    ctrl_port *p = &eng->ports[peer];
+    msg_header *h = &p->in.hdr;
+    hvd_status st;
+    void *dst;
+
+    *again = 0;
+    if (h->type < MSG_UPDATE || h->type > MSG_STOP ||
+        h->len > ((uint64_t)1 << 32) || h->proto_len > h->len ||
+        (h->type == MSG_UPDATE && eng->rank != 0) ||
+        (h->type == MSG_STEP && h->len == 0) ||
+        (h->type == MSG_STOP && h->len != 0))
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "malformed control message (type %u, %llu "
                              "bytes) from rank %d",
-                             hdr.type, (unsigned long long)hdr.len, peer);
-    if (hdr.len > 0) {
-        hvd_req body;
-        st = hvd_eng_body_room(eng, hdr.len);
-        if (st == HVD_OK)
-            st = hvd_comm_irecv(eng->ctrl, peer, eng->body, hdr.len, &body);
-        if (st == HVD_OK)
-            st = hvd_comm_wait(eng->ctrl, &body);
-        if (st != HVD_OK)
-            return st;
+                             h->type, (unsigned long long)h->len, peer);
+    if (h->type == MSG_STOP) {
+        p->closed = 1;
+        return HVD_OK;
     }
-    *type_out = hdr.type;
-    *len_out = hdr.len;
-    return hdr.type == MSG_STOP ? HVD_OK : hvd_eng_post_header(eng, peer);
+
+    if (h->type == MSG_STEP) {
+        step_msg *m = &p->step[p->next_step & 1];
+        /* A peer starts a step only once it has this rank's part of the
+         * one before: it is never two ahead. */
+        if (m->msg != NULL)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "rank %d sent step %llu before step %llu "
+                                 "had run here",
+                                 peer, (unsigned long long)p->next_step,
+                                 (unsigned long long)p->next_step - 2);
+        if (hvd_eng_room((void **)&m->buf, &m->cap, h->len) != 0)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        dst = m->buf;
+    } else {
+        if (hvd_eng_room((void **)&p->body, &p->body_cap, h->len) != 0)
+            return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        dst = p->body;
+    }
+    if (h->len <= CTRL_INLINE) {
+        if (h->len > 0)
+            memcpy(dst, p->in.frame + sizeof(*h), h->len);
+        *again = 1;
+        return take_body(eng, peer, now);
+    }
+    memcpy(dst, p->in.frame + sizeof(*h), CTRL_INLINE);
+    p->in_body = 1;
+    st = hvd_comm_irecv(eng->ctrl, peer, (uint8_t *)dst + CTRL_INLINE,
+                        h->len - CTRL_INLINE, &p->req);
+    *again = st == HVD_OK; /* the rest may be there already */
+    return st;
+}
+
+/* A whole message has come from peer: acts on it and posts the next
+ * frame receive. */
+static hvd_status take_body(hvd_engine *eng, int peer, double now) {
+    ctrl_port *p = &eng->ports[peer];
+    msg_header *h = &p->in.hdr;
+    hvd_status st = HVD_OK;
+
+    if (h->type == MSG_UPDATE) {
+        st = hvd_eng_apply_update(eng, peer, p->body, h->len, now);
+    } else if (h->type == MSG_STEP) {
+        step_msg *m = &p->step[p->next_step & 1];
+        m->msg = hvd__engine__step__unpack(NULL, h->proto_len, m->buf);
+        if (m->msg == NULL)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "malformed step message from rank %d", peer);
+        if (m->msg->number != p->next_step) {
+            st = hvd_error_set(HVD_ERR_TRANSPORT,
+                               "step %llu from rank %d where step %llu was "
+                               "expected",
+                               (unsigned long long)m->msg->number, peer,
+                               (unsigned long long)p->next_step);
+            hvd__engine__step__free_unpacked(m->msg, NULL);
+            m->msg = NULL;
+            return st;
+        }
+        m->data = m->buf + h->proto_len;
+        m->data_len = h->len - h->proto_len;
+        p->next_step++;
+    }
+    if (st != HVD_OK)
+        return st;
+    return post_header(eng, peer);
+}
+
+/*
+ * Takes every control message that has come: rank 0 applies updates at
+ * once, step messages wait in their port for the step to finish, STOP
+ * closes the port. Never blocks.
+ */
+hvd_status hvd_eng_pump(hvd_engine *eng, double now) {
+    for (int r = 0; r < eng->size; r++) {
+        ctrl_port *p = &eng->ports[r];
+        int again = 1;
+
+        if (r == eng->rank)
+            continue;
+        while (again && !p->closed && p->req.done) {
+            hvd_status st = p->req.status;
+            if (st != HVD_OK)
+                return st;
+            if (p->in_body) {
+                st = take_body(eng, r, now);
+                again = st == HVD_OK;
+            } else {
+                st = take_header(eng, r, now, &again);
+            }
+            if (st != HVD_OK)
+                return st;
+        }
+    }
+    return HVD_OK;
+}
+
+/* 1 if a control message (or part of one) waits to be taken. */
+int hvd_eng_port_ready(const hvd_engine *eng) {
+    for (int r = 0; r < eng->size; r++)
+        if (r != eng->rank && !eng->ports[r].closed && eng->ports[r].req.done)
+            return 1;
+    return 0;
+}
+
+/*
+ * Every rank has stopped: the header receives still posted are completed
+ * by a last STOP message from every rank to every rank (updates sent
+ * before it are taken and dropped), so nothing is in flight when the
+ * transport says goodbye.
+ */
+hvd_status hvd_eng_close_ports(hvd_engine *eng) {
+    hvd_status st = HVD_OK;
+
+    for (int r = 0; r < eng->size && st == HVD_OK; r++)
+        if (r != eng->rank)
+            st = hvd_eng_send_msg(eng, r, MSG_STOP, NULL, 0);
+    for (int r = 0; r < eng->size && st == HVD_OK; r++) {
+        ctrl_port *p = &eng->ports[r];
+        while (st == HVD_OK && r != eng->rank && !p->closed) {
+            st = hvd_comm_wait(eng->ctrl, &p->req);
+            if (st == HVD_OK)
+                st = hvd_eng_pump(eng, 0);
+        }
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------------ */
@@ -164,14 +319,21 @@ void hvd_eng_intake(hvd_engine *eng, int *stop) {
     }
 }
 
-/* 1 if rank 0 does not know all of this rank's state yet. */
+/* 1 if rank 0 does not know all of this rank's state yet: requests the
+ * cache does not know, invalidated slots, that it stops. */
 int hvd_eng_has_news(const hvd_engine *eng, int stop) {
     if ((stop && !eng->stop_told) || eng->ninval > 0)
         return 1;
-    for (int i = 0; i < eng->npending; i++) {
-        const hvd_request *req = eng->pending[i];
-        if (req->state == REQ_NEW || (req->state == REQ_CACHED && !req->voted))
+    for (int i = 0; i < eng->npending; i++)
+        if (eng->pending[i]->state == REQ_NEW)
             return 1;
-    }
+    return 0;
+}
+
+/* 1 if a cached request has not been offered in a step yet. */
+int hvd_eng_has_offers(const hvd_engine *eng) {
+    for (int i = 0; i < eng->npending; i++)
+        if (eng->pending[i]->state == REQ_CACHED && !eng->pending[i]->voted)
+            return 1;
     return 0;
 }

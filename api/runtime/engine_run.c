@@ -266,7 +266,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
         total += (size_t)hvd_opdesc_total(&rs[i].desc);
         ntensors += rs[i].desc.ncounts;
     }
-    t = hvd_now_ns();
+    t = stamp(eng);
     for (size_t i = first; i < last; i++) {
         hvd_timeline_end(eng->timeline, rs[i].name, t); /* QUEUE */
     }
@@ -351,6 +351,41 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     return HVD_OK;
 }
 
+/*
+ * An allreduce whose data every rank carried in its step message: reduced
+ * here, in rank order (the same sum, bit for bit, on every rank).
+ */
+static hvd_status run_carried(hvd_engine *eng, const resp *r) {
+    hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+    hvd_dtype dtype = r->desc.dtype;
+    size_t count = (size_t)hvd_opdesc_total(&r->desc);
+    int64_t t = stamp(eng);
+
+    if (req == NULL)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "rank %d has no request '%s' to run", eng->rank,
+                             r->name);
+    hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
+    hvd_timeline_begin(eng->timeline, r->name, "ALLREDUCE", t,
+                       "\"transport\": \"control\", \"algorithm\": "
+                       "\"step\", \"tensors\": 1");
+    if (eng->size == 1) {
+        if (count > 0 && req->recv[0] != r->parts[0])
+            memcpy(req->recv[0], r->parts[0], count * hvd_dtype_size(dtype));
+    } else {
+        hvd_reduce(req->recv[0], r->parts[0], r->parts[1], count, dtype,
+                   r->desc.op);
+        for (int k = 2; k < eng->size; k++)
+            hvd_reduce(req->recv[0], req->recv[0], r->parts[k], count, dtype,
+                       r->desc.op);
+    }
+    if (r->desc.op == HVD_AVERAGE)
+        hvd_reduce_scale_div(req->recv[0], count, dtype, eng->size);
+    hvd_timeline_end(eng->timeline, r->name, stamp(eng));
+    hvd_eng_complete(eng, req, HVD_OK, NULL);
+    return HVD_OK;
+}
+
 /* Runs one broadcast, allgather, barrier, join or call response. */
 static hvd_status run_other(hvd_engine *eng, const resp *r) {
     hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
@@ -418,7 +453,8 @@ static int fuses(const hvd_engine *eng, const resp *rs, size_t first, size_t i,
     size_t bytes =
         (size_t)hvd_opdesc_total(&b->desc) * hvd_dtype_size(b->desc.dtype);
 
-    return b->status == HVD_OK && b->desc.kind == HVD_KIND_ALLREDUCE &&
+    return b->status == HVD_OK && b->parts == NULL &&
+           b->desc.kind == HVD_KIND_ALLREDUCE &&
            b->desc.dtype == a->desc.dtype && b->desc.op == a->desc.op &&
            b->desc.mem == a->desc.mem && b->contributors == a->contributors &&
            b->self_joined == a->self_joined &&
@@ -428,7 +464,7 @@ static int fuses(const hvd_engine *eng, const resp *rs, size_t first, size_t i,
 
 /* Runs the cycle's responses in order, fusing neighbouring allreduces. */
 hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
-    int64_t t = hvd_now_ns();
+    int64_t t = stamp(eng);
 
     for (size_t i = 0; i < n; i++) {
         hvd_request *req = hvd_namemap_get(&eng->by_name, rs[i].name);
@@ -453,8 +489,8 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
             i++;
             continue;
         }
-        if (r->desc.kind != HVD_KIND_ALLREDUCE) {
-            st = run_other(eng, r);
+        if (r->parts != NULL || r->desc.kind != HVD_KIND_ALLREDUCE) {
+            st = r->parts != NULL ? run_carried(eng, r) : run_other(eng, r);
             if (st != HVD_OK)
                 return st;
             i++;

@@ -42,7 +42,6 @@ static void vote_set(vote_table *vt, int rank, int slot, double now) {
     if (*v)
         return;
     *v = 1;
-    vt->last_vote = now;
     if (vt->count[slot]++ == 0) {
         vt->first[slot] = now;
         vt->warned[slot] = -1;
@@ -50,12 +49,12 @@ static void vote_set(vote_table *vt, int rank, int slot, double now) {
 }
 
 /* Forgets every vote for slot: it ran, was erased or now names another
- * operation (from cycle on). */
+ * operation (from cycle on). A request to erase it stays until it is
+ * erased: one that came while the slot ran still holds. */
 void hvd_eng_vote_reset(vote_table *vt, int size, int slot, uint64_t cycle) {
     for (int r = 0; r < size; r++)
         vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)slot] = 0;
     vt->count[slot] = 0;
-    vt->erase[slot] = 0;
     vt->changed[slot] = cycle;
 }
 
@@ -72,10 +71,7 @@ hvd_status hvd_eng_local_update(hvd_engine *eng, int stop, double now) {
 
     for (int i = 0; i < eng->npending; i++) {
         hvd_request *req = eng->pending[i];
-        if (req->state == REQ_CACHED && !req->voted) {
-            vote_set(vt, 0, req->slot, now);
-            req->voted = 1;
-        } else if (req->state == REQ_NEW) {
+        if (req->state == REQ_NEW) {
             hvd_status st =
                 hvd_coord_add(eng->coord, 0, req->name, &req->desc, 0, now);
             if (st != HVD_OK)
@@ -93,9 +89,31 @@ hvd_status hvd_eng_local_update(hvd_engine *eng, int stop, double now) {
     return HVD_OK;
 }
 
+/* Rank 0 takes what rank offered in the last step: its votes are now
+ * the slots it lists, except those the step ran, erased or reused. */
+void hvd_eng_vote_offers(hvd_engine *eng, int rank, const uint32_t *ready,
+                         size_t n, double now) {
+    vote_table *vt = &eng->vt;
+    uint8_t *row = &vt->votes[(size_t)rank * (size_t)vt->capacity];
+
+    for (size_t i = 0; i < n; i++)
+        if (ready[i] < (uint32_t)vt->capacity)
+            row[ready[i]] |= 2; /* offered now */
+    for (int s = 0; s < eng->cache.nslots; s++) {
+        int offered = (row[s] & 2) && vt->changed[s] != eng->cycle;
+        row[s] &= 1;
+        if (offered && !row[s]) {
+            vote_set(vt, rank, s, now);
+        } else if (!offered && row[s]) {
+            row[s] = 0;
+            vt->count[s]--;
+        }
+    }
+}
+
 /* Rank 0 takes another rank's Update. */
-static hvd_status apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
-                               size_t len, double now) {
+hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
+                                size_t len, double now) {
     vote_table *vt = &eng->vt;
     Hvd__Engine__Update *u = hvd__engine__update__unpack(NULL, len, buf);
     hvd_status st = HVD_OK;
@@ -103,22 +121,7 @@ static hvd_status apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
     if (u == NULL)
         return hvd_error_set(HVD_ERR_TRANSPORT, "malformed update from rank %d",
                              rank);
-    /* Its votes now: the slots it lists, unless the slot has run, been
-     * erased or reused since the cycle it had seen (a vote sent while a
-     * cycle was on its way). */
-    for (int s = 0; s < vt->capacity; s++) {
-        uint8_t *v =
-            &vt->votes[(size_t)rank * (size_t)vt->capacity + (size_t)s];
-        if (*v) {
-            *v = 0;
-            vt->count[s]--;
-        }
-    }
-    for (size_t i = 0; i < u->n_ready; i++) {
-        uint32_t s = u->ready[i];
-        if (s < (uint32_t)vt->capacity && vt->changed[s] <= u->seen_cycle)
-            vote_set(vt, rank, (int)s, now);
-    }
+    /* Its votes come with its steps (hvd_eng_vote_offers). */
     for (size_t i = 0; i < u->n_invalidate; i++)
         if (u->invalidate[i] < (uint32_t)vt->capacity)
             vt->erase[u->invalidate[i]] = 1;
@@ -135,28 +138,6 @@ static hvd_status apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
         vt->stop[rank] = 1;
     hvd__engine__update__free_unpacked(u, NULL);
     return st;
-}
-
-/* Rank 0 reads every Update that has arrived. */
-hvd_status hvd_eng_read_updates(hvd_engine *eng, double now) {
-    for (int r = 1; r < eng->size; r++) {
-        while (eng->ports[r].req.done) {
-            uint32_t type;
-            size_t len;
-            hvd_status st = hvd_eng_take_msg(eng, r, &type, &len);
-            if (st != HVD_OK)
-                return st;
-            if (type != MSG_UPDATE)
-                return hvd_error_set(HVD_ERR_TRANSPORT,
-                                     "control message %u from rank %d where "
-                                     "an update was expected",
-                                     type, r);
-            st = apply_update(eng, r, eng->body, len, now);
-            if (st != HVD_OK)
-                return st;
-        }
-    }
-    return HVD_OK;
 }
 
 /* "1,3" for the ranks that do (want = 1) or do not vote for slot. */

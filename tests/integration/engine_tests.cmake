@@ -8,9 +8,9 @@ target_include_directories(test_engine PRIVATE
                            ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(test_engine PRIVATE ${HVD_WARNINGS})
 
-foreach(subtest order threads fusion cache mismatch join stall stall_shutdown
-        timeline callback)
-  if(subtest MATCHES "^(stall|stall_shutdown|timeline)$")
+foreach(subtest order threads fusion cache mismatch join stall stall_cached
+        stall_shutdown timeline callback)
+  if(subtest MATCHES "^(stall|stall_cached|stall_shutdown|timeline)$")
     set(nps 2 3)
   else()
     set(nps 2 3 4)
@@ -22,6 +22,25 @@ foreach(subtest order threads fusion cache mismatch join stall stall_shutdown
                      $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_engine>
                      ${np} ${subtest})
     # 77: timeout(1) or python3 missing.
+    set_tests_properties(${test_name} PROPERTIES
+                         LABELS "integration;engine" TIMEOUT 180
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
+
+# The engine's steps and their fast path (test_steps.c).
+add_executable(test_steps ${CMAKE_CURRENT_SOURCE_DIR}/test_steps.c)
+target_link_libraries(test_steps PRIVATE hvd Threads::Threads)
+target_include_directories(test_steps PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_steps PRIVATE ${HVD_WARNINGS})
+foreach(subtest dtypes mismatch join threads)
+  foreach(np 1 2 3 4)
+    if(np EQUAL 1 AND subtest MATCHES "^(mismatch|join)$")
+      continue()
+    endif()
+    set(test_name integration.engine.steps.${subtest}.np${np})
+    add_test(NAME ${test_name}
+             COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps> ${subtest})
     set_tests_properties(${test_name} PROPERTIES
                          LABELS "integration;engine" TIMEOUT 180
                          SKIP_RETURN_CODE 77)

@@ -12,6 +12,7 @@
 #                   and every K is 0; HVD_CACHE_CAPACITY=4 (evictions) passes.
 #   stall           HVD_STALL_CHECK_SECONDS=1: rank 0 warns
 #                   "stall: 'late' waits ... for rank(s) 1".
+#   stall_cached    the same for a cached name ('late.cached').
 #   stall_shutdown  HVD_STALL_SHUTDOWN_SECONDS=2, HVD_STALL_CHECK_SECONDS=1.
 #   timeline        HVD_TIMELINE=file, then check_timeline.py on the file.
 #   callback        completion through hvd_on_done (no extra checks).
@@ -126,6 +127,13 @@ stall)
     if ! grep -E "^\[0\] .*stall: 'late' waits .*for rank\(s\) 1([^0-9,]|$)" \
         "$tmp/run.log" >/dev/null; then
         fail "rank 0 did not warn \"stall: 'late' waits ... for rank(s) 1\""
+    fi
+    ;;
+stall_cached)
+    run run.log 120 HVD_STALL_CHECK_SECONDS=1
+    if ! grep -E "^\[0\] .*stall: 'late.cached' waits .*for rank\(s\) 1([^0-9,]|$)" \
+        "$tmp/run.log" >/dev/null; then
+        fail "rank 0 did not warn \"stall: 'late.cached' waits ... for rank(s) 1\""
     fi
     ;;
 stall_shutdown)

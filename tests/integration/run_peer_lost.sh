@@ -1,15 +1,17 @@
 #!/bin/sh
 # Kills one rank mid-job and checks that every survivor reports it.
 #
-#   run_peer_lost.sh HVDRUN PROG NP VICTIM AFTER
+#   run_peer_lost.sh HVDRUN PROG NP VICTIM AFTER [NAMES]
 #
+# NAMES: the allreduces cycle through that many names (cached ones), as
+# test_peer_lost --names; by default every one has a new name.
 # Pass iff hvdrun exits 137 (the victim's SIGKILL) within 10 s of the
 # victim's death and 30 s in all, each of the NP-1 survivors printed
 # "PASS peer_lost", and no shared-memory segment of the job is left.
 # HVD_TRANSPORT from the environment chooses the transport. Exit status: 0 pass, 1 fail, 77 skip.
 
-if [ $# -ne 5 ]; then
-    echo "usage: $0 HVDRUN PROG NP VICTIM AFTER" >&2
+if [ $# -ne 5 ] && [ $# -ne 6 ]; then
+    echo "usage: $0 HVDRUN PROG NP VICTIM AFTER [NAMES]" >&2
     exit 1
 fi
 hvdrun=$1
@@ -17,6 +19,7 @@ prog=$2
 np=$3
 victim=$4
 after=$5
+names=${6:-0}
 
 if ! command -v timeout >/dev/null 2>&1; then
     echo "SKIP: timeout(1) is not installed"
@@ -31,7 +34,7 @@ trap 'rm -f "$out"' EXIT
 start=$(date +%s.%N)
 timeout 60 "$hvdrun" --grace-seconds 8 -np "$np" -- \
     sh -c '[ "$HVD_RANK" = 0 ] && echo "JOB $HVD_JOB_ID"; exec "$0" "$@"' \
-    "$prog" --victim "$victim" --after "$after" >"$out" 2>&1
+    "$prog" --victim "$victim" --after "$after" --names "$names" >"$out" 2>&1
 rc=$?
 end=$(date +%s.%N)
 cat "$out"

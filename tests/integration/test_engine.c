@@ -6,9 +6,9 @@
  *     hvdrun -np N test_engine SUBTEST
  *
  * SUBTEST is one of order, threads, fusion, cache, mismatch, join, stall,
- * stall_shutdown, timeline. run_engine_logs.sh runs each with the
- * environment it needs and checks the logs it asks for (stall warnings,
- * cache counts, checksums, the timeline file).
+ * stall_cached, stall_shutdown, timeline, callback. run_engine_logs.sh runs
+ * each with the environment it needs and checks the logs it asks for (stall
+ * warnings, cache counts, checksums, the timeline file).
  *
  * Every input is a small integer computed from (rank, step, operation,
  * element), so every result is exact in every dtype used (float16
@@ -829,6 +829,27 @@ static void test_stall(void) {
     arop_free(&a);
 }
 
+/* The same for a cached name: its steps, not the coordinator, see that
+ * rank 1 has not offered it (rank 0's vote table warns). */
+static void test_stall_cached(void) {
+    struct arop a;
+    int round;
+
+    arop_init(&a, "late.cached", 301, HVD_FLOAT32, HVD_SUM, 16, 16, 0);
+    for (round = 0; round < 3; round++) {
+        arop_fill(&a, round);
+        arop_blocking(&a);
+        arop_check(&a, round);
+    }
+    expect_ok("hvd_barrier", hvd_barrier());
+    if (g_rank == 1)
+        sleep_s(STALL_LATE_S);
+    arop_fill(&a, round);
+    arop_blocking(&a);
+    arop_check(&a, round);
+    arop_free(&a);
+}
+
 /*
  * With HVD_STALL_SHUTDOWN_SECONDS=S, 'never' (which rank 1 never submits)
  * fails with HVD_ERR_TIMEOUT on every other rank after about S s. Rank 1
@@ -1135,11 +1156,17 @@ struct subtest {
 };
 
 static const struct subtest subtests[] = {
-    {"order", test_order, 1},       {"threads", test_threads, 1},
-    {"fusion", test_fusion, 1},     {"cache", test_cache, 1},
-    {"mismatch", test_mismatch, 2}, {"join", test_join, 2},
-    {"stall", test_stall, 2},       {"stall_shutdown", test_stall_shutdown, 2},
-    {"timeline", test_timeline, 1}, {"callback", test_callback, 1},
+    {"order", test_order, 1},
+    {"threads", test_threads, 1},
+    {"fusion", test_fusion, 1},
+    {"cache", test_cache, 1},
+    {"mismatch", test_mismatch, 2},
+    {"join", test_join, 2},
+    {"stall", test_stall, 2},
+    {"stall_shutdown", test_stall_shutdown, 2},
+    {"stall_cached", test_stall_cached, 2},
+    {"timeline", test_timeline, 1},
+    {"callback", test_callback, 1},
 };
 #define NUM_SUBTESTS (sizeof(subtests) / sizeof(subtests[0]))
 

@@ -1,9 +1,11 @@
 /*
  * A rank dies in the middle of a job; every survivor must learn it quickly.
  *
- *     hvdrun -np N test_peer_lost --victim R --after K
+ *     hvdrun -np N test_peer_lost --victim R --after K [--names M]
  *
- * Every rank runs up to 100000 allreduces of mixed sizes. Rank R kills
+ * Every rank runs up to 100000 allreduces of mixed sizes, each under a new
+ * name, or with --names M under M names in turn (cached after their first
+ * run: they then travel through the steps' fast path). Rank R kills
  * itself with SIGKILL before iteration K. A survivor passes when its failing
  * call returns HVD_ERR_PEER_LOST within 5 s of its last success, names
  * "rank R" in hvd_last_error(), a later call fails too and hvd_shutdown()
@@ -31,7 +33,7 @@ static const size_t sizes[] = {1, 100, 4096, 65536, MAX_ELEMS};
 #define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 int main(int argc, char **argv) {
-    int victim = -1, after = -1, rank, size, it, i;
+    int victim = -1, after = -1, names = 0, rank, size, it, i;
     float *send, *recv;
     char name[64], error_text[1024];
     double last_ok, elapsed, t0, shutdown_s;
@@ -46,10 +48,14 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--after") == 0 &&
             parse_int(argv[i + 1], &after) == 0)
             continue;
+        if (strcmp(argv[i], "--names") == 0 &&
+            parse_int(argv[i + 1], &names) == 0 && names >= 0)
+            continue;
         break;
     }
     if (i != argc || victim < 0 || after < 0) {
-        fprintf(stderr, "usage: %s --victim RANK --after ITERATIONS\n",
+        fprintf(stderr,
+                "usage: %s --victim RANK --after ITERATIONS [--names M]\n",
                 argv[0]);
         return 2;
     }
@@ -91,7 +97,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
             raise(SIGKILL);
         }
-        snprintf(name, sizeof(name), "peer_lost.%d", it);
+        snprintf(name, sizeof(name), "peer_lost.%d",
+                 names > 0 ? it % names : it);
         s = hvd_allreduce(name, send, recv, sizes[it % NUM_SIZES], HVD_FLOAT32,
                           HVD_SUM);
         if (s != HVD_OK)

@@ -11,4 +11,14 @@ static inline int64_t hvd_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* A short pause in a polling loop (lets a sibling hyperthread run and
+ * saves power), without giving up the core. */
+static inline void hvd_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 #endif

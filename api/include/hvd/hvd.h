@@ -285,7 +285,10 @@ HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
  * Describes the path a collective of bytes bytes (per rank; allgather: the
  * gathered total) takes in this job: "<transport>/<algorithm>/<chunk
  * bytes>", e.g. "shm/direct/262144", "tcp/ring/524288", "shm+tcp/hier/..."
- * (hierarchical), or "local" in a job of one. Every rank gets the same
+ * (hierarchical), or "local" in a job of one. An allreduce small enough to
+ * travel inside the engine's step messages once its name is cached
+ * (HVD_STEP_CARRY_BYTES) is "<transport>/step/<that limit>": the path of its
+ * repeats, the first call runs the collective. Every rank gets the same
  * answer; the debug log and the timeline show the same for each operation.
  * @param [in]  collective "allreduce", "allgather" or "broadcast".
  * @param [out] out        outlen bytes, NUL-terminated.

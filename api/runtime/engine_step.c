@@ -1,0 +1,295 @@
+/*
+ * The engine (engine.h): a step. Every rank sends its part of step k (a
+ * Step message: the cache slots it has requests for, the data of the small
+ * ones, and on rank 0 what it decided) to every other rank; once a rank
+ * has every part, it runs cycle k: the slots every rank offers, after rank
+ * 0's erasures and before its negotiated responses. Every rank computes
+ * that from the same messages, so they all run the same cycle without
+ * asking rank 0, and a slot whose data every rank carried is reduced
+ * where it arrived, with no collective at all (docs/design.md, "Steps").
+ */
+
+#include "api/runtime/engine_internal.h"
+
+int hvd_eng_step_init(hvd_engine *eng) {
+    size_t cap =
+        eng->cfg.cache_capacity > 0 ? (size_t)eng->cfg.cache_capacity : 1;
+    size_t n = (size_t)eng->size;
+
+    eng->mine_ready = calloc(cap, sizeof(*eng->mine_ready));
+    eng->mine_carried = calloc(cap, sizeof(*eng->mine_carried));
+    eng->mine_creq = calloc(cap, sizeof(*eng->mine_creq));
+    eng->out_req = calloc(2 * n, sizeof(*eng->out_req));
+    eng->run = calloc(cap, sizeof(*eng->run));
+    eng->offers = calloc(cap, sizeof(*eng->offers));
+    eng->offered_by = calloc(cap, sizeof(*eng->offered_by));
+    eng->run_index = calloc(cap, sizeof(*eng->run_index));
+    eng->carried_all = calloc(cap, sizeof(*eng->carried_all));
+    eng->parts = calloc(cap * n, sizeof(*eng->parts));
+    eng->dec_erase = calloc(cap, sizeof(*eng->dec_erase));
+    return eng->mine_ready && eng->mine_carried && eng->mine_creq &&
+                   eng->out_req && eng->run && eng->offers && eng->offered_by &&
+                   eng->run_index && eng->carried_all && eng->parts &&
+                   eng->dec_erase
+               ? 0
+               : -1;
+}
+
+void hvd_eng_step_free(hvd_engine *eng) {
+    for (int r = 0; eng->ports != NULL && r < eng->size; r++) {
+        ctrl_port *p = &eng->ports[r];
+        for (int k = 0; k < 2; k++) {
+            if (p->step[k].msg != NULL)
+                hvd__engine__step__free_unpacked(p->step[k].msg, NULL);
+            free(p->step[k].buf);
+        }
+        free(p->body);
+    }
+    hvd_coord_free_responses(&eng->dec_list);
+    free(eng->out);
+    free(eng->mine_ready);
+    free(eng->mine_carried);
+    free(eng->mine_creq);
+    free(eng->out_req);
+    free(eng->run);
+    free(eng->offers);
+    free(eng->offered_by);
+    free(eng->run_index);
+    free(eng->carried_all);
+    free(eng->parts);
+    free(eng->dec_erase);
+}
+
+/* The part of step k that rank r sent (or this rank's own). */
+static step_msg *part_of(hvd_engine *eng, int r, uint64_t k) {
+    return r == eng->rank ? &eng->mine : &eng->ports[r].step[k & 1];
+}
+
+/* 1 if a peer has sent its part of the next step. */
+int hvd_eng_peer_started(const hvd_engine *eng) {
+    for (int r = 0; r < eng->size; r++)
+        if (r != eng->rank && eng->ports[r].step[(eng->cycle + 1) & 1].msg)
+            return 1;
+    return 0;
+}
+
+/* Bytes of a cached request's data, if it may travel in the step message
+ * after `used` bytes of others; else 0 with *ok = 0. */
+static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
+                          size_t used, int *ok) {
+    size_t bytes =
+        (size_t)hvd_opdesc_total(&req->desc) * hvd_dtype_size(req->desc.dtype);
+
+    *ok = eng->size > 1 && req->desc.kind == HVD_KIND_ALLREDUCE &&
+          req->desc.mem == HVD_MEM_HOST && req->n == 1 &&
+          bytes <= eng->cfg.fusion_tensor_max &&
+          used + bytes <= eng->cfg.step_carry_bytes;
+    return *ok ? bytes : 0;
+}
+
+/*
+ * Sends this rank's part of step cycle + 1 to every peer: every cached
+ * request it holds (each is offered again in every step until it runs),
+ * the data of the small allreduces among them, and on rank 0 its
+ * decision (eng->decision). The sends complete in the background.
+ */
+hvd_status hvd_eng_step_start(hvd_engine *eng) {
+    Hvd__Engine__Step *m = &eng->mine_msg;
+    step_msg *mine = &eng->mine;
+    size_t data = 0, proto;
+    hvd_status st = HVD_OK;
+
+    hvd__engine__step__init(m);
+    m->number = eng->cycle + 1;
+    m->ready = eng->mine_ready;
+    m->carried = eng->mine_carried;
+    for (int i = 0; i < eng->npending; i++) {
+        hvd_request *req = eng->pending[i];
+        int ok;
+        if (req->state != REQ_CACHED)
+            continue;
+        req->voted = 1;
+        m->ready[m->n_ready++] = (uint32_t)req->slot;
+        size_t bytes = carry_bytes(eng, req, data, &ok);
+        if (ok) {
+            eng->mine_creq[m->n_carried] = req;
+            m->carried[m->n_carried++] = (uint32_t)req->slot;
+            data += bytes;
+        }
+    }
+    if (eng->rank == 0) {
+        eng->decision.number = m->number;
+        m->cycle = &eng->decision;
+    }
+    /* What goes out: the header, the Step, the data, in one buffer (its
+     * first CTRL_FRAME bytes are the frame, padded). */
+    proto = hvd__engine__step__get_packed_size(m);
+    size_t total = sizeof(msg_header) + proto + data;
+    if (hvd_eng_room((void **)&eng->out, &eng->out_cap,
+                     total > CTRL_FRAME ? total : CTRL_FRAME) != 0)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    uint8_t *body = eng->out + sizeof(msg_header);
+    hvd__engine__step__pack(m, body);
+    for (size_t i = 0, off = 0; i < m->n_carried; i++) {
+        const hvd_request *req = eng->mine_creq[i];
+        size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(req->desc.dtype);
+        if (bytes > 0)
+            memcpy(body + proto + off, req->send[0], bytes);
+        off += bytes;
+    }
+    size_t rest =
+        hvd_eng_frame(eng->out, MSG_STEP, (uint32_t)proto, body, proto + data);
+    mine->data = body + proto;
+    mine->data_len = data;
+    mine->msg = m;
+    for (int r = 0; r < eng->size && st == HVD_OK; r++) {
+        hvd_req *q = &eng->out_req[2 * r];
+        q[0].done = q[1].done = 1;
+        if (r == eng->rank)
+            continue;
+        st = hvd_comm_isend(eng->ctrl, r, eng->out, CTRL_FRAME, &q[0]);
+        if (st == HVD_OK && rest > 0)
+            st = hvd_comm_isend(eng->ctrl, r, eng->out + CTRL_FRAME, rest,
+                                &q[1]);
+    }
+    eng->in_step = 1;
+    return st;
+}
+
+/* 1 once every rank's part of the step is here and this rank's is out. */
+int hvd_eng_step_complete(hvd_engine *eng) {
+    if (!eng->in_step)
+        return 0;
+    for (int r = 0; r < eng->size; r++)
+        if (part_of(eng, r, eng->cycle + 1)->msg == NULL ||
+            !eng->out_req[2 * r].done || !eng->out_req[2 * r + 1].done)
+            return 0;
+    return 1;
+}
+
+/* Checks rank r's offers and carried data; counts the offers. */
+static hvd_status count_offers(hvd_engine *eng, int r, const step_msg *sm) {
+    const Hvd__Engine__Step *m = sm->msg;
+    const hvd_cache *cache = &eng->cache;
+    size_t data = 0;
+
+    for (size_t i = 0; i < m->n_ready; i++) {
+        uint32_t s = m->ready[i];
+        if (s >= (uint32_t)cache->nslots || cache->slots[s].name == NULL)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "step %llu from rank %d offers cache slot "
+                                 "%u, which is empty here",
+                                 (unsigned long long)m->number, r, s);
+        if (eng->offered_by[s] != r + 1) { /* once per rank */
+            eng->offered_by[s] = r + 1;
+            eng->offers[s]++;
+        }
+    }
+    for (size_t i = 0; i < m->n_carried; i++) {
+        uint32_t s = m->carried[i];
+        if (s >= (uint32_t)cache->nslots || cache->slots[s].name == NULL)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "step %llu from rank %d carries cache slot "
+                                 "%u, which is empty here",
+                                 (unsigned long long)m->number, r, s);
+        data += (size_t)hvd_opdesc_total(&cache->slots[s].desc) *
+                hvd_dtype_size(cache->slots[s].desc.dtype);
+    }
+    if (data != sm->data_len)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "step %llu from rank %d carries %zu bytes of "
+                             "data for %zu tensors of %zu bytes",
+                             (unsigned long long)m->number, r, sm->data_len,
+                             m->n_carried, data);
+    return HVD_OK;
+}
+
+/* Points parts[] at every rank's data of each slot to run that every rank
+ * carried. */
+static void find_parts(hvd_engine *eng, uint64_t step, size_t nrun) {
+    const hvd_cache *cache = &eng->cache;
+    size_t n = (size_t)eng->size;
+
+    memset(eng->carried_all, 0, nrun * sizeof(*eng->carried_all));
+    for (int r = 0; r < eng->size; r++) {
+        const step_msg *sm = part_of(eng, r, step);
+        size_t off = 0;
+        for (size_t i = 0; i < sm->msg->n_carried; i++) {
+            uint32_t s = sm->msg->carried[i];
+            int k = eng->run_index[s] - 1;
+            if (k >= 0 && eng->carried_all[k] == r) {
+                eng->parts[(size_t)k * n + (size_t)r] = sm->data + off;
+                eng->carried_all[k]++;
+            }
+            off += (size_t)hvd_opdesc_total(&cache->slots[s].desc) *
+                   hvd_dtype_size(cache->slots[s].desc.dtype);
+        }
+    }
+    /* carried_all[k] counted the ranks in order: size means all did. */
+    for (size_t k = 0; k < nrun; k++)
+        eng->carried_all[k] = eng->carried_all[k] == eng->size;
+}
+
+/*
+ * Every part is here: runs cycle cycle + 1 (rank 0's decision with the
+ * slots every rank offers) and frees the parts. *last: it was the last.
+ */
+hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last) {
+    uint64_t k = eng->cycle + 1;
+    const Hvd__Engine__Cycle *dec =
+        eng->rank == 0 ? &eng->decision : part_of(eng, 0, k)->msg->cycle;
+    Hvd__Engine__Cycle c;
+    int ns = eng->cache.nslots;
+    size_t nrun = 0;
+    hvd_status st = HVD_OK;
+
+    *last = 0;
+    if (dec == NULL || dec->number != k) {
+        st = hvd_error_set(HVD_ERR_TRANSPORT,
+                           "step %llu from rank 0 has no cycle %llu in it",
+                           (unsigned long long)k, (unsigned long long)k);
+        goto out;
+    }
+    memset(eng->offers, 0, (size_t)ns * sizeof(*eng->offers));
+    memset(eng->offered_by, 0, (size_t)ns * sizeof(*eng->offered_by));
+    memset(eng->run_index, 0, (size_t)ns * sizeof(*eng->run_index));
+    for (int r = 0; r < eng->size && st == HVD_OK; r++)
+        st = count_offers(eng, r, part_of(eng, r, k));
+    if (st != HVD_OK)
+        goto out;
+    /* Erased slots do not run (their requests go to rank 0 again). */
+    for (size_t i = 0; i < dec->n_erase; i++)
+        if (dec->erase[i] < (uint32_t)ns)
+            eng->offers[dec->erase[i]] = 0;
+    for (int s = 0; s < ns && !dec->paused; s++) {
+        if (eng->offers[s] == eng->size) {
+            eng->run[nrun++] = (uint32_t)s;
+            eng->run_index[s] = (int)nrun;
+        }
+    }
+    find_parts(eng, k, nrun);
+    c = *dec;
+    c.run = eng->run;
+    c.n_run = nrun;
+    st = hvd_eng_run_cycle(eng, &c);
+    if (st != HVD_OK)
+        goto out;
+    if (eng->rank == 0 && eng->vt.capacity > 0)
+        for (int r = 0; r < eng->size; r++) {
+            const Hvd__Engine__Step *m = part_of(eng, r, k)->msg;
+            hvd_eng_vote_offers(eng, r, m->ready, c.paused ? 0 : m->n_ready,
+                                now);
+        }
+    *last = c.stop;
+out:
+    for (int r = 0; r < eng->size; r++) {
+        step_msg *sm = part_of(eng, r, k);
+        if (r != eng->rank && sm->msg != NULL)
+            hvd__engine__step__free_unpacked(sm->msg, NULL);
+        sm->msg = NULL;
+    }
+    if (eng->rank == 0)
+        hvd_coord_free_responses(&eng->dec_list);
+    eng->in_step = 0;
+    return st;
+}

@@ -1,0 +1,537 @@
+/*
+ * Integration test of the engine's steps (docs/design.md, "Steps"): cached
+ * operations agreed on by every rank's step message, small allreduces
+ * reduced from the data carried in them, larger ones run as collectives
+ * after the step, and every way out of that fast path.
+ *
+ *     hvdrun -np N test_steps SUBTEST
+ *
+ *   dtypes    every dtype and op, sizes 0 to past HVD_STEP_CARRY_BYTES, in
+ *             place and not, each name run several times (so cached);
+ *   mismatch  a run of cached names in which one rank changes the count,
+ *             dtype or op of the name at each position in turn: every rank
+ *             gets HVD_ERR_MISMATCH for that one, exact results for the
+ *             rest, and the names are cached again afterwards;
+ *   join      the last rank joins amid cached names; the others go on;
+ *   threads   two threads per rank interleave blocking calls on cached
+ *             names, so ranks offer them in different combinations.
+ *
+ * Inputs are small integers from (rank, round, name, element): every result
+ * is exact in every dtype, and each rank computes it from the same formula
+ * and compares bit patterns. Each rank prints "PASS steps SUBTEST rank R"
+ * or "FAIL steps SUBTEST rank R: ...". Exit status: 0 pass, 1 fail, 2 bad
+ * usage, 77 skip (too few ranks).
+ */
+#include <hvd/hvd.h>
+
+#include "testutil.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_SKIP 77
+#define SENTINEL 0xA5
+
+static const char *g_subtest = "?";
+static int g_rank = -1, g_size = -1;
+
+static _Noreturn void fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+static _Noreturn void fail(const char *fmt, ...) {
+    va_list ap;
+
+    flockfile(stdout);
+    printf("FAIL steps %s rank %d: ", g_subtest, g_rank);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    funlockfile(stdout);
+    fflush(stdout);
+    exit(1);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes > 0 ? bytes : 1);
+
+    if (p == NULL)
+        fail("cannot allocate %zu bytes", bytes);
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* Exact values in every dtype                                         */
+
+static const hvd_dtype all_dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                       HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                       HVD_FLOAT32, HVD_FLOAT64};
+static const hvd_op all_ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
+                                 HVD_PRODUCT};
+#define NDTYPES (sizeof(all_dtypes) / sizeof(*all_dtypes))
+#define NOPS (sizeof(all_ops) / sizeof(*all_ops))
+
+/* Bits of float f rounded to bfloat16 / float16 (exact for the integers
+ * used here: |v| <= 256). */
+static uint16_t to_bf16(float f) {
+    uint32_t b;
+
+    memcpy(&b, &f, sizeof(b));
+    return (uint16_t)(b >> 16); /* exact values: no rounding needed */
+}
+
+static uint16_t to_half(long v) {
+    uint16_t sign = v < 0 ? 0x8000 : 0;
+    unsigned long m = (unsigned long)(v < 0 ? -v : v);
+    int e = 0;
+
+    if (m == 0)
+        return sign;
+    while ((m >> (e + 1)) != 0)
+        e++;
+    unsigned long mant = e <= 10 ? m << (10 - e) : m >> (e - 10);
+    return (uint16_t)(sign | (unsigned)((e + 15) << 10) | (mant & 0x3ff));
+}
+
+static void put(hvd_dtype dt, void *buf, size_t i, long v) {
+    switch (dt) {
+    case HVD_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    case HVD_INT8:
+        ((int8_t *)buf)[i] = (int8_t)v;
+        break;
+    case HVD_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case HVD_INT64:
+        ((int64_t *)buf)[i] = v;
+        break;
+    case HVD_FLOAT16:
+        ((uint16_t *)buf)[i] = to_half(v);
+        break;
+    case HVD_BFLOAT16:
+        ((uint16_t *)buf)[i] = to_bf16((float)v);
+        break;
+    case HVD_FLOAT32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    default:
+        ((double *)buf)[i] = (double)v;
+        break;
+    }
+}
+
+/* 1 if element i of buf holds exactly v. */
+static int holds(hvd_dtype dt, const void *buf, size_t i, long v) {
+    unsigned char want[8];
+    size_t es = hvd_dtype_size(dt);
+
+    put(dt, want, 0, v);
+    return memcmp((const unsigned char *)buf + i * es, want, es) == 0;
+}
+
+/*
+ * Element j of name `index` in round `round` on `rank`: in [-4, 4] (in [0,
+ * 8] for uint8), in {-2, -1, 1, 2} for a product ({1, 2} for uint8: no
+ * zero, whose sign a float product keeps), times the job size for an
+ * average (so that it is exact).
+ */
+static long input(hvd_dtype dt, hvd_op op, int rank, int round, int index,
+                  size_t j) {
+    size_t h = j * 7 + (size_t)index * 5 + (size_t)round * 3 + (size_t)rank;
+    long v;
+
+    if (op == HVD_PRODUCT)
+        v = dt == HVD_UINT8 ? (long)(h % 2) + 1
+                            : (long)(h % 4) - 2 + (h % 4 >= 2); /* no 0 */
+    else
+        v = dt == HVD_UINT8 ? (long)(h % 9) : (long)(h % 9) - 4;
+    return op == HVD_AVERAGE ? v * g_size : v;
+}
+
+/* The result of element j over the ranks in [0, n). */
+static long expected(hvd_dtype dt, hvd_op op, int n, int round, int index,
+                     size_t j) {
+    long acc = input(dt, op, 0, round, index, j);
+
+    for (int r = 1; r < n; r++) {
+        long v = input(dt, op, r, round, index, j);
+        switch (op) {
+        case HVD_MIN:
+            acc = v < acc ? v : acc;
+            break;
+        case HVD_MAX:
+            acc = v > acc ? v : acc;
+            break;
+        case HVD_PRODUCT:
+            acc *= v;
+            break;
+        default:
+            acc += v;
+            break;
+        }
+    }
+    return op == HVD_AVERAGE ? acc / n : acc;
+}
+
+/* One named allreduce and its buffers. */
+struct op {
+    char name[64];
+    int index;
+    hvd_dtype dtype;
+    hvd_op op;
+    size_t count;
+    int in_place;
+    void *send, *recv;
+};
+
+static void op_init(struct op *o, const char *name, int index, hvd_dtype dt,
+                    hvd_op op, size_t count, int in_place) {
+    size_t bytes = (count + 1) * hvd_dtype_size(dt); /* room for count + 1 */
+
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "%s", name);
+    o->index = index;
+    o->dtype = dt;
+    o->op = op;
+    o->count = count;
+    o->in_place = in_place;
+    o->send = xmalloc(bytes);
+    o->recv = in_place ? o->send : xmalloc(bytes);
+}
+
+static void op_free(struct op *o) {
+    if (!o->in_place)
+        free(o->recv);
+    free(o->send);
+}
+
+static void op_fill(struct op *o, int round) {
+    for (size_t j = 0; j < o->count; j++)
+        put(o->dtype, o->send, j,
+            input(o->dtype, o->op, g_rank, round, o->index, j));
+    if (!o->in_place)
+        memset(o->recv, SENTINEL, o->count * hvd_dtype_size(o->dtype));
+}
+
+/* Checks the result of round over the ranks in [0, n). */
+static void op_check(const struct op *o, int round, int n) {
+    for (size_t j = 0; j < o->count; j++) {
+        long want = expected(o->dtype, o->op, n, round, o->index, j);
+        if (!holds(o->dtype, o->recv, j, want))
+            fail("'%s' (dtype %d, op %d, count %zu, %s, round %d) element "
+                 "%zu: expected %ld",
+                 o->name, (int)o->dtype, (int)o->op, o->count,
+                 o->in_place ? "in place" : "out of place", round, j, want);
+    }
+}
+
+static void op_run(struct op *o) {
+    hvd_status st =
+        hvd_allreduce(o->name, o->send, o->recv, o->count, o->dtype, o->op);
+    if (st != HVD_OK)
+        fail("hvd_allreduce('%s'): %s: %s", o->name, status_name(st),
+             hvd_last_error());
+}
+
+/* ------------------------------------------------------------------ */
+/* dtypes                                                              */
+
+#define DT_ROUNDS 3
+/* Elements: empty, one, odd, within the default 64 KiB a step carries for
+ * every dtype, and past it for all but uint8/int8 (a collective after the
+ * step). */
+static const size_t dt_counts[] = {0, 1, 7, 1000, 20000};
+#define NCOUNTS (sizeof(dt_counts) / sizeof(*dt_counts))
+
+static void test_dtypes(void) {
+    size_t n = NDTYPES * NOPS * NCOUNTS * 2, k = 0;
+    struct op *ops = xmalloc(n * sizeof(*ops));
+    char name[64];
+
+    for (size_t d = 0; d < NDTYPES; d++)
+        for (size_t o = 0; o < NOPS; o++)
+            for (size_t c = 0; c < NCOUNTS; c++)
+                for (int ip = 0; ip < 2; ip++, k++) {
+                    snprintf(name, sizeof(name), "dt.%zu", k);
+                    op_init(&ops[k], name, (int)k, all_dtypes[d], all_ops[o],
+                            dt_counts[c], ip);
+                }
+    /* Blocking, one after the other: each a step of its own from round 1
+     * on (round 0 negotiates and caches them). */
+    for (int round = 0; round < DT_ROUNDS; round++)
+        for (k = 0; k < n; k++) {
+            op_fill(&ops[k], round);
+            op_run(&ops[k]);
+            op_check(&ops[k], round, g_size);
+        }
+    /* All at once: steps with many offers, carried and not, fused. */
+    for (int round = DT_ROUNDS; round < DT_ROUNDS + 2; round++) {
+        hvd_handle *h = xmalloc(n * sizeof(*h));
+        for (k = 0; k < n; k++) {
+            op_fill(&ops[k], round);
+            hvd_status st = hvd_allreduce_async(ops[k].name, ops[k].send,
+                                                ops[k].recv, ops[k].count,
+                                                ops[k].dtype, ops[k].op, &h[k]);
+            if (st != HVD_OK)
+                fail("hvd_allreduce_async('%s'): %s: %s", ops[k].name,
+                     status_name(st), hvd_last_error());
+        }
+        for (k = n; k-- > 0;) {
+            hvd_status st = hvd_wait(h[k]);
+            if (st != HVD_OK)
+                fail("hvd_wait('%s'): %s: %s", ops[k].name, status_name(st),
+                     hvd_last_error());
+            op_check(&ops[k], round, g_size);
+        }
+        free(h);
+    }
+    for (k = 0; k < n; k++)
+        op_free(&ops[k]);
+    free(ops);
+}
+
+/* ------------------------------------------------------------------ */
+/* mismatch                                                            */
+
+#define MM_NAMES 6
+/* Carried (small) and not (70000 float32: 280 KB) names in one run. */
+static const size_t mm_counts[MM_NAMES] = {1, 300, 70000, 16, 5000, 2};
+
+static void mm_run(struct op *ops, int round, int bad) {
+    for (int i = 0; i < MM_NAMES; i++) {
+        struct op *o = &ops[i];
+        int odd = i == bad && g_rank == g_size - 1;
+        size_t count = o->count + (odd && bad % 3 == 0);
+        hvd_dtype dt = odd && bad % 3 == 1 ? HVD_INT32 : o->dtype;
+        hvd_op op = odd && bad % 3 == 2 ? HVD_MAX : o->op;
+        hvd_status st;
+
+        op_fill(o, round);
+        st = hvd_allreduce(o->name, o->send, o->recv, count, dt, op);
+        if (i != bad) {
+            if (st != HVD_OK)
+                fail("round %d (mismatch at %d): '%s': %s: %s", round, bad,
+                     o->name, status_name(st), hvd_last_error());
+            op_check(o, round, g_size);
+            continue;
+        }
+        char quoted[70];
+        snprintf(quoted, sizeof(quoted), "'%s'", o->name);
+        if (st != HVD_ERR_MISMATCH || strstr(hvd_last_error(), quoted) == NULL)
+            fail("round %d: '%s' (rank %d changed its %s): %s, expected "
+                 "HVD_ERR_MISMATCH naming it: \"%s\"",
+                 round, o->name, g_size - 1,
+                 bad % 3 == 0   ? "count"
+                 : bad % 3 == 1 ? "dtype"
+                                : "op",
+                 status_name(st), hvd_last_error());
+        if (!names_rank(hvd_last_error(), g_size - 1))
+            fail("the mismatch report does not name rank %d: \"%s\"",
+                 g_size - 1, hvd_last_error());
+        if (g_rank == 0 && round == MM_NAMES + 2)
+            printf("mismatch report: %s\n", hvd_last_error());
+    }
+}
+
+/*
+ * One name again and again, changed by one rank right after a run of it:
+ * that rank's request to erase the slot reaches rank 0 while the others
+ * may still be running the slot, and must not be lost there.
+ */
+static void mm_repeat(void) {
+    struct op o;
+
+    op_init(&o, "mm.again", 50, HVD_FLOAT32, HVD_SUM, 5, 0);
+    for (int round = 0; round < 100; round++) {
+        int odd = round % 4 == 3 && g_rank == g_size - 1;
+        op_fill(&o, round);
+        hvd_status st =
+            hvd_allreduce(o.name, o.send, o.recv, o.count + odd, o.dtype, o.op);
+        if (round % 4 != 3) {
+            if (st != HVD_OK)
+                fail("'mm.again' round %d: %s: %s", round, status_name(st),
+                     hvd_last_error());
+            op_check(&o, round, g_size);
+        } else if (st != HVD_ERR_MISMATCH) {
+            fail("'mm.again' round %d (rank %d changed the count): %s, "
+                 "expected HVD_ERR_MISMATCH: \"%s\"",
+                 round, g_size - 1, status_name(st), hvd_last_error());
+        }
+    }
+    op_free(&o);
+}
+
+static void test_mismatch(void) {
+    struct op ops[MM_NAMES];
+    char name[64];
+    int round = 0;
+
+    for (int i = 0; i < MM_NAMES; i++) {
+        snprintf(name, sizeof(name), "mm.%d", i);
+        op_init(&ops[i], name, i, HVD_FLOAT32, HVD_SUM, mm_counts[i], i == 4);
+    }
+    /* Cached, then a mismatch at every position, each followed by a run
+     * that agrees again (the names negotiated and cached anew). */
+    for (; round < 2; round++)
+        mm_run(ops, round, -1);
+    for (int bad = 0; bad < MM_NAMES; bad++) {
+        mm_run(ops, round++, bad);
+        mm_run(ops, round++, -1);
+        mm_run(ops, round++, -1);
+    }
+    for (int i = 0; i < MM_NAMES; i++)
+        op_free(&ops[i]);
+    mm_repeat();
+}
+
+/* ------------------------------------------------------------------ */
+/* join                                                                */
+
+#define JOIN_SHORT 4
+#define JOIN_LONG 9
+static const size_t join_counts[] = {1, 1000, 70000};
+#define JOIN_NAMES (sizeof(join_counts) / sizeof(*join_counts))
+
+/* Rank size-1 runs JOIN_SHORT rounds of the cached names and joins, the
+ * others JOIN_LONG: from round JOIN_SHORT on only they contribute (sum and
+ * average of rank + 1: n(n+1)/2, then divided by n). */
+static void test_join(void) {
+    int rounds = g_rank == g_size - 1 ? JOIN_SHORT : JOIN_LONG, last = -1;
+    float *send = xmalloc(70000 * sizeof(float));
+    float *recv = xmalloc(70000 * sizeof(float));
+    char name[64];
+
+    for (size_t j = 0; j < 70000; j++)
+        send[j] = (float)(g_rank + 1);
+    for (int round = 0; round < rounds; round++) {
+        int n = round < JOIN_SHORT ? g_size : g_size - 1;
+        float sum = (float)(n * (n + 1) / 2);
+        for (size_t i = 0; i < JOIN_NAMES; i++)
+            for (int avg = 0; avg < 2; avg++) {
+                float want = avg ? sum / (float)n : sum;
+                snprintf(name, sizeof(name), "jn.%zu.%d", i, avg);
+                memset(recv, SENTINEL, join_counts[i] * sizeof(float));
+                hvd_status st =
+                    hvd_allreduce(name, send, recv, join_counts[i], HVD_FLOAT32,
+                                  avg ? HVD_AVERAGE : HVD_SUM);
+                if (st != HVD_OK)
+                    fail("round %d '%s': %s: %s", round, name, status_name(st),
+                         hvd_last_error());
+                for (size_t j = 0; j < join_counts[i]; j++)
+                    if (recv[j] != want)
+                        fail("round %d '%s' element %zu: %g, expected %g",
+                             round, name, j, (double)recv[j], (double)want);
+            }
+    }
+    hvd_status st = hvd_join(&last);
+    if (st != HVD_OK)
+        fail("hvd_join: %s: %s", status_name(st), hvd_last_error());
+    if (last < 0 || last >= g_size - 1)
+        fail("hvd_join: last rank %d, expected one of 0..%d", last, g_size - 2);
+    /* The cache path works again once nobody is joined. */
+    for (int round = 0; round < 3; round++) {
+        snprintf(name, sizeof(name), "jn.after");
+        float one = 1, total = 0;
+        st = hvd_allreduce(name, &one, &total, 1, HVD_FLOAT32, HVD_SUM);
+        if (st != HVD_OK || total != (float)g_size)
+            fail("'%s' after join: %s, %g (expected %d)", name, status_name(st),
+                 (double)total, g_size);
+    }
+    free(recv);
+    free(send);
+}
+
+/* ------------------------------------------------------------------ */
+/* threads                                                             */
+
+#define TH_THREADS 2
+#define TH_NAMES 3
+#define TH_ROUNDS 60
+
+static void *th_main(void *arg) {
+    int t = (int)(intptr_t)arg;
+    struct op ops[TH_NAMES];
+    char name[64];
+
+    for (int i = 0; i < TH_NAMES; i++) {
+        snprintf(name, sizeof(name), "th.%d.%d", t, i);
+        op_init(&ops[i], name, t * TH_NAMES + i,
+                i == 1 ? HVD_INT32 : HVD_FLOAT32, i == 2 ? HVD_MAX : HVD_SUM,
+                i == 0 ? 1 : (i == 1 ? 777 : 30000), i == 1);
+    }
+    for (int round = 0; round < TH_ROUNDS; round++)
+        for (int i = 0; i < TH_NAMES; i++) {
+            /* The same order on every rank within a thread (blocking
+             * calls), but the threads interleave differently on each. */
+            struct op *o = &ops[(i + round) % TH_NAMES];
+            op_fill(o, round);
+            op_run(o);
+            op_check(o, round, g_size);
+        }
+    for (int i = 0; i < TH_NAMES; i++)
+        op_free(&ops[i]);
+    return NULL;
+}
+
+static void test_threads(void) {
+    pthread_t th[TH_THREADS];
+
+    for (int t = 0; t < TH_THREADS; t++)
+        if (pthread_create(&th[t], NULL, th_main, (void *)(intptr_t)t) != 0)
+            fail("pthread_create failed");
+    for (int t = 0; t < TH_THREADS; t++)
+        pthread_join(th[t], NULL);
+}
+
+/* ------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+    int min_size;
+} subtests[] = {
+    {"dtypes", test_dtypes, 1},
+    {"mismatch", test_mismatch, 2},
+    {"join", test_join, 2},
+    {"threads", test_threads, 1},
+};
+#define NSUBTESTS (sizeof(subtests) / sizeof(*subtests))
+
+int main(int argc, char **argv) {
+    size_t k;
+    hvd_status st;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (k = 0; argc == 2 && k < NSUBTESTS; k++)
+        if (strcmp(argv[1], subtests[k].name) == 0)
+            break;
+    if (argc != 2 || k == NSUBTESTS) {
+        fprintf(stderr, "usage: %s dtypes|mismatch|join|threads\n", argv[0]);
+        return 2;
+    }
+    g_subtest = subtests[k].name;
+    st = hvd_init();
+    if (st != HVD_OK)
+        fail("hvd_init: %s: %s", status_name(st), hvd_last_error());
+    g_rank = hvd_rank();
+    g_size = hvd_size();
+    if (g_size < subtests[k].min_size) {
+        printf("SKIP steps %s rank %d: needs %d ranks\n", g_subtest, g_rank,
+               subtests[k].min_size);
+        hvd_shutdown();
+        return EXIT_SKIP;
+    }
+    subtests[k].run();
+    st = hvd_shutdown();
+    if (st != HVD_OK)
+        fail("hvd_shutdown: %s: %s", status_name(st), hvd_last_error());
+    printf("PASS steps %s rank %d\n", g_subtest, g_rank);
+    return 0;
+}
