@@ -167,34 +167,48 @@ int hvd_eng_step_complete(hvd_engine *eng) {
     return 1;
 }
 
+/* Bytes of the data of the operation in cache slot s. */
+static size_t slot_bytes(const hvd_cache *cache, uint32_t s) {
+    return (size_t)hvd_opdesc_total(&cache->slots[s].desc) *
+           hvd_dtype_size(cache->slots[s].desc.dtype);
+}
+
+/* Checks that the slots rank r lists (what it does with them: "offers",
+ * "carries") hold an operation here. */
+static hvd_status check_slots(const hvd_engine *eng, int r, uint64_t step,
+                              const uint32_t *slots, size_t n,
+                              const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (slots[i] >= (uint32_t)eng->cache.nslots ||
+            eng->cache.slots[slots[i]].name == NULL)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "step %llu from rank %d %s cache slot %u, "
+                                 "which is empty here",
+                                 (unsigned long long)step, r, what, slots[i]);
+    return HVD_OK;
+}
+
 /* Checks rank r's offers and carried data; counts the offers. */
 static hvd_status count_offers(hvd_engine *eng, int r, const step_msg *sm) {
     const Hvd__Engine__Step *m = sm->msg;
-    const hvd_cache *cache = &eng->cache;
     size_t data = 0;
+    hvd_status st =
+        check_slots(eng, r, m->number, m->ready, m->n_ready, "offers");
 
+    if (st == HVD_OK)
+        st =
+            check_slots(eng, r, m->number, m->carried, m->n_carried, "carries");
+    if (st != HVD_OK)
+        return st;
     for (size_t i = 0; i < m->n_ready; i++) {
         uint32_t s = m->ready[i];
-        if (s >= (uint32_t)cache->nslots || cache->slots[s].name == NULL)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
-                                 "step %llu from rank %d offers cache slot "
-                                 "%u, which is empty here",
-                                 (unsigned long long)m->number, r, s);
         if (eng->offered_by[s] != r + 1) { /* once per rank */
             eng->offered_by[s] = r + 1;
             eng->offers[s]++;
         }
     }
-    for (size_t i = 0; i < m->n_carried; i++) {
-        uint32_t s = m->carried[i];
-        if (s >= (uint32_t)cache->nslots || cache->slots[s].name == NULL)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
-                                 "step %llu from rank %d carries cache slot "
-                                 "%u, which is empty here",
-                                 (unsigned long long)m->number, r, s);
-        data += (size_t)hvd_opdesc_total(&cache->slots[s].desc) *
-                hvd_dtype_size(cache->slots[s].desc.dtype);
-    }
+    for (size_t i = 0; i < m->n_carried; i++)
+        data += slot_bytes(&eng->cache, m->carried[i]);
     if (data != sm->data_len)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "step %llu from rank %d carries %zu bytes of "
@@ -221,8 +235,7 @@ static void find_parts(hvd_engine *eng, uint64_t step, size_t nrun) {
                 eng->parts[(size_t)k * n + (size_t)r] = sm->data + off;
                 eng->carried_all[k]++;
             }
-            off += (size_t)hvd_opdesc_total(&cache->slots[s].desc) *
-                   hvd_dtype_size(cache->slots[s].desc.dtype);
+            off += slot_bytes(cache, s);
         }
     }
     /* carried_all[k] counted the ranks in order: size means all did. */
