@@ -272,7 +272,7 @@ static void drive(hvd_engine *eng, hvd_request *req) {
             break;
         /* While polling, a pause between looks, and now and then the core
          * for anyone else runnable. */
-        if (spin && n % 64 == 0)
+        if (spin && (eng->cfg.spin_yield || n % 64 == 0))
             sched_yield();
         else if (spin)
             hvd_cpu_relax();

@@ -473,13 +473,16 @@ void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
     ec->fusion_tensor_max = s->cfg.fusion_tensor_max;
     ec->step_carry_bytes = s->cfg.step_carry_bytes;
     /* A waiting thread runs the engine only in jobs without a GPU (the
-     * device executor stays on the engine thread), and polls before it
-     * blocks only while this host has a core for every rank. */
+     * device executor stays on the engine thread). It polls before it
+     * blocks: 50 us with a pause between looks while this host has a core
+     * for every rank, else 100 us yielding the core between looks (what
+     * the other ranks need is a time slice: sleeping costs a wake-up). */
     ec->caller_progress = s->cfg.caller_progress && s->gpu_device < 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int spin_us = s->cfg.spin_us >= 0                     ? s->cfg.spin_us
-                  : ncpu > 0 && s->info.local_size > ncpu ? 0
-                                                          : 50;
+    ec->spin_yield = ncpu > 0 && s->info.local_size > ncpu;
+    int spin_us = s->cfg.spin_us >= 0 ? s->cfg.spin_us
+                  : ec->spin_yield    ? 100
+                                      : 50;
     ec->spin_ns = (int64_t)spin_us * 1000;
     ec->cache_capacity = s->cfg.cache_capacity;
     ec->cycle_time_ms = s->cfg.cycle_time_ms;

@@ -230,8 +230,8 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
     if (hvd_shm_pass(tp) || timeout_ms == 0)
         goto out;
     deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
-    /* Spin while the doorbell is quiet, unless the host has fewer cores
-     * than ranks (spinning would steal the peer's core). */
+    /* Spin while the doorbell is quiet (HVD_SHM_SPIN_US), yielding the
+     * core at every look. */
     spin_end = now + tp->spin_ns;
     /* Any ring of the doorbell ends the wait: data, freed cells, or
      * another thread's wake; the caller looks at its requests again. */
