@@ -473,7 +473,8 @@ hvd_comm *hvd_engine_data(hvd_engine *eng) { return eng->data; }
 
 const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes) {
     if (eng->size == 1 || eng->tp == NULL || eng->cfg.cache_capacity == 0 ||
-        bytes > eng->cfg.fusion_tensor_max || bytes > eng->cfg.step_carry_bytes)
+        bytes > eng->cfg.fusion_tensor_max ||
+        ((bytes + 7) & ~(size_t)7) > eng->cfg.step_carry_bytes)
         return NULL;
     return eng->tp->ops->name;
 }

@@ -160,8 +160,10 @@ static hvd_status take_body(hvd_engine *eng, int peer, double now) {
             m->msg = NULL;
             return st;
         }
-        m->data = m->buf + h->proto_len;
-        m->data_len = h->len - h->proto_len;
+        /* Carried data starts at the next multiple of 8 (engine_step.c). */
+        size_t dstart = ((size_t)h->proto_len + 7) & ~(size_t)7;
+        m->data = m->buf + dstart;
+        m->data_len = h->len > dstart ? h->len - dstart : 0;
         p->next_step++;
     }
     if (st != HVD_OK)

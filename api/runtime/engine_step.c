@@ -73,8 +73,13 @@ int hvd_eng_peer_started(const hvd_engine *eng) {
     return 0;
 }
 
-/* Bytes of a cached request's data, if it may travel in the step message
- * after `used` bytes of others; else 0 with *ok = 0. */
+/* Carried tensors start at multiples of 8 bytes in the message (the body
+ * starts so aligned: its buffers come from malloc), so that each is read
+ * where it lies, as its dtype needs. */
+static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Bytes a cached request's data takes in the step message (padded), if
+ * it may travel there after `used` bytes of others; else 0 with *ok = 0. */
 static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
                           size_t used, int *ok) {
     size_t bytes =
@@ -83,8 +88,8 @@ static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
     *ok = eng->size > 1 && req->desc.kind == HVD_KIND_ALLREDUCE &&
           req->desc.mem == HVD_MEM_HOST && req->n == 1 &&
           bytes <= eng->cfg.fusion_tensor_max &&
-          used + bytes <= eng->cfg.step_carry_bytes;
-    return *ok ? bytes : 0;
+          used + pad8(bytes) <= eng->cfg.step_carry_bytes;
+    return *ok ? pad8(bytes) : 0;
 }
 
 /*
@@ -124,7 +129,8 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
     /* What goes out: the header, the Step, the data, in one buffer (its
      * first CTRL_FRAME bytes are the frame, padded). */
     proto = hvd__engine__step__get_packed_size(m);
-    size_t total = sizeof(msg_header) + proto + data;
+    size_t dstart = data > 0 ? pad8(proto) : proto;
+    size_t total = sizeof(msg_header) + dstart + data;
     if (hvd_eng_room((void **)&eng->out, &eng->out_cap,
                      total > CTRL_FRAME ? total : CTRL_FRAME) != 0)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
@@ -134,12 +140,14 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
         const hvd_request *req = eng->mine_creq[i];
         size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(req->desc.dtype);
         if (bytes > 0)
-            memcpy(body + proto + off, req->send[0], bytes);
-        off += bytes;
+            memcpy(body + dstart + off, req->send[0], bytes);
+        memset(body + dstart + off + bytes, 0, pad8(bytes) - bytes);
+        off += pad8(bytes);
     }
+    memset(body + proto, 0, dstart - proto);
     size_t rest =
-        hvd_eng_frame(eng->out, MSG_STEP, (uint32_t)proto, body, proto + data);
-    mine->data = body + proto;
+        hvd_eng_frame(eng->out, MSG_STEP, (uint32_t)proto, body, dstart + data);
+    mine->data = body + dstart;
     mine->data_len = data;
     mine->msg = m;
     for (int r = 0; r < eng->size && st == HVD_OK; r++) {
@@ -167,10 +175,11 @@ int hvd_eng_step_complete(hvd_engine *eng) {
     return 1;
 }
 
-/* Bytes of the data of the operation in cache slot s. */
+/* Bytes the data of the operation in cache slot s takes in a step
+ * message (padded). */
 static size_t slot_bytes(const hvd_cache *cache, uint32_t s) {
-    return (size_t)hvd_opdesc_total(&cache->slots[s].desc) *
-           hvd_dtype_size(cache->slots[s].desc.dtype);
+    return pad8((size_t)hvd_opdesc_total(&cache->slots[s].desc) *
+                hvd_dtype_size(cache->slots[s].desc.dtype));
 }
 
 /* Checks that the slots rank r lists (what it does with them: "offers",
