@@ -228,7 +228,6 @@ static hvd_status send_update(hvd_engine *eng, int stop) {
             req->state = REQ_SENT;
         }
     }
-    u.seen_cycle = eng->cycle;
     u.requests = ptrs;
     u.n_invalidate = (size_t)eng->ninval;
     u.invalidate = eng->inval;

@@ -96,20 +96,7 @@ static const char *const op_names[] = {"sum", "average", "min", "max",
                                        "product"};
 #define NOPS 5
 
-/* float16 / bfloat16 bits of an integer |v| <= 2048 / 256 (exact). */
-static uint16_t int_to_half(long v) {
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long m = (unsigned long)(v < 0 ? -v : v);
-    int e = 0;
-
-    if (m == 0)
-        return sign;
-    while ((m >> (e + 1)) != 0)
-        e++;
-    return (uint16_t)(sign | (uint16_t)((e + 15) << 10) |
-                      (uint16_t)(((m << 10) >> e) & 0x3ff));
-}
-
+/* The value of float16 / bfloat16 bits (the encoding: testutil.h). */
 static double half_to_double(uint16_t h) {
     int e = (h >> 10) & 0x1f, m = h & 0x3ff;
     double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
@@ -119,49 +106,12 @@ static double half_to_double(uint16_t h) {
     return (h & 0x8000) ? -v : v;
 }
 
-static uint16_t int_to_bf16(long v) {
-    float f = (float)v;
-    uint32_t u;
-
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16); /* exact: |v| <= 256 */
-}
-
 static double bf16_to_double(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
     float f;
 
     memcpy(&f, &u, 4);
     return f;
-}
-
-static void put(hvd_dtype dt, void *buf, size_t i, long v) {
-    switch (dt) {
-    case HVD_UINT8:
-        ((uint8_t *)buf)[i] = (uint8_t)v;
-        break;
-    case HVD_INT8:
-        ((int8_t *)buf)[i] = (int8_t)v;
-        break;
-    case HVD_INT32:
-        ((int32_t *)buf)[i] = (int32_t)v;
-        break;
-    case HVD_INT64:
-        ((int64_t *)buf)[i] = v;
-        break;
-    case HVD_FLOAT16:
-        ((uint16_t *)buf)[i] = int_to_half(v);
-        break;
-    case HVD_BFLOAT16:
-        ((uint16_t *)buf)[i] = int_to_bf16(v);
-        break;
-    case HVD_FLOAT32:
-        ((float *)buf)[i] = (float)v;
-        break;
-    case HVD_FLOAT64:
-        ((double *)buf)[i] = (double)v;
-        break;
-    }
 }
 
 static double get(hvd_dtype dt, const void *buf, size_t i) {
@@ -233,7 +183,7 @@ static void *dev_input(hvd_dtype dt, hvd_op op, int r, size_t count) {
     void *h = host_alloc(bytes), *d = dev_alloc(bytes);
 
     for (size_t i = 0; i < count; i++)
-        put(dt, h, i, value(dt, op, r, i));
+        put_value(dt, h, i, value(dt, op, r, i));
     cuda_ok("cudaMemcpy H2D", cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
     free(h);
     return d;
@@ -315,8 +265,8 @@ static void fusion_and_grouped(void) {
             size_t hn = (size_t)j * 17 + 1;
             hin[j] = host_alloc(hn * 4);
             for (size_t e = 0; e < hn; e++)
-                put(HVD_FLOAT32, hin[j], e,
-                    value(HVD_FLOAT32, HVD_SUM, g_rank, e));
+                put_value(HVD_FLOAT32, hin[j], e,
+                          value(HVD_FLOAT32, HVD_SUM, g_rank, e));
             snprintf(name, sizeof(name), "burst.host.%d", j);
             expect_status(name,
                           hvd_allreduce_async(name, hin[j], hin[j], hn,

@@ -100,52 +100,7 @@ static void sleep_s(double seconds) {
 }
 
 /* ------------------------------------------------------------------ */
-/* Exact encodings of small integers                                   */
-
-/* float16 bits of an integer v with |v| <= 2048 (exact there). */
-static uint16_t int_to_half(long v) {
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long m = (unsigned long)(v < 0 ? -v : v);
-    unsigned long mant;
-    int e = 0;
-
-    if (m == 0)
-        return sign;
-    while ((m >> (e + 1)) != 0)
-        e++;
-    /* m = 1.f * 2^e; the 10 stored bits of f follow the leading one. */
-    mant = e <= 10 ? m << (10 - e) : m >> (e - 10);
-    return (uint16_t)(sign | (unsigned)((e + 15) << 10) | (mant & 0x3ff));
-}
-
-/* The bit pattern of integer v in dtype, in the low dtype-size bytes. Only
- * the dtypes this test uses. */
-static uint64_t encode(hvd_dtype dtype, long v) {
-    switch (dtype) {
-    case HVD_INT32:
-        return (uint32_t)(int32_t)v;
-    case HVD_INT64:
-        return (uint64_t)(int64_t)v;
-    case HVD_FLOAT16:
-        return int_to_half(v);
-    case HVD_FLOAT32: {
-        float f = (float)v;
-        uint32_t bits;
-
-        memcpy(&bits, &f, sizeof(bits));
-        return bits;
-    }
-    case HVD_FLOAT64: {
-        double d = (double)v;
-        uint64_t bits;
-
-        memcpy(&bits, &d, sizeof(bits));
-        return bits;
-    }
-    default:
-        fail("encode: dtype %d is not used by this test", (int)dtype);
-    }
-}
+/* Names (the exact encodings are testutil.h's)                         */
 
 static const char *dtype_name(hvd_dtype dtype) {
     switch (dtype) {

@@ -76,64 +76,12 @@ static const hvd_op all_ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
 #define NDTYPES (sizeof(all_dtypes) / sizeof(*all_dtypes))
 #define NOPS (sizeof(all_ops) / sizeof(*all_ops))
 
-/* Bits of float f rounded to bfloat16 / float16 (exact for the integers
- * used here: |v| <= 256). */
-static uint16_t to_bf16(float f) {
-    uint32_t b;
-
-    memcpy(&b, &f, sizeof(b));
-    return (uint16_t)(b >> 16); /* exact values: no rounding needed */
-}
-
-static uint16_t to_half(long v) {
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long m = (unsigned long)(v < 0 ? -v : v);
-    int e = 0;
-
-    if (m == 0)
-        return sign;
-    while ((m >> (e + 1)) != 0)
-        e++;
-    unsigned long mant = e <= 10 ? m << (10 - e) : m >> (e - 10);
-    return (uint16_t)(sign | (unsigned)((e + 15) << 10) | (mant & 0x3ff));
-}
-
-static void put(hvd_dtype dt, void *buf, size_t i, long v) {
-    switch (dt) {
-    case HVD_UINT8:
-        ((uint8_t *)buf)[i] = (uint8_t)v;
-        break;
-    case HVD_INT8:
-        ((int8_t *)buf)[i] = (int8_t)v;
-        break;
-    case HVD_INT32:
-        ((int32_t *)buf)[i] = (int32_t)v;
-        break;
-    case HVD_INT64:
-        ((int64_t *)buf)[i] = v;
-        break;
-    case HVD_FLOAT16:
-        ((uint16_t *)buf)[i] = to_half(v);
-        break;
-    case HVD_BFLOAT16:
-        ((uint16_t *)buf)[i] = to_bf16((float)v);
-        break;
-    case HVD_FLOAT32:
-        ((float *)buf)[i] = (float)v;
-        break;
-    default:
-        ((double *)buf)[i] = (double)v;
-        break;
-    }
-}
-
 /* 1 if element i of buf holds exactly v. */
 static int holds(hvd_dtype dt, const void *buf, size_t i, long v) {
-    unsigned char want[8];
+    uint64_t bits = encode(dt, v);
     size_t es = hvd_dtype_size(dt);
 
-    put(dt, want, 0, v);
-    return memcmp((const unsigned char *)buf + i * es, want, es) == 0;
+    return memcmp((const unsigned char *)buf + i * es, &bits, es) == 0;
 }
 
 /*
@@ -214,8 +162,8 @@ static void op_free(struct op *o) {
 
 static void op_fill(struct op *o, int round) {
     for (size_t j = 0; j < o->count; j++)
-        put(o->dtype, o->send, j,
-            input(o->dtype, o->op, g_rank, round, o->index, j));
+        put_value(o->dtype, o->send, j,
+                  input(o->dtype, o->op, g_rank, round, o->index, j));
     if (!o->in_place)
         memset(o->recv, SENTINEL, o->count * hvd_dtype_size(o->dtype));
 }

@@ -5,6 +5,7 @@
 #ifndef HVD_TESTS_TESTUTIL_H
 #define HVD_TESTS_TESTUTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,75 @@ static inline int parse_int(const char *s, int *value_out) {
         return -1;
     *value_out = (int)v;
     return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Exact encodings of small integers (the tests' inputs and results)   */
+
+/* float16 bits of an integer v with |v| <= 2048 (exact there). */
+static inline uint16_t int_to_half(long v) {
+    uint16_t sign = v < 0 ? 0x8000 : 0;
+    unsigned long m = (unsigned long)(v < 0 ? -v : v);
+    unsigned long mant;
+    int e = 0;
+
+    if (m == 0)
+        return sign;
+    while ((m >> (e + 1)) != 0)
+        e++;
+    /* m = 1.f * 2^e; the 10 stored bits of f follow the leading one. */
+    mant = e <= 10 ? m << (10 - e) : m >> (e - 10);
+    return (uint16_t)(sign | (unsigned)((e + 15) << 10) | (mant & 0x3ff));
+}
+
+/* bfloat16 is the top half of float32; exact for |v| <= 256. */
+static inline uint16_t int_to_bfloat16(long v) {
+    float f = (float)v;
+    uint32_t bits;
+
+    memcpy(&bits, &f, sizeof(bits));
+    return (uint16_t)(bits >> 16);
+}
+
+/* The bit pattern of integer v in dtype, in the low dtype-size bytes. */
+static inline uint64_t encode(hvd_dtype dtype, long v) {
+    switch (dtype) {
+    case HVD_UINT8:
+        return (uint8_t)v;
+    case HVD_INT8:
+        return (uint8_t)(int8_t)v;
+    case HVD_INT32:
+        return (uint32_t)(int32_t)v;
+    case HVD_INT64:
+        return (uint64_t)(int64_t)v;
+    case HVD_FLOAT16:
+        return int_to_half(v);
+    case HVD_BFLOAT16:
+        return int_to_bfloat16(v);
+    case HVD_FLOAT32: {
+        float f = (float)v;
+        uint32_t bits;
+
+        memcpy(&bits, &f, sizeof(bits));
+        return bits;
+    }
+    case HVD_FLOAT64: {
+        double d = (double)v;
+        uint64_t bits;
+
+        memcpy(&bits, &d, sizeof(bits));
+        return bits;
+    }
+    }
+    return 0;
+}
+
+/* Element i of buf (of dtype) := integer v, exactly (little-endian). */
+static inline void put_value(hvd_dtype dtype, void *buf, size_t i, long v) {
+    uint64_t bits = encode(dtype, v);
+    size_t es = hvd_dtype_size(dtype);
+
+    memcpy((unsigned char *)buf + i * es, &bits, es);
 }
 
 #endif

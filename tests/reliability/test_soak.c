@@ -123,65 +123,9 @@ static uint64_t rng(void) {
 
 static double rng_unit(void) { return (double)(rng() >> 11) * 0x1.0p-53; }
 
-/* ------------------------------------------------------------------ */
-/* Exact encodings of small integers                                   */
-
-/* float16 bits of an integer v with |v| <= 2048. */
-static uint16_t int_to_half(long v) {
-    uint16_t sign = v < 0 ? 0x8000 : 0;
-    unsigned long m = (unsigned long)(v < 0 ? -v : v);
-    unsigned long mant;
-    int e = 0;
-
-    if (m == 0)
-        return sign;
-    while ((m >> (e + 1)) != 0)
-        e++;
-    mant = e <= 10 ? m << (10 - e) : m >> (e - 10);
-    return (uint16_t)(sign | (unsigned)((e + 15) << 10) | (mant & 0x3ff));
-}
-
-/* Writes integer v as dtype dt at p. */
+/* Writes integer v as dtype dt at p (testutil.h's exact encoding). */
 static void store(int dt, uint8_t *p, long v) {
-    switch (dtypes[dt].dtype) {
-    case HVD_UINT8:
-    case HVD_INT8:
-        *p = (uint8_t)v;
-        break;
-    case HVD_INT32: {
-        int32_t x = (int32_t)v;
-        memcpy(p, &x, 4);
-        break;
-    }
-    case HVD_INT64: {
-        int64_t x = v;
-        memcpy(p, &x, 8);
-        break;
-    }
-    case HVD_FLOAT16: {
-        uint16_t x = int_to_half(v);
-        memcpy(p, &x, 2);
-        break;
-    }
-    case HVD_BFLOAT16: {
-        float f = (float)v;
-        uint32_t bits;
-        memcpy(&bits, &f, 4);
-        uint16_t x = (uint16_t)(bits >> 16);
-        memcpy(p, &x, 2);
-        break;
-    }
-    case HVD_FLOAT32: {
-        float x = (float)v;
-        memcpy(p, &x, 4);
-        break;
-    }
-    case HVD_FLOAT64: {
-        double x = (double)v;
-        memcpy(p, &x, 8);
-        break;
-    }
-    }
+    put_value(dtypes[dt].dtype, p, 0, v);
 }
 
 /* ------------------------------------------------------------------ */
