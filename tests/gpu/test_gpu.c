@@ -158,21 +158,7 @@ static long expected(hvd_dtype dt, hvd_op op, size_t i) {
 
     for (int r = 1; r < g_size; r++) {
         long v = value(dt, op, r, i);
-        switch (op) {
-        case HVD_SUM:
-        case HVD_AVERAGE:
-            acc += v;
-            break;
-        case HVD_PRODUCT:
-            acc *= v;
-            break;
-        case HVD_MIN:
-            acc = v < acc ? v : acc;
-            break;
-        case HVD_MAX:
-            acc = v > acc ? v : acc;
-            break;
-        }
+        acc = combine(op, acc, v);
     }
     return op == HVD_AVERAGE ? acc / g_size : acc;
 }

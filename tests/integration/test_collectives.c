@@ -255,21 +255,7 @@ static long expected_value(hvd_op op, int is_signed, int size, size_t i) {
     for (r = 1; r < size; r++) {
         long v = input_value(op, is_signed, r, size, i);
 
-        switch (op) {
-        case HVD_SUM:
-        case HVD_AVERAGE:
-            acc += v;
-            break;
-        case HVD_MIN:
-            acc = v < acc ? v : acc;
-            break;
-        case HVD_MAX:
-            acc = v > acc ? v : acc;
-            break;
-        case HVD_PRODUCT:
-            acc *= v;
-            break;
-        }
+        acc = combine(op, acc, v);
     }
     if (op == HVD_AVERAGE)
         acc /= size; /* exact: acc is size times an integer */

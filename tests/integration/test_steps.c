@@ -110,20 +110,7 @@ static long expected(hvd_dtype dt, hvd_op op, int n, int round, int index,
 
     for (int r = 1; r < n; r++) {
         long v = input(dt, op, r, round, index, j);
-        switch (op) {
-        case HVD_MIN:
-            acc = v < acc ? v : acc;
-            break;
-        case HVD_MAX:
-            acc = v > acc ? v : acc;
-            break;
-        case HVD_PRODUCT:
-            acc *= v;
-            break;
-        default:
-            acc += v;
-            break;
-        }
+        acc = combine(op, acc, v);
     }
     return op == HVD_AVERAGE ? acc / n : acc;
 }

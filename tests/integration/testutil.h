@@ -132,4 +132,19 @@ static inline void put_value(hvd_dtype dtype, void *buf, size_t i, long v) {
     memcpy((unsigned char *)buf + i * es, &bits, es);
 }
 
+/* a op b on the integers of the tests' formulas (an average sums: the
+ * division by the ranks comes once, at the end). */
+static inline long combine(hvd_op op, long a, long b) {
+    switch (op) {
+    case HVD_MIN:
+        return b < a ? b : a;
+    case HVD_MAX:
+        return b > a ? b : a;
+    case HVD_PRODUCT:
+        return a * b;
+    default:
+        return a + b;
+    }
+}
+
 #endif
