@@ -119,6 +119,25 @@ static inline hvd_status hvd_comm_isend(hvd_comm *comm, int peer,
                                 comm->channel, buf, len, req);
 }
 
+/* Sends n messages to comm rank peer as n hvd_comm_isend calls would, in
+ * one go where the transport can (transport.h, isendv). */
+static inline hvd_status hvd_comm_isendv(hvd_comm *comm, int peer,
+                                         const hvd_sendv *msgs, int n,
+                                         hvd_req *reqs) {
+    hvd_transport *tp = comm->tp;
+    int to = hvd_comm_peer(comm, peer);
+
+    if (tp->ops->isendv != NULL)
+        return tp->ops->isendv(tp, to, comm->channel, msgs, n, reqs);
+    for (int i = 0; i < n; i++) {
+        hvd_status st = tp->ops->isend(tp, to, comm->channel, msgs[i].buf,
+                                       msgs[i].len, &reqs[i]);
+        if (st != HVD_OK)
+            return st;
+    }
+    return HVD_OK;
+}
+
 static inline hvd_status hvd_comm_irecv(hvd_comm *comm, int peer, void *buf,
                                         size_t len, hvd_req *req) {
     return comm->tp->ops->irecv(comm->tp, hvd_comm_peer(comm, peer),

@@ -200,10 +200,15 @@ double hvd_model_cost(const hvd_model *m, hvd_coll_kind kind,
     }
 }
 
-/* Candidates of each kind; on a tie the earlier wins. */
+/* Candidates of each kind; on a tie the earlier wins. The ring comes
+ * before Rabenseifner: where their modelled costs are equal (always at
+ * p = 2, where Rabenseifner is one exchange of halves) the ring is the
+ * faster, because it pipelines its chunks and reduces each while the next
+ * is on the wire, where Rabenseifner receives a whole window before it
+ * reduces it (np 2 over TCP, 8-128 MiB: 1.3-1.4x, docs/benchmarks.md). */
 static const hvd_algo cand_allreduce[] = {
-    HVD_ALGO_NATIVE,       HVD_ALGO_DIRECT, HVD_ALGO_RD,
-    HVD_ALGO_RABENSEIFNER, HVD_ALGO_RING,   HVD_ALGO_HIER};
+    HVD_ALGO_NATIVE, HVD_ALGO_DIRECT,       HVD_ALGO_RD,
+    HVD_ALGO_RING,   HVD_ALGO_RABENSEIFNER, HVD_ALGO_HIER};
 static const hvd_algo cand_allgather[] = {HVD_ALGO_NATIVE, HVD_ALGO_DIRECT,
                                           HVD_ALGO_RING};
 static const hvd_algo cand_broadcast[] = {HVD_ALGO_NATIVE, HVD_ALGO_DIRECT,

@@ -156,6 +156,7 @@ static void fill_tables(void) {
         FILL(dst, src, open, unsup_open);
         FILL(dst, src, isend, unsup_isend);
         FILL(dst, src, irecv, unsup_irecv);
+        dst->isendv = PROVIDED(src, isendv) ? src->isendv : NULL;
         FILL(dst, src, progress, unsup_progress);
         FILL(dst, src, wake, unsup_wake);
         FILL(dst, src, shutdown, unsup_shutdown);

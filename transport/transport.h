@@ -49,6 +49,12 @@ typedef struct hvd_req {
     size_t len;
 } hvd_req;
 
+/* One message of a batch sent with isendv. */
+typedef struct hvd_sendv {
+    const void *buf;
+    size_t len;
+} hvd_sendv;
+
 /*
  * The bootstrap: the out-of-band channel through which ranks find each
  * other during hvd_init (hvdrun's rendezvous; mpirun's MPI in a later
@@ -153,6 +159,18 @@ typedef struct hvd_transport_ops {
     /* Starts receiving exactly len bytes from peer into buf; as isend. */
     hvd_status (*irecv)(hvd_transport *tp, int peer, int channel, void *buf,
                         size_t len, hvd_req *req);
+
+    /*
+     * Optional (NULL when not provided; hvd_comm_isendv then sends the
+     * messages one by one): starts sending n messages to peer on channel,
+     * in this order, exactly as n isends would (each matched by its own
+     * irecv, completing its own reqs[i]), but together, so that a stream
+     * transport writes them with one system call where they fit. A return
+     * other than HVD_OK means messages from the failing one on were not
+     * started, as with n isends.
+     */
+    hvd_status (*isendv)(hvd_transport *tp, int peer, int channel,
+                         const hvd_sendv *msgs, int n, hvd_req *reqs);
 
     /*
      * Moves data and completes requests; waits up to timeout_ms (0: do not

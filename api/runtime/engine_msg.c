@@ -60,11 +60,11 @@ hvd_status hvd_eng_send_msg(hvd_engine *eng, int peer, uint32_t type,
     uint8_t frame[CTRL_FRAME];
     size_t rest = hvd_eng_frame(frame, type, 0, body, len);
     hvd_req req[2];
-    hvd_status st = hvd_comm_isend(eng->ctrl, peer, frame, CTRL_FRAME, &req[0]);
+    hvd_sendv msgs[2] = {{frame, CTRL_FRAME},
+                         {(const uint8_t *)body + CTRL_INLINE, rest}};
+    hvd_status st =
+        hvd_comm_isendv(eng->ctrl, peer, msgs, rest > 0 ? 2 : 1, req);
 
-    if (st == HVD_OK && rest > 0)
-        st = hvd_comm_isend(eng->ctrl, peer,
-                            (const uint8_t *)body + CTRL_INLINE, rest, &req[1]);
     if (st == HVD_OK)
         st = hvd_comm_waitall(eng->ctrl, req, rest > 0 ? 2 : 1);
     return st;

@@ -150,15 +150,14 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
     mine->data = body + dstart;
     mine->data_len = data;
     mine->msg = m;
+    /* The frame and the rest go out together (one system call on TCP). */
+    hvd_sendv msgs[2] = {{eng->out, CTRL_FRAME}, {eng->out + CTRL_FRAME, rest}};
     for (int r = 0; r < eng->size && st == HVD_OK; r++) {
         hvd_req *q = &eng->out_req[2 * r];
         q[0].done = q[1].done = 1;
         if (r == eng->rank)
             continue;
-        st = hvd_comm_isend(eng->ctrl, r, eng->out, CTRL_FRAME, &q[0]);
-        if (st == HVD_OK && rest > 0)
-            st = hvd_comm_isend(eng->ctrl, r, eng->out + CTRL_FRAME, rest,
-                                &q[1]);
+        st = hvd_comm_isendv(eng->ctrl, r, msgs, rest > 0 ? 2 : 1, q);
     }
     eng->in_step = 1;
     return st;

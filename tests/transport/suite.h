@@ -16,6 +16,9 @@
  *   order     every size from 0 bytes to 1 MiB + 3 (odd ones included), on
  *             both channels, to every peer and from every peer, receives
  *             posted before and after the sends; contents and order exact
+ *   sendv     isendv (or isends where a transport lacks it): batches of
+ *             every size behind a queued send, each message matched by its
+ *             own receive, in order, contents exact
  *   control   a control-channel ping-pong of 200 rounds completes while a
  *             64 MiB data message waits for its receive (the channels are
  *             independent)

@@ -271,8 +271,12 @@ static tsock *part_sock(tcp *tp, tpeer *pr, int channel, int first, int i) {
     return &pr->socks[(first + i) % tp->nsocks];
 }
 
+/* Queues a send (send = 1) or a receive of len bytes on the peer's
+ * sockets. start: a send goes out at once, without waiting for progress,
+ * and a receive whose data is already staged completes here; 0 leaves the
+ * sending to the caller (tcp_isendv). */
 static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
-                       hvd_req *req, int send) {
+                       hvd_req *req, int send, int start) {
     tpeer *pr = &tp->peers[peer];
     uint64_t msgno = send ? pr->tx_msgs : pr->rx_msgs;
     int first = 0, nparts = 1;
@@ -323,9 +327,7 @@ static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
             hvd_frame_encode(&f, p->hdr);
         }
     }
-    /* Start at once: a send goes out without waiting for progress, and a
-     * receive whose data is already staged completes here. */
-    for (int i = 0; i < nparts; i++) {
+    for (int i = 0; i < nparts && start; i++) {
         tsock *s = part_sock(tp, pr, channel, first, i);
         hvd_status st = HVD_OK;
         if (send && s->sendq.count == 1)
@@ -347,7 +349,34 @@ static hvd_status tcp_isend(hvd_transport *t, int peer, int channel,
 
     if (st != HVD_OK)
         return st;
-    return post(tp, peer, channel, (uint8_t *)(uintptr_t)buf, len, req, 1);
+    return post(tp, peer, channel, (uint8_t *)(uintptr_t)buf, len, req, 1, 1);
+}
+
+/* Queues every message, then writes each socket that had nothing queued
+ * before: a control message's frame and the rest of its body leave in one
+ * sendmsg, so the peer gets them in one segment. */
+static hvd_status tcp_isendv(hvd_transport *t, int peer, int channel,
+                             const hvd_sendv *msgs, int n, hvd_req *reqs) {
+    tcp *tp = (tcp *)t;
+    hvd_status st = check_peer(tp, peer, "send");
+    size_t before[HVD_TCP_MAX_SOCKS + 1];
+    tpeer *pr;
+
+    if (st != HVD_OK)
+        return st;
+    pr = &tp->peers[peer];
+    for (int i = 0; i < tp->nconn; i++)
+        before[i] = pr->socks[i].sendq.count;
+    for (int k = 0; k < n && st == HVD_OK; k++)
+        st = post(tp, peer, channel, (uint8_t *)(uintptr_t)msgs[k].buf,
+                  msgs[k].len, &reqs[k], 1, 0);
+    for (int i = 0; i < tp->nconn; i++) {
+        tsock *s = &pr->socks[i];
+        if (before[i] == 0 && s->sendq.count > 0 &&
+            hvd_tcp_sock_send(s) != HVD_OK)
+            break; /* the requests completed with the failure */
+    }
+    return st;
 }
 
 static hvd_status tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
@@ -357,7 +386,7 @@ static hvd_status tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
 
     if (st != HVD_OK)
         return st;
-    return post(tp, peer, channel, buf, len, req, 0);
+    return post(tp, peer, channel, buf, len, req, 0, 1);
 }
 
 /* Makes a progress call waiting in another thread return. */
@@ -449,6 +478,7 @@ const hvd_transport_ops hvd_tcp_ops = {
     .open = hvd_tcp_open,
     .isend = tcp_isend,
     .irecv = tcp_irecv,
+    .isendv = tcp_isendv,
     .progress = hvd_tcp_progress,
     .wake = hvd_tcp_wake,
     .shutdown = tcp_shutdown,
