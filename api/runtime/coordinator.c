@@ -29,6 +29,8 @@ struct hvd_coord {
     hvd_namemap by_name;
     centry *head, *tail;
     int count;
+    unsigned char *stopped; /* per rank: it called hvd_shutdown */
+    int nstopped;
 };
 
 static void entry_free(hvd_coord *c, centry *e) {
@@ -60,6 +62,11 @@ hvd_status hvd_coord_create(int size, double stall_check_s,
 
     if (c == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    c->stopped = calloc((size_t)size, 1);
+    if (c->stopped == NULL) {
+        free(c);
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    }
     c->size = size;
     c->stall_check_s = stall_check_s;
     c->stall_shutdown_s = stall_shutdown_s;
@@ -74,7 +81,15 @@ void hvd_coord_destroy(hvd_coord *c) {
     while (c->head != NULL)
         entry_unlink(c, c->head);
     hvd_namemap_destroy(&c->by_name);
+    free(c->stopped);
     free(c);
+}
+
+void hvd_coord_stopped(hvd_coord *c, int rank) {
+    if (rank >= 0 && rank < c->size && !c->stopped[rank]) {
+        c->stopped[rank] = 1;
+        c->nstopped++;
+    }
 }
 
 int hvd_coord_pending(const hvd_coord *c) { return c->count; }
@@ -224,6 +239,30 @@ static void describe_ranks(const hvd_coord *c, const centry *e, char *out,
     }
 }
 
+/* "'x': rank(s) 2,3 called hvd_shutdown without submitting it". */
+static void gone_text(const hvd_coord *c, const centry *e,
+                      const unsigned char *joined, char *out, size_t outlen) {
+    size_t off = 0;
+    int n = 0, is_join = strcmp(e->name, JOIN_NAME) == 0;
+    char ranks[128];
+
+    ranks[0] = '\0';
+    for (int r = 0; r < c->size && off + 16 < sizeof(ranks); r++)
+        if (c->stopped[r] && !e->reported[r] &&
+            (joined == NULL || !joined[r] || is_join))
+            off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%d",
+                                    n++ ? "," : "", r);
+    if (is_join)
+        snprintf(out, outlen,
+                 "rank(s) %s called hvd_shutdown without joining; "
+                 "the joined ranks would wait for them forever",
+                 ranks);
+    else
+        snprintf(out, outlen,
+                 "'%s': rank(s) %s called hvd_shutdown without submitting it",
+                 e->name, ranks);
+}
+
 hvd_status hvd_coord_collect(hvd_coord *c, double now,
                              Hvd__Engine__ResponseList *list) {
     centry *join = hvd_namemap_get(&c->by_name, JOIN_NAME);
@@ -232,7 +271,7 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
     char text[HVD_ERROR_MAX];
 
     for (centry *e = c->head, *next; e != NULL; e = next) {
-        int first = -1, same = 1, missing = 0, joined_missing = 0;
+        int first = -1, same = 1, missing = 0, joined_missing = 0, gone = 0;
         Hvd__Engine__Response *r = NULL;
 
         next = e->next;
@@ -248,12 +287,17 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
                 joined_missing++;
             } else {
                 missing++;
+                gone += c->stopped[k];
             }
         }
         hvd_kind kind = e->desc[first].kind;
         int neutral_ok = kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BARRIER;
 
-        if (missing == 0 && !same) {
+        if (gone > 0) {
+            /* A rank that called hvd_shutdown submits nothing more. */
+            gone_text(c, e, joined, text, sizeof(text));
+            r = new_response(e, first, HVD_ERR_SHUTDOWN, text);
+        } else if (missing == 0 && !same) {
             describe_ranks(c, e, text, sizeof(text));
             r = new_response(e, first, HVD_ERR_MISMATCH, text);
         } else if (missing == 0 && joined_missing > 0 && !neutral_ok) {
@@ -317,7 +361,22 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
         }
         entry_unlink(c, e);
     }
-    if (join != NULL && njoined == c->size) {
+    int join_gone = 0;
+    for (int k = 0; join != NULL && k < c->size; k++)
+        join_gone += c->stopped[k] && !join->reported[k];
+    if (join_gone > 0) {
+        /* The joined ranks would wait for a rank that has left. */
+        gone_text(c, join, joined, text, sizeof(text));
+        Hvd__Engine__Response *r =
+            new_response(join, join->last_rank, HVD_ERR_SHUTDOWN, text);
+        if (r == NULL || append(list, r) != 0) {
+            if (r != NULL)
+                hvd__engine__response__free_unpacked(r, NULL);
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory in the coordinator");
+        }
+        entry_unlink(c, join);
+    } else if (join != NULL && njoined == c->size) {
         Hvd__Engine__Response *r =
             new_response(join, join->last_rank, HVD_OK, NULL);
         if (r == NULL || append(list, r) != 0) {

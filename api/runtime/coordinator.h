@@ -40,6 +40,15 @@ hvd_status hvd_coord_add(hvd_coord *coord, int rank, const char *name,
 hvd_status hvd_coord_collect(hvd_coord *coord, double now,
                              Hvd__Engine__ResponseList *list);
 
+/*
+ * Records that rank has called hvd_shutdown (it submits nothing more and
+ * has nothing in flight): from the next hvd_coord_collect on, every
+ * operation it has not asked for, and a join it has not joined, fail with
+ * HVD_ERR_SHUTDOWN on the ranks that asked, naming it, instead of waiting
+ * for it.
+ */
+void hvd_coord_stopped(hvd_coord *coord, int rank);
+
 /* Frees what hvd_coord_collect added to list and empties it. */
 void hvd_coord_free_responses(Hvd__Engine__ResponseList *list);
 

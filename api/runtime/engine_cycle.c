@@ -351,10 +351,15 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
             }
             now = now_s();
         }
-        st = hvd_eng_local_update(eng, stop, now);
-    } else if (hvd_eng_has_news(eng, stop)) {
-        st = send_update(eng, stop);
     }
+    /* Rank 0 hears that this rank stops only once every cached request it
+     * has went out in a step: from then on rank 0 may fail what this rank
+     * has not asked for (hvd_coord_stopped), as it never will. */
+    int tell = stop && !hvd_eng_has_offers(eng);
+    if (eng->rank == 0)
+        st = hvd_eng_local_update(eng, tell, now);
+    else if (hvd_eng_has_news(eng, tell))
+        st = send_update(eng, tell);
     if (st == HVD_OK)
         st = hvd_eng_pump(eng, now);
     if (st != HVD_OK)

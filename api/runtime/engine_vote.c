@@ -85,6 +85,7 @@ hvd_status hvd_eng_local_update(hvd_engine *eng, int stop, double now) {
     if (stop) {
         vt->stop[0] = 1;
         eng->stop_told = 1;
+        hvd_coord_stopped(eng->coord, 0);
     }
     return HVD_OK;
 }
@@ -134,8 +135,10 @@ hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
         else
             st = hvd_coord_add(eng->coord, rank, it->name, &d, it->age_s, now);
     }
-    if (u->stop)
+    if (u->stop) {
         vt->stop[rank] = 1;
+        hvd_coord_stopped(eng->coord, rank);
+    }
     hvd__engine__update__free_unpacked(u, NULL);
     return st;
 }
@@ -177,8 +180,8 @@ double hvd_eng_vote_deadline(const hvd_engine *eng) {
     return next;
 }
 
-static Hvd__Engine__Response *timeout_response(const hvd_cache_entry *e,
-                                               const char *text) {
+static Hvd__Engine__Response *
+failed_response(const hvd_cache_entry *e, hvd_status status, const char *text) {
     Hvd__Engine__Response *r = malloc(sizeof(*r));
 
     if (r == NULL)
@@ -193,7 +196,7 @@ static Hvd__Engine__Response *timeout_response(const hvd_cache_entry *e,
     r->counts = malloc(e->desc.ncounts * sizeof(uint64_t));
     r->shape =
         malloc((e->desc.ndims ? (size_t)e->desc.ndims : 1) * sizeof(int64_t));
-    r->status = HVD_ERR_TIMEOUT;
+    r->status = status;
     r->error = strdup(text);
     r->last_joined = -1;
     if (r->name == NULL || r->counts == NULL || r->shape == NULL ||
@@ -227,13 +230,29 @@ hvd_status hvd_eng_vote_stalls(hvd_engine *eng, double now,
         age = now - vt->first[s];
         voters(eng, s, 0, missing, sizeof(missing));
         voters(eng, s, 1, have, sizeof(have));
-        if (eng->cfg.stall_shutdown_s > 0 && age >= eng->cfg.stall_shutdown_s) {
-            snprintf(text, sizeof(text),
-                     "'%s' waited %.0f s for rank(s) %s to submit it; "
-                     "failing it (HVD_STALL_SHUTDOWN_SECONDS=%g)",
-                     e->name, age, missing, eng->cfg.stall_shutdown_s);
-            HVD_ERROR("engine", "%s", text);
-            Hvd__Engine__Response *r = timeout_response(e, text);
+        int gone = 0;
+        for (int r = 0; r < eng->size; r++)
+            gone |= vt->stop[r] &&
+                    !vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)s];
+        if (gone || (eng->cfg.stall_shutdown_s > 0 &&
+                     age >= eng->cfg.stall_shutdown_s)) {
+            hvd_status status = HVD_ERR_TIMEOUT;
+            if (gone) {
+                /* A stopped rank told rank 0 only after it had offered all
+                 * it had (engine_cycle.c): it will never offer this. */
+                status = HVD_ERR_SHUTDOWN;
+                snprintf(text, sizeof(text),
+                         "'%s': rank(s) %s called hvd_shutdown without "
+                         "submitting it",
+                         e->name, missing);
+            } else {
+                snprintf(text, sizeof(text),
+                         "'%s' waited %.0f s for rank(s) %s to submit it; "
+                         "failing it (HVD_STALL_SHUTDOWN_SECONDS=%g)",
+                         e->name, age, missing, eng->cfg.stall_shutdown_s);
+                HVD_ERROR("engine", "%s", text);
+            }
+            Hvd__Engine__Response *r = failed_response(e, status, text);
             Hvd__Engine__Response **v =
                 realloc(list->responses, (list->n_responses + 1) * sizeof(*v));
             if (r == NULL || v == NULL) {

@@ -74,8 +74,12 @@ class MismatchError(HvdError, RuntimeError):
     """Ranks disagree on an operation (HVD_ERR_MISMATCH)."""
 
 
-class InvalidArgumentError(HvdError, ValueError):
-    """A bad argument, a name already in flight, or hvd not initialized."""
+class InvalidArgumentError(HvdError, ValueError, RuntimeError):
+    """A bad argument, a name already in flight, or hvd not initialized.
+
+    Also a RuntimeError: Horovod raises RuntimeError where a collective is
+    refused by the ranks together (a broadcast or allgather while a rank
+    is joined), and trainers written for it catch that."""
 
 
 class UnsupportedError(HvdError, NotImplementedError):

@@ -9,7 +9,7 @@ target_include_directories(test_engine PRIVATE
 target_compile_options(test_engine PRIVATE ${HVD_WARNINGS})
 
 foreach(subtest order threads fusion cache mismatch join stall stall_cached
-        stall_shutdown timeline callback)
+        stall_shutdown timeline callback left)
   if(subtest MATCHES "^(stall|stall_cached|stall_shutdown|timeline)$")
     set(nps 2 3)
   else()

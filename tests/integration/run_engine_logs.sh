@@ -84,7 +84,7 @@ cached_counts() {
 }
 
 case $subtest in
-order | threads | mismatch | join | callback)
+order | threads | mismatch | join | callback | left)
     run run.log 120
     ;;
 fusion)

@@ -1,14 +1,15 @@
 /*
  * Integration test of the background engine: named operations submitted
  * in any order and from any thread, fusion, the response cache, mismatch
- * reports, join, the stall inspector and the timeline.
+ * reports, join, the stall inspector, the timeline and a rank that shuts
+ * down while the others still submit (left).
  *
  *     hvdrun -np N test_engine SUBTEST
  *
  * SUBTEST is one of order, threads, fusion, cache, mismatch, join, stall,
- * stall_cached, stall_shutdown, timeline, callback. run_engine_logs.sh runs
- * each with the environment it needs and checks the logs it asks for (stall
- * warnings, cache counts, checksums, the timeline file).
+ * stall_cached, stall_shutdown, timeline, callback, left. run_engine_logs.sh
+ * runs each with the environment it needs and checks the logs it asks for
+ * (stall warnings, cache counts, checksums, the timeline file).
  *
  * Every input is a small integer computed from (rank, step, operation,
  * element), so every result is exact in every dtype used (float16
@@ -859,6 +860,57 @@ static void test_stall_shutdown(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* left: a rank calls hvd_shutdown while the others still submit      */
+
+/* st and text must be HVD_ERR_SHUTDOWN naming the rank that left. */
+static void expect_left(const char *what, hvd_status st, const char *text) {
+    char who[64];
+
+    snprintf(who, sizeof(who), "rank(s) %d called hvd_shutdown", g_size - 1);
+    if (st != HVD_ERR_SHUTDOWN || strstr(text, who) == NULL)
+        fail("%s: %s \"%s\", expected HVD_ERR_SHUTDOWN saying \"%s\"", what,
+             status_name(st), text, who);
+    printf("%s: %s\n", what, text);
+}
+
+/*
+ * Rank size-1 calls hvd_shutdown right after a barrier; the others then
+ * submit what it never will: a new name, a name the cache knows (3 rounds
+ * on every rank first) and hvd_join. Each fails at once with
+ * HVD_ERR_SHUTDOWN naming it, instead of waiting for it (a join would
+ * wait forever, the others until HVD_TIMEOUT_SECONDS); then every rank's
+ * hvd_shutdown succeeds.
+ */
+static void test_left(void) {
+    struct arop fresh, cached;
+    int round, last = -7;
+    hvd_status st;
+
+    arop_init(&cached, "left.cached", 410, HVD_FLOAT32, HVD_SUM, 16, 16, 0);
+    arop_init(&fresh, "left.new", 411, HVD_INT32, HVD_MAX, 5, 5, 0);
+    for (round = 0; round < 3; round++) {
+        arop_fill(&cached, round);
+        arop_blocking(&cached);
+        arop_check(&cached, round);
+    }
+    expect_ok("hvd_barrier", hvd_barrier());
+    if (g_rank < g_size - 1) {
+        arop_fill(&fresh, 0);
+        st = hvd_allreduce(fresh.name, fresh.send, fresh.recv, fresh.count,
+                           fresh.dtype, fresh.op);
+        expect_left("'left.new'", st, hvd_last_error());
+        arop_fill(&cached, round);
+        st = hvd_allreduce(cached.name, cached.send, cached.recv, cached.count,
+                           cached.dtype, cached.op);
+        expect_left("'left.cached'", st, hvd_last_error());
+        st = hvd_join(&last);
+        expect_left("hvd_join", st, hvd_last_error());
+    }
+    arop_free(&fresh);
+    arop_free(&cached);
+}
+
+/* ------------------------------------------------------------------ */
 /* timeline: enough kinds of events for check_timeline.py              */
 
 #define TIMELINE_NAMES 20
@@ -1120,6 +1172,7 @@ static const struct subtest subtests[] = {
     {"stall", test_stall, 2},
     {"stall_shutdown", test_stall_shutdown, 2},
     {"stall_cached", test_stall_cached, 2},
+    {"left", test_left, 2},
     {"timeline", test_timeline, 1},
     {"callback", test_callback, 1},
 };

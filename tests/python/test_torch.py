@@ -599,6 +599,27 @@ def test_join():
     hvd.barrier()
 
 
+def test_join_broadcast_allgather_refused():
+    # As Horovod's test_horovod_join_broadcast: while a rank is joined, a
+    # broadcast or allgather fails on the others with a RuntimeError (a
+    # ValueError too), and then they join; nobody is left waiting.
+    r, n = hvd.rank(), hvd.size()
+    if n == 1:
+        pytest.skip("needs two ranks")
+    for first in range(n):
+        if r == first:
+            last = hvd.join()
+        else:
+            with pytest.raises(RuntimeError, match="hvd_join"):
+                hvd.broadcast(torch.ones(3), r if n == 2 else 0,
+                              name="jb.%d" % first)
+            with pytest.raises(RuntimeError, match="hvd_join"):
+                hvd.allgather(torch.ones(2), name="jg.%d" % first)
+            last = hvd.join()
+        assert last != first
+        assert hvd.allgather_object(last) == [last] * n
+
+
 def test_build_facts():
     # The same answers as hvd's (tests/python/test_numpy.py checks them
     # against the configure step).

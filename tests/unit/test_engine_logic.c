@@ -1,6 +1,6 @@
 /* The engine's pure parts: the coordinator's decisions (readiness,
- * mismatches, join, the stall inspector) and the response cache (slots,
- * updates, deterministic LRU eviction), plus the name map. */
+ * mismatches, join, a rank that stopped, the stall inspector) and the response
+ * cache (slots, updates, deterministic LRU eviction), plus the name map. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -162,6 +162,48 @@ static void join(void **state) {
     hvd_coord_destroy(c);
 }
 
+/* A rank that called hvd_shutdown never asks again: what it has not asked
+ * for, and a join it has not joined, fail at once naming it; what every
+ * rank asked for still runs. */
+static void stopped_rank(void **state) {
+    (void)state;
+    hvd_coord *c;
+    Hvd__Engine__ResponseList l = HVD__ENGINE__RESPONSE_LIST__INIT;
+    uint64_t n = 4, zero = 0;
+    hvd_opdesc d = ar(&n, HVD_FLOAT32, HVD_SUM);
+    hvd_opdesc j = {.kind = HVD_KIND_JOIN, .ncounts = 1, .counts = &zero};
+
+    hvd_coord_create(3, 0, 0, &c);
+    for (int r = 0; r < 3; r++)
+        hvd_coord_add(c, r, "all", &d, 0, 0);
+    hvd_coord_add(c, 0, "without2", &d, 0, 0);
+    hvd_coord_add(c, 1, "without2", &d, 0, 0);
+    hvd_coord_add(c, 1, "hvd.join", &j, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    /* Before rank 2 stops, 'without2' and the join wait for it. */
+    assert_int_equal(l.n_responses, 1);
+    assert_int_equal(find(&l, "all")->status, HVD_OK);
+    hvd_coord_free_responses(&l);
+    hvd_coord_stopped(c, 2);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 2);
+    assert_int_equal(find(&l, "without2")->status, HVD_ERR_SHUTDOWN);
+    assert_non_null(
+        strstr(find(&l, "without2")->error, "rank(s) 2 called hvd_shutdown"));
+    assert_int_equal(find(&l, "hvd.join")->status, HVD_ERR_SHUTDOWN);
+    assert_non_null(strstr(find(&l, "hvd.join")->error, "without joining"));
+    assert_int_equal(hvd_coord_pending(c), 0);
+    hvd_coord_free_responses(&l);
+    /* Asked for by every rank that has not stopped: still fails. */
+    hvd_coord_add(c, 0, "later", &d, 0, 0);
+    hvd_coord_add(c, 1, "later", &d, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 1);
+    assert_int_equal(l.responses[0]->status, HVD_ERR_SHUTDOWN);
+    hvd_coord_free_responses(&l);
+    hvd_coord_destroy(c);
+}
+
 static void stall_inspector(void **state) {
     (void)state;
     hvd_coord *c;
@@ -305,6 +347,7 @@ int main(void) {
         cmocka_unit_test(ready_only_when_all_ranks_ask),
         cmocka_unit_test(mismatches_name_every_rank),
         cmocka_unit_test(join),
+        cmocka_unit_test(stopped_rank),
         cmocka_unit_test(stall_inspector),
         cmocka_unit_test(cache_slots_and_updates),
         cmocka_unit_test(cache_is_deterministic),
