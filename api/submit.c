@@ -46,41 +46,50 @@ static hvd_status check_buffers(const char *fn, const char *name,
  * all on this rank's GPU. Empty buffers are not looked at. With no CUDA
  * device this costs a load and a branch per buffer.
  */
+/* What the caller calls buffer k (0 send, 1 receive) of part i, for an
+ * error message. */
+static const char *buffer_label(int n, int same, int i, int k, char *buf,
+                                size_t len) {
+    if (n > 1)
+        snprintf(buf, len, "%s[%d]", k == 0 ? "sendbufs" : "recvbufs", i);
+    else
+        snprintf(buf, len, "%s", same ? "buf" : k == 0 ? "sendbuf" : "recvbuf");
+    return buf;
+}
+
 static hvd_status locate(const char *fn, const char *name, int n,
                          const void *const *send, void *const *recv,
                          const size_t *counts, hvd_memtype *mem_out) {
     hvd_meminfo first = {HVD_MEM_HOST, -1, 0}, mi;
     char first_what[32] = "", what[32], a[64], b[64];
+    int first_i = -1, first_k = 0, same = n == 1 && send[0] == recv[0];
 
     for (int i = 0; i < n; i++) {
         if (counts[i] == 0)
             continue;
         for (int k = 0; k < 2; k++) {
-            const void *p = k == 0 ? send[i] : recv[i];
-            if (n > 1)
-                snprintf(what, sizeof(what), "%s[%d]",
-                         k == 0 ? "sendbufs" : "recvbufs", i);
-            else if (send[0] == recv[0])
-                snprintf(what, sizeof(what), "buf");
-            else
-                snprintf(what, sizeof(what), "%s",
-                         k == 0 ? "sendbuf" : "recvbuf");
-            hvd_mem_classify(p, &mi);
-            if (first_what[0] == '\0') {
+            hvd_mem_classify(k == 0 ? send[i] : recv[i], &mi);
+            if (first_i < 0) {
                 first = mi;
-                snprintf(first_what, sizeof(first_what), "%s", what);
+                first_i = i;
+                first_k = k;
             } else if (mi.type != first.type || mi.device != first.device) {
                 hvd_mem_describe(&first, a, sizeof(a));
                 hvd_mem_describe(&mi, b, sizeof(b));
-                return hvd_error_set(HVD_ERR_INVALID_ARG,
-                                     "%s('%s'): %s is %s but %s is %s: the "
-                                     "buffers of one operation must all be "
-                                     "host memory or all on this rank's GPU",
-                                     fn, NAME(name), first_what, a, what, b);
+                return hvd_error_set(
+                    HVD_ERR_INVALID_ARG,
+                    "%s('%s'): %s is %s but %s is %s: the buffers of one "
+                    "operation must all be host memory or all on this "
+                    "rank's GPU",
+                    fn, NAME(name),
+                    buffer_label(n, same, first_i, first_k, first_what,
+                                 sizeof(first_what)),
+                    a, buffer_label(n, same, i, k, what, sizeof(what)), b);
             }
         }
     }
     if (first.type == HVD_MEM_DEVICE) {
+        buffer_label(n, same, first_i, first_k, first_what, sizeof(first_what));
         hvd_mem_describe(&first, a, sizeof(a));
         if (!hvd_gpu_built())
             return hvd_error_set(HVD_ERR_UNSUPPORTED,

@@ -1,6 +1,7 @@
 #include "api/runtime/ctrlmsg.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "transport/base/dtype.h"
 #include "transport/base/error.h"
@@ -133,5 +134,58 @@ hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
                                  "job of %d",
                                  resp->name, resp->joined[i], size);
     *desc_out = d;
+    return HVD_OK;
+}
+
+size_t hvd_ctrl_brief_size(const Hvd__Engine__Step *m) {
+    const Hvd__Engine__Cycle *c = m->cycle;
+
+    if (c != NULL && (c->n_run > 0 || c->n_erase > 0 || c->n_responses > 0 ||
+                      c->paused || c->stop || c->number != m->number))
+        return 0;
+    return sizeof(hvd_ctrl_brief) + (m->n_ready + m->n_carried) * 4;
+}
+
+void hvd_ctrl_brief_pack(const Hvd__Engine__Step *m, uint8_t *out) {
+    hvd_ctrl_brief head = {m->number, (uint32_t)m->n_ready,
+                           (uint32_t)m->n_carried};
+    uint32_t *slots = (uint32_t *)(out + sizeof(head));
+
+    memcpy(out, &head, sizeof(head));
+    if (m->n_ready > 0)
+        memcpy(slots, m->ready, m->n_ready * 4);
+    if (m->n_carried > 0)
+        memcpy(slots + m->n_ready, m->carried, m->n_carried * 4);
+}
+
+hvd_status hvd_ctrl_brief_unpack(const uint8_t *buf, size_t len,
+                                 Hvd__Engine__Step *m,
+                                 Hvd__Engine__Cycle *cycle) {
+    hvd_ctrl_brief head;
+
+    if (len < sizeof(head))
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "brief step of %zu bytes: shorter than its head",
+                             len);
+    memcpy(&head, buf, sizeof(head));
+    if ((uint64_t)sizeof(head) +
+            ((uint64_t)head.n_ready + (uint64_t)head.n_carried) * 4 !=
+        (uint64_t)len)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "brief step %llu of %zu bytes lists %u offered "
+                             "and %u carried slots",
+                             (unsigned long long)head.number, len, head.n_ready,
+                             head.n_carried);
+    hvd__engine__step__init(m);
+    m->number = head.number;
+    m->n_ready = head.n_ready;
+    m->n_carried = head.n_carried;
+    m->ready = (uint32_t *)(buf + sizeof(head));
+    m->carried = m->ready + head.n_ready;
+    if (cycle != NULL) {
+        hvd__engine__cycle__init(cycle);
+        cycle->number = head.number;
+        m->cycle = cycle;
+    }
     return HVD_OK;
 }

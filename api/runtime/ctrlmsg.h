@@ -33,4 +33,39 @@ hvd_status hvd_ctrl_check_request(const Hvd__Engine__Request *req, int size,
 hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
                                    hvd_opdesc *desc_out);
 
+/*
+ * The brief form of a Step: what a step is in steady state, the cache
+ * slots a rank offers and carries and nothing else, as a fixed layout
+ * instead of protobuf (it is sent and taken in every step: the fast path's
+ * cost per operation). A 16-byte head, then n_ready and n_carried slot
+ * numbers (uint32, host order, as the control frame's header). A step in
+ * which rank 0 decided something is sent as protobuf.
+ */
+typedef struct hvd_ctrl_brief {
+    uint64_t number;
+    uint32_t n_ready;
+    uint32_t n_carried;
+} hvd_ctrl_brief;
+
+_Static_assert(sizeof(hvd_ctrl_brief) == 16, "the brief step head is 16 bytes");
+
+/* Bytes of step m in the brief form, or 0 if it does not fit that form
+ * (its cycle says more than its number). */
+size_t hvd_ctrl_brief_size(const Hvd__Engine__Step *m);
+
+/* Writes step m, for which hvd_ctrl_brief_size said n > 0, into out[n]
+ * (4-byte aligned). */
+void hvd_ctrl_brief_pack(const Hvd__Engine__Step *m, uint8_t *out);
+
+/*
+ * Reads a brief step from buf[len] (4-byte aligned) into *m, whose lists
+ * point into buf (valid while buf is). A step from rank 0 carries its
+ * cycle's number: pass cycle (storage the caller keeps with m) to have
+ * m->cycle point at an empty cycle of that number; else NULL. Returns
+ * HVD_ERR_TRANSPORT with a sentence if the lengths do not add up.
+ */
+hvd_status hvd_ctrl_brief_unpack(const uint8_t *buf, size_t len,
+                                 Hvd__Engine__Step *m,
+                                 Hvd__Engine__Cycle *cycle);
+
 #endif

@@ -16,7 +16,11 @@ hvd_request *hvd_request_new(const char *name, int n) {
 
     if (req == NULL)
         return NULL;
-    req->name = strdup(name);
+    size_t len = strlen(name);
+    if (len < sizeof(req->name1))
+        req->name = memcpy(req->name1, name, len + 1);
+    else
+        req->name = strdup(name);
     req->n = n;
     if (n == 1) {
         req->send = &req->send1;
@@ -47,7 +51,8 @@ void hvd_request_free(hvd_request *req) {
         free(req->counts);
     }
     free(req->error);
-    free(req->name);
+    if (req->name != req->name1)
+        free(req->name);
     free(req);
 }
 
@@ -107,7 +112,8 @@ void hvd_eng_fail_all(hvd_engine *eng, hvd_status status, const char *text) {
         hvd_eng_complete(eng, eng->pending[0], status, text);
     pthread_mutex_lock(&hvd_eng_lock);
     queued = eng->queue_head;
-    eng->queue_head = eng->queue_tail = NULL;
+    __atomic_store_n(&eng->queue_head, NULL, __ATOMIC_RELAXED);
+    eng->queue_tail = NULL;
     pthread_mutex_unlock(&hvd_eng_lock);
     while (queued != NULL) {
         hvd_request *next = queued->next;
@@ -197,8 +203,8 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
     } else {
         if (eng->queue_tail)
             eng->queue_tail->next = req;
-        else
-            eng->queue_head = req;
+        else /* hvd_eng_intake looks without the lock */
+            __atomic_store_n(&eng->queue_head, req, __ATOMIC_RELEASE);
         eng->queue_tail = req;
         /* A blocking call runs the engine itself (hvd_engine_wait), or
          * wakes the engine thread there if it cannot. */
@@ -230,13 +236,13 @@ static int may_drive(const hvd_engine *eng) {
  * engine thread has stood aside (it is woken out of the transport's wait
  * if it is in one): no hand-off to the engine thread and back. Polls for
  * spin_ns, yielding, then blocks in the transport. Leaves the engine to
- * the engine thread when req is done or the job fails or ends.
+ * the engine thread when req is done or the job fails or ends. Called
+ * and returns with the lock held.
  */
 static void drive(hvd_engine *eng, hvd_request *req) {
     hvd_status st = HVD_OK;
     int last = 0, woke = 0;
 
-    pthread_mutex_lock(&hvd_eng_lock);
     eng->wanted++;
     while (!req->done && may_drive(eng) && (eng->driving || eng->engine_busy)) {
         if (eng->engine_busy && !woke) {
@@ -255,10 +261,8 @@ static void drive(hvd_engine *eng, hvd_request *req) {
         pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
     }
     eng->wanted--;
-    if (req->done || !may_drive(eng)) {
-        pthread_mutex_unlock(&hvd_eng_lock);
+    if (req->done || !may_drive(eng))
         return;
-    }
     eng->driving = 1;
     pthread_mutex_unlock(&hvd_eng_lock);
 
@@ -293,12 +297,10 @@ static void drive(hvd_engine *eng, hvd_request *req) {
         pthread_cond_broadcast(&eng->turn_cond);
     if (eng->wanted > 0)
         pthread_cond_broadcast(&hvd_eng_cond);
-    pthread_mutex_unlock(&hvd_eng_lock);
 }
 
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
                            size_t namelen) {
-    hvd_engine *eng = NULL;
     hvd_status st;
 
     /* A blocking call runs the engine itself; an asynchronous request's
@@ -308,26 +310,25 @@ hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
     pthread_mutex_lock(&hvd_eng_lock);
     if (req->will_wait && !req->done && req->eng != NULL &&
         may_drive(req->eng)) {
-        eng = req->eng;
+        hvd_engine *eng = req->eng;
         eng->waiters++;
-    }
-    pthread_mutex_unlock(&hvd_eng_lock);
-    if (eng != NULL) {
         drive(eng, req);
-        pthread_mutex_lock(&hvd_eng_lock);
         if (--eng->waiters == 0)
             pthread_cond_broadcast(&hvd_eng_cond);
-        pthread_mutex_unlock(&hvd_eng_lock);
     }
-    int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
+    if (!req->done) {
+        int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
 
-    /* Yield while looking, so an engine thread that shares the core runs. */
-    while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) &&
-           hvd_now_ns() < spin_end)
-        sched_yield();
-    pthread_mutex_lock(&hvd_eng_lock);
-    while (!req->done)
-        pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
+        /* Yield while looking, so an engine thread that shares the core
+         * runs. */
+        pthread_mutex_unlock(&hvd_eng_lock);
+        while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) &&
+               hvd_now_ns() < spin_end)
+            sched_yield();
+        pthread_mutex_lock(&hvd_eng_lock);
+        while (!req->done)
+            pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
+    }
     pthread_mutex_unlock(&hvd_eng_lock);
     st = req->status;
     if (st != HVD_OK)
@@ -406,8 +407,9 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     eng->tp = tp;
     eng->cfg = *cfg;
     pthread_cond_init(&eng->turn_cond, NULL);
-    hvd_namemap_init(&eng->inflight);
-    hvd_namemap_init(&eng->by_name);
+    /* Both hold requests by their own names. */
+    hvd_namemap_init_borrowed(&eng->inflight);
+    hvd_namemap_init_borrowed(&eng->by_name);
     st =
         hvd_comm_create(rank, size, tp, HVD_CHANNEL_DATA, comm_cfg, &eng->data);
     if (st == HVD_OK)
@@ -483,7 +485,7 @@ hvd_status hvd_engine_stop(hvd_engine *eng) {
     hvd_status st;
 
     pthread_mutex_lock(&hvd_eng_lock);
-    eng->stop_requested = 1;
+    __atomic_store_n(&eng->stop_requested, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&hvd_eng_cond);
     pthread_cond_broadcast(&eng->turn_cond);
     pthread_mutex_unlock(&hvd_eng_lock);

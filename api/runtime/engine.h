@@ -76,6 +76,7 @@ typedef struct hvd_request {
     const void *send1;
     void *recv1;
     uint64_t count1;
+    char name1[48]; /* a name that fits (most do), instead of a copy */
 
     /* Engine-private. */
     struct hvd_request *next;

@@ -274,14 +274,8 @@ static int idle_timeout_ms(hvd_engine *eng) {
  * engine; looking before blocking keeps it from being lost.
  */
 static int work_waiting(hvd_engine *eng) {
-    int waiting;
-
-    pthread_mutex_lock(&hvd_eng_lock);
-    waiting =
-        eng->queue_head != NULL || (eng->stop_requested && !eng->stop_seen);
-    pthread_mutex_unlock(&hvd_eng_lock);
-    return waiting || hvd_eng_dev_ready(eng) || hvd_eng_port_ready(eng) ||
-           hvd_eng_step_complete(eng);
+    return hvd_eng_queued(eng) || hvd_eng_dev_ready(eng) ||
+           hvd_eng_port_ready(eng) || hvd_eng_step_complete(eng);
 }
 
 /* Waits for work, a message or a timer. */

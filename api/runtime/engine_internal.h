@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/runtime/arena.h"
 #include "api/runtime/cache.h"
 #include "api/runtime/coordinator.h"
 #include "api/runtime/ctrlmsg.h"
@@ -58,11 +59,13 @@ enum {
     MSG_UPDATE = 1, /* rank -> 0: Update, whenever its state changes */
     MSG_STEP = 2,   /* rank -> every rank: its Step, then carried data */
     MSG_STOP = 3,   /* every rank to every rank, after the last step */
+    MSG_BRIEF = 4,  /* a step in the brief form (ctrlmsg.h), then data */
 };
 
 typedef struct msg_header {
     uint32_t type;
-    uint32_t proto_len; /* MSG_STEP: bytes of the packed Step; data follows */
+    uint32_t proto_len; /* MSG_STEP, MSG_BRIEF: bytes of the Step; data
+                           follows */
     uint64_t len;
 } msg_header;
 
@@ -90,8 +93,11 @@ typedef struct devwait {
 typedef struct step_msg {
     uint8_t *buf; /* the body */
     size_t cap;
-    Hvd__Engine__Step *msg; /* unpacked; NULL while there is none */
-    const uint8_t *data;    /* the carried tensors, in carried order */
+    Hvd__Engine__Step *msg;  /* unpacked; NULL while there is none */
+    hvd_arena arena;         /* what msg unpacked into (a peer's) */
+    Hvd__Engine__Step brief; /* msg, for a step in the brief form */
+    Hvd__Engine__Cycle brief_cycle;
+    const uint8_t *data; /* the carried tensors, in carried order */
     size_t data_len;
 } step_msg;
 
@@ -265,6 +271,7 @@ hvd_status hvd_eng_close_ports(hvd_engine *eng);
 int hvd_eng_room(void **buf, size_t *cap, size_t len);
 int hvd_eng_invalidate(hvd_engine *eng, int slot);
 void hvd_eng_classify(hvd_engine *eng, hvd_request *req);
+int hvd_eng_queued(const hvd_engine *eng);
 void hvd_eng_intake(hvd_engine *eng, int *stop);
 int hvd_eng_has_news(const hvd_engine *eng, int stop);
 int hvd_eng_has_offers(const hvd_engine *eng);

@@ -85,14 +85,14 @@ static hvd_status take_header(hvd_engine *eng, int peer, double now,
                               int *again) {
     ctrl_port *p = &eng->ports[peer];
     msg_header *h = &p->in.hdr;
+    int step = h->type == MSG_STEP || h->type == MSG_BRIEF;
     hvd_status st;
     void *dst;
 
     *again = 0;
-    if (h->type < MSG_UPDATE || h->type > MSG_STOP ||
+    if (h->type < MSG_UPDATE || h->type > MSG_BRIEF ||
         h->len > ((uint64_t)1 << 32) || h->proto_len > h->len ||
-        (h->type == MSG_UPDATE && eng->rank != 0) ||
-        (h->type == MSG_STEP && h->len == 0) ||
+        (h->type == MSG_UPDATE && eng->rank != 0) || (step && h->len == 0) ||
         (h->type == MSG_STOP && h->len != 0))
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "malformed control message (type %u, %llu "
@@ -103,7 +103,7 @@ static hvd_status take_header(hvd_engine *eng, int peer, double now,
         return HVD_OK;
     }
 
-    if (h->type == MSG_STEP) {
+    if (step) {
         step_msg *m = &p->step[p->next_step & 1];
         /* A peer starts a step only once it has this rank's part of the
          * one before: it is never two ahead. */
@@ -144,19 +144,32 @@ static hvd_status take_body(hvd_engine *eng, int peer, double now) {
 
     if (h->type == MSG_UPDATE) {
         st = hvd_eng_apply_update(eng, peer, p->body, h->len, now);
-    } else if (h->type == MSG_STEP) {
+    } else {
         step_msg *m = &p->step[p->next_step & 1];
-        m->msg = hvd__engine__step__unpack(NULL, h->proto_len, m->buf);
-        if (m->msg == NULL)
+        if (h->type == MSG_BRIEF) {
+            st = hvd_ctrl_brief_unpack(m->buf, h->proto_len, &m->brief,
+                                       peer == 0 ? &m->brief_cycle : NULL);
+            if (st != HVD_OK) {
+                hvd_error_prefix("malformed step message from rank %d: ", peer);
+                return st;
+            }
+            m->msg = &m->brief;
+        } else {
+            m->msg =
+                hvd__engine__step__unpack(&m->arena.pb, h->proto_len, m->buf);
+        }
+        if (m->msg == NULL) {
+            hvd_arena_reset(&m->arena);
             return hvd_error_set(HVD_ERR_TRANSPORT,
                                  "malformed step message from rank %d", peer);
+        }
         if (m->msg->number != p->next_step) {
             st = hvd_error_set(HVD_ERR_TRANSPORT,
                                "step %llu from rank %d where step %llu was "
                                "expected",
                                (unsigned long long)m->msg->number, peer,
                                (unsigned long long)p->next_step);
-            hvd__engine__step__free_unpacked(m->msg, NULL);
+            hvd_arena_reset(&m->arena);
             m->msg = NULL;
             return st;
         }
@@ -299,9 +312,15 @@ static const char *negotiate_event(hvd_kind kind) {
 void hvd_eng_intake(hvd_engine *eng, int *stop) {
     hvd_request *q;
 
+    /* Most passes find nothing new: they need not take the lock. */
+    if (!hvd_eng_queued(eng)) {
+        *stop = eng->stop_seen;
+        return;
+    }
     pthread_mutex_lock(&hvd_eng_lock);
     q = eng->queue_head;
-    eng->queue_head = eng->queue_tail = NULL;
+    __atomic_store_n(&eng->queue_head, NULL, __ATOMIC_RELAXED);
+    eng->queue_tail = NULL;
     *stop = eng->stop_requested;
     eng->stop_seen = eng->stop_requested;
     pthread_mutex_unlock(&hvd_eng_lock);
@@ -319,6 +338,14 @@ void hvd_eng_intake(hvd_engine *eng, int *stop) {
         }
         q = next;
     }
+}
+
+/* 1 if a request was submitted or a stop asked for since the last
+ * intake: a look without the lock (both are set under it, atomically). */
+int hvd_eng_queued(const hvd_engine *eng) {
+    return __atomic_load_n(&eng->queue_head, __ATOMIC_ACQUIRE) != NULL ||
+           __atomic_load_n(&eng->stop_requested, __ATOMIC_ACQUIRE) !=
+               eng->stop_seen;
 }
 
 /* 1 if rank 0 does not know all of this rank's state yet: requests the

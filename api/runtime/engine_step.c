@@ -16,6 +16,9 @@ int hvd_eng_step_init(hvd_engine *eng) {
         eng->cfg.cache_capacity > 0 ? (size_t)eng->cfg.cache_capacity : 1;
     size_t n = (size_t)eng->size;
 
+    for (size_t r = 0; r < n; r++)
+        for (int k = 0; k < 2; k++)
+            hvd_arena_init(&eng->ports[r].step[k].arena);
     eng->mine_ready = calloc(cap, sizeof(*eng->mine_ready));
     eng->mine_carried = calloc(cap, sizeof(*eng->mine_carried));
     eng->mine_creq = calloc(cap, sizeof(*eng->mine_creq));
@@ -39,8 +42,7 @@ void hvd_eng_step_free(hvd_engine *eng) {
     for (int r = 0; eng->ports != NULL && r < eng->size; r++) {
         ctrl_port *p = &eng->ports[r];
         for (int k = 0; k < 2; k++) {
-            if (p->step[k].msg != NULL)
-                hvd__engine__step__free_unpacked(p->step[k].msg, NULL);
+            hvd_arena_destroy(&p->step[k].arena);
             free(p->step[k].buf);
         }
         free(p->body);
@@ -127,15 +129,21 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
         m->cycle = &eng->decision;
     }
     /* What goes out: the header, the Step, the data, in one buffer (its
-     * first CTRL_FRAME bytes are the frame, padded). */
-    proto = hvd__engine__step__get_packed_size(m);
+     * first CTRL_FRAME bytes are the frame, padded). A step that only
+     * offers and carries slots, as in steady state, goes in the brief
+     * form; one that says more, as protobuf. */
+    size_t brief = hvd_ctrl_brief_size(m);
+    proto = brief > 0 ? brief : hvd__engine__step__get_packed_size(m);
     size_t dstart = data > 0 ? pad8(proto) : proto;
     size_t total = sizeof(msg_header) + dstart + data;
     if (hvd_eng_room((void **)&eng->out, &eng->out_cap,
                      total > CTRL_FRAME ? total : CTRL_FRAME) != 0)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     uint8_t *body = eng->out + sizeof(msg_header);
-    hvd__engine__step__pack(m, body);
+    if (brief > 0)
+        hvd_ctrl_brief_pack(m, body);
+    else
+        hvd__engine__step__pack(m, body);
     for (size_t i = 0, off = 0; i < m->n_carried; i++) {
         const hvd_request *req = eng->mine_creq[i];
         size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(req->desc.dtype);
@@ -145,8 +153,8 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
         off += pad8(bytes);
     }
     memset(body + proto, 0, dstart - proto);
-    size_t rest =
-        hvd_eng_frame(eng->out, MSG_STEP, (uint32_t)proto, body, dstart + data);
+    size_t rest = hvd_eng_frame(eng->out, brief > 0 ? MSG_BRIEF : MSG_STEP,
+                                (uint32_t)proto, body, dstart + data);
     mine->data = body + dstart;
     mine->data_len = data;
     mine->msg = m;
@@ -305,8 +313,8 @@ hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last) {
 out:
     for (int r = 0; r < eng->size; r++) {
         step_msg *sm = part_of(eng, r, k);
-        if (r != eng->rank && sm->msg != NULL)
-            hvd__engine__step__free_unpacked(sm->msg, NULL);
+        if (r != eng->rank)
+            hvd_arena_reset(&sm->arena);
         sm->msg = NULL;
     }
     if (eng->rank == 0)

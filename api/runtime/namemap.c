@@ -6,24 +6,51 @@
 static char tombstone_mark;
 #define TOMBSTONE (&tombstone_mark)
 
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ull;
+/* A hash of the key read 8 bytes at a time (names are often long and
+ * alike: "grad.layer3.conv2.weight"); every byte counts, and so does the
+ * length. */
+static uint64_t hash_key(const char *s) {
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    size_t n = strlen(s), i = 0;
+    uint64_t h = n * k;
 
-    for (; *s; s++) {
-        h ^= (uint8_t)*s;
-        h *= 1099511628211ull;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * k;
+        h ^= h >> 29;
     }
-    return h;
+    if (i < n) {
+        uint64_t w = 0;
+        memcpy(&w, s + i, n - i);
+        h = (h ^ w) * k;
+        h ^= h >> 29;
+    }
+    return h ^ (h >> 32);
 }
 
 void hvd_namemap_init(hvd_namemap *map) { memset(map, 0, sizeof(*map)); }
 
+void hvd_namemap_init_borrowed(hvd_namemap *map) {
+    hvd_namemap_init(map);
+    map->borrowed = 1;
+}
+
+/* Frees a key the map copied. */
+static void drop_key(const hvd_namemap *map, char *key) {
+    if (!map->borrowed)
+        free(key);
+}
+
 void hvd_namemap_destroy(hvd_namemap *map) {
+    int borrowed = map->borrowed;
+
     for (size_t i = 0; i < map->cap; i++)
         if (map->slots[i].key != NULL && map->slots[i].key != TOMBSTONE)
-            free(map->slots[i].key);
+            drop_key(map, map->slots[i].key);
     free(map->slots);
     memset(map, 0, sizeof(*map));
+    map->borrowed = borrowed;
 }
 
 /* The slot holding key, or the first free one on its probe path. */
@@ -77,12 +104,12 @@ void *hvd_namemap_get(const hvd_namemap *map, const char *key) {
 
     if (map->cap == 0)
         return NULL;
-    hvd_namemap_slot *s = find(map, key, fnv1a(key), &found);
+    hvd_namemap_slot *s = find(map, key, hash_key(key), &found);
     return found ? s->value : NULL;
 }
 
 int hvd_namemap_put(hvd_namemap *map, const char *key, void *value) {
-    uint64_t hash = fnv1a(key);
+    uint64_t hash = hash_key(key);
     int found;
 
     if ((map->used + 1) * 4 > map->cap * 3 && grow(map) != 0)
@@ -92,7 +119,7 @@ int hvd_namemap_put(hvd_namemap *map, const char *key, void *value) {
         s->value = value;
         return 0;
     }
-    char *copy = strdup(key);
+    char *copy = map->borrowed ? (char *)key : strdup(key);
     if (copy == NULL)
         return -1;
     if (s->key == NULL)
@@ -109,11 +136,11 @@ void *hvd_namemap_remove(hvd_namemap *map, const char *key) {
 
     if (map->cap == 0)
         return NULL;
-    hvd_namemap_slot *s = find(map, key, fnv1a(key), &found);
+    hvd_namemap_slot *s = find(map, key, hash_key(key), &found);
     if (!found)
         return NULL;
     void *value = s->value;
-    free(s->key);
+    drop_key(map, s->key);
     s->key = TOMBSTONE;
     s->value = NULL;
     map->count--;

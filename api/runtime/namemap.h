@@ -1,7 +1,8 @@
 /*
  * A map from operation names to pointers: open addressing with linear
- * probing, FNV-1a hashes, keys copied. Used for the names in flight on a
- * rank, the coordinator's table and the response cache.
+ * probing, a word-at-a-time hash, keys copied (or borrowed: see
+ * hvd_namemap_init_borrowed). Used for the names in flight on a rank, the
+ * coordinator's table and the response cache.
  */
 #ifndef HVD_API_NAMEMAP_H
 #define HVD_API_NAMEMAP_H
@@ -19,10 +20,16 @@ typedef struct hvd_namemap {
     hvd_namemap_slot *slots;
     size_t cap; /* a power of two, or 0 */
     size_t count;
-    size_t used; /* count plus tombstones */
+    size_t used;  /* count plus tombstones */
+    int borrowed; /* keys are the caller's, not copies */
 } hvd_namemap;
 
 void hvd_namemap_init(hvd_namemap *map);
+
+/* A map that keeps the caller's key pointers instead of copies: each key
+ * must stay valid and unchanged until it is removed or the map destroyed
+ * (a request's own name, in the maps of requests in flight). */
+void hvd_namemap_init_borrowed(hvd_namemap *map);
 void hvd_namemap_destroy(hvd_namemap *map);
 
 /* The value stored under key, or NULL. */

@@ -2,7 +2,7 @@
  * Fuzz target: decoding of the protobuf-c control messages and what the
  * engine does with them before any collective runs.
  *
- *   byte 0 (mod 5) selects:
+ *   byte 0 (mod 6) selects:
  *   0  Updates from ranks to rank 0: byte 1 sets the job size (2 to 8) and
  *      whether stalled operations fail (HVD_STALL_SHUTDOWN_SECONDS); then
  *      records of [rank byte][2-byte length][an Update]. Each Update is
@@ -15,6 +15,8 @@
  *      checked and described.
  *   2  a rendezvous Contribute, 3 a rendezvous Result, 4 a ResponseList:
  *      unpacked and freed.
+ *   5  a step in the brief form (api/runtime/ctrlmsg.h), from rank 0 and
+ *      from another rank: every slot it lists is read.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -126,13 +128,39 @@ static void cycle(const uint8_t *p, size_t left) {
     hvd__engine__cycle__free_unpacked(c, NULL);
 }
 
+static void brief(const uint8_t *data, size_t size) {
+    /* The engine reads a step from a malloc'd buffer: aligned. */
+    uint8_t *buf = malloc(size > 0 ? size : 1);
+    Hvd__Engine__Step m;
+    Hvd__Engine__Cycle c;
+    uint64_t sum = 0;
+
+    if (buf == NULL)
+        return;
+    if (size > 0)
+        memcpy(buf, data, size);
+    for (int from0 = 0; from0 < 2; from0++) {
+        if (hvd_ctrl_brief_unpack(buf, size, &m, from0 ? &c : NULL) != HVD_OK)
+            continue;
+        for (size_t i = 0; i < m.n_ready; i++)
+            sum += m.ready[i];
+        for (size_t i = 0; i < m.n_carried; i++)
+            sum += m.carried[i];
+        if ((m.cycle != NULL) != from0 || hvd_ctrl_brief_size(&m) != size)
+            __builtin_trap(); /* what was read packs back to its length */
+    }
+    free(buf);
+    if (sum == 1) /* keep the reads */
+        hvd_log_current = HVD_LOG_ERROR;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)
         return 0;
     hvd_log_current = HVD_LOG_ERROR; /* no stall warnings */
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0:
         updates(data + 1, size - 1);
         break;
@@ -153,6 +181,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             hvd__rdv__result__free_unpacked(m, NULL);
         break;
     }
+    case 5:
+        brief(data + 1, size - 1);
+        break;
     default: {
         Hvd__Engine__ResponseList *m =
             hvd__engine__response_list__unpack(NULL, size - 1, data + 1);

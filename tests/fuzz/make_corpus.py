@@ -141,6 +141,8 @@ def ctrl():
     write("ctrl", "result", bytes([3]) + field_varint(1, 0) +
           field_bytes(2, b"a" * 8) + field_bytes(2, b"b" * 8))
     write("ctrl", "response-list", bytes([4]) + field_bytes(1, r))
+    write("ctrl", "brief-step", bytes([5]) + struct.pack("<QII", 12, 3, 1) +
+          struct.pack("<IIII", 0, 4, 7, 4))
 
 
 # ---- frames ----

@@ -169,12 +169,83 @@ static void bad_responses(void **state) {
     assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
 }
 
+/* The brief form of a step: what fits it, a round trip, and lengths that
+ * do not add up. */
+static void brief_steps(void **state) {
+    (void)state;
+    uint32_t ready[3] = {4, 0, 9}, carried[1] = {9};
+    Hvd__Engine__Step m = HVD__ENGINE__STEP__INIT, back;
+    Hvd__Engine__Cycle c = HVD__ENGINE__CYCLE__INIT, back_cycle;
+    uint32_t buf[16]; /* 4-byte aligned */
+    uint8_t *b = (uint8_t *)buf;
+
+    m.number = 77;
+    m.ready = ready;
+    m.n_ready = 3;
+    m.carried = carried;
+    m.n_carried = 1;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 16 + 4 * 4);
+    /* Rank 0's step: brief only while its cycle says nothing more. */
+    c.number = 77;
+    m.cycle = &c;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 16 + 4 * 4);
+    c.paused = 1;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 0);
+    c.paused = 0;
+    c.stop = 1;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 0);
+    c.stop = 0;
+    c.n_erase = 1;
+    c.erase = ready;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 0);
+    c.n_erase = 0;
+    c.number = 78;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 0);
+    c.number = 77;
+
+    hvd_ctrl_brief_pack(&m, b);
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 32, &back, &back_cycle), HVD_OK);
+    assert_int_equal(back.number, 77);
+    assert_int_equal(back.n_ready, 3);
+    assert_int_equal(back.n_carried, 1);
+    assert_memory_equal(back.ready, ready, sizeof(ready));
+    assert_int_equal(back.carried[0], 9);
+    assert_ptr_equal(back.cycle, &back_cycle);
+    assert_int_equal(back_cycle.number, 77);
+    assert_int_equal(back_cycle.n_responses, 0);
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 32, &back, NULL), HVD_OK);
+    assert_null(back.cycle);
+
+    /* An empty step is 16 bytes. */
+    m.n_ready = m.n_carried = 0;
+    m.cycle = NULL;
+    assert_int_equal(hvd_ctrl_brief_size(&m), 16);
+    hvd_ctrl_brief_pack(&m, b);
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 16, &back, NULL), HVD_OK);
+    assert_int_equal(back.n_ready + back.n_carried, 0);
+
+    /* Lengths that do not add up, counts that would overflow. */
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 15, &back, NULL),
+                     HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 20, &back, NULL),
+                     HVD_ERR_TRANSPORT);
+    assert_non_null(strstr(hvd_error_get(), "brief step 77 of 20 bytes"));
+    hvd_ctrl_brief head = {5, 0xffffffffu, 0xffffffffu};
+    memcpy(b, &head, sizeof(head));
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 16, &back, NULL),
+                     HVD_ERR_TRANSPORT);
+    head.n_ready = 0x40000000u; /* 4 * n wraps in 32 bits */
+    head.n_carried = 0;
+    memcpy(b, &head, sizeof(head));
+    assert_int_equal(hvd_ctrl_brief_unpack(b, 16, &back, NULL),
+                     HVD_ERR_TRANSPORT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(good_messages),
-        cmocka_unit_test(bad_requests),
-        cmocka_unit_test(bad_responses),
-        cmocka_unit_test(shapes),
+        cmocka_unit_test(good_messages), cmocka_unit_test(bad_requests),
+        cmocka_unit_test(bad_responses), cmocka_unit_test(shapes),
+        cmocka_unit_test(brief_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

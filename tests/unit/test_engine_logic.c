@@ -342,6 +342,57 @@ static void namemap(void **state) {
     hvd_namemap_destroy(&m);
 }
 
+/* Names that differ only in their length, in one byte past the first
+ * word, or in a trailing byte are different keys; a borrowed map keeps the
+ * caller's pointers. */
+static void namemap_keys(void **state) {
+    (void)state;
+    static const char *keys[] = {"",
+                                 "a",
+                                 "aaaaaaa",
+                                 "aaaaaaaa",
+                                 "aaaaaaaaa",
+                                 "aaaaaaaab",
+                                 "grad.layer1.weight",
+                                 "grad.layer1.weighs",
+                                 "grad.layer2.weight",
+                                 "grad.layer1.weight.",
+                                 "\x01",
+                                 "\x01\x01"};
+    size_t n = sizeof(keys) / sizeof(keys[0]);
+    hvd_namemap copied, borrowed;
+    static int values[16];
+
+    hvd_namemap_init(&copied);
+    hvd_namemap_init_borrowed(&borrowed);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(hvd_namemap_put(&copied, keys[i], &values[i]), 0);
+        assert_int_equal(hvd_namemap_put(&borrowed, keys[i], &values[i]), 0);
+    }
+    assert_int_equal(copied.count, n);
+    assert_int_equal(borrowed.count, n);
+    for (size_t i = 0; i < n; i++) {
+        char copy[64];
+        snprintf(copy, sizeof(copy), "%s", keys[i]);
+        assert_ptr_equal(hvd_namemap_get(&copied, copy), &values[i]);
+        assert_ptr_equal(hvd_namemap_get(&borrowed, copy), &values[i]);
+    }
+    /* The borrowed map holds the very pointers it was given. */
+    for (size_t i = 0; i < borrowed.cap; i++) {
+        const char *k = borrowed.slots[i].key;
+        if (k == NULL || borrowed.slots[i].value == NULL)
+            continue;
+        size_t at = (size_t)((int *)borrowed.slots[i].value - values);
+        assert_ptr_equal(k, keys[at]);
+    }
+    for (size_t i = 0; i < n; i++)
+        assert_ptr_equal(hvd_namemap_remove(&borrowed, keys[i]), &values[i]);
+    assert_int_equal(borrowed.count, 0);
+    hvd_namemap_destroy(&copied);
+    hvd_namemap_destroy(&borrowed);
+    assert_int_equal(borrowed.borrowed, 1); /* still, for reuse */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ready_only_when_all_ranks_ask),
@@ -352,6 +403,7 @@ int main(void) {
         cmocka_unit_test(cache_slots_and_updates),
         cmocka_unit_test(cache_is_deterministic),
         cmocka_unit_test(namemap),
+        cmocka_unit_test(namemap_keys),
     };
     hvd_log_current = HVD_LOG_ERROR; /* the stall warnings are expected */
     return cmocka_run_group_tests(tests, NULL, NULL);
