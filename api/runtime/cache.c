@@ -25,8 +25,8 @@ void hvd_cache_destroy(hvd_cache *cache) {
     memset(cache, 0, sizeof(*cache));
 }
 
-int hvd_cache_lookup(const hvd_cache *cache, const char *name) {
-    void *v = hvd_namemap_get(&cache->by_name, name);
+int hvd_cache_lookup(const hvd_cache *cache, const char *name, uint64_t hash) {
+    void *v = hvd_namemap_get_h(&cache->by_name, name, hash);
 
     return v == NULL ? -1 : (int)((uintptr_t)v - 1);
 }
@@ -36,7 +36,7 @@ void hvd_cache_erase(hvd_cache *cache, int slot) {
 
     if (e->name == NULL)
         return;
-    hvd_namemap_remove(&cache->by_name, e->name);
+    hvd_namemap_remove_h(&cache->by_name, e->name, e->hash);
     free(e->name);
     free(e->counts);
     memset(e, 0, sizeof(*e));
@@ -75,7 +75,8 @@ int hvd_cache_put(hvd_cache *cache, const char *name, const hvd_opdesc *desc,
     if (counts == NULL)
         return -1;
     memcpy(counts, desc->counts, desc->ncounts * sizeof(*counts));
-    slot = hvd_cache_lookup(cache, name);
+    uint64_t hash = hvd_namemap_hash(name);
+    slot = hvd_cache_lookup(cache, name, hash);
     if (slot >= 0) {
         hvd_cache_entry *e = &cache->slots[slot];
         free(e->counts);
@@ -91,14 +92,15 @@ int hvd_cache_put(hvd_cache *cache, const char *name, const hvd_opdesc *desc,
         return -1;
     }
     slot = pick_slot(cache);
-    if (hvd_namemap_put(&cache->by_name, name, (void *)(uintptr_t)(slot + 1)) !=
-        0) {
+    if (hvd_namemap_put_h(&cache->by_name, name, hash,
+                          (void *)(uintptr_t)(slot + 1)) != 0) {
         free(copy);
         free(counts);
         return -1;
     }
     hvd_cache_entry *e = &cache->slots[slot];
     e->name = copy;
+    e->hash = hash;
     e->counts = counts;
     e->desc = *desc;
     e->desc.counts = counts;

@@ -19,7 +19,8 @@
 #include "api/runtime/opdesc.h"
 
 typedef struct hvd_cache_entry {
-    char *name; /* NULL: the slot is free */
+    char *name;    /* NULL: the slot is free */
+    uint64_t hash; /* hvd_namemap_hash(name) */
     hvd_opdesc desc;
     uint64_t *counts; /* desc.counts points here */
     uint64_t last_used;
@@ -35,8 +36,8 @@ typedef struct hvd_cache {
 int hvd_cache_init(hvd_cache *cache, int capacity);
 void hvd_cache_destroy(hvd_cache *cache);
 
-/* The slot of name, or -1. */
-int hvd_cache_lookup(const hvd_cache *cache, const char *name);
+/* The slot of name, or -1 (hash: hvd_namemap_hash(name)). */
+int hvd_cache_lookup(const hvd_cache *cache, const char *name, uint64_t hash);
 
 /* Inserts or updates name; returns its slot, or -1 when caching is off or
  * memory ran out (the cache then simply does not hold it: still the same

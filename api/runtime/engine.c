@@ -21,6 +21,7 @@ hvd_request *hvd_request_new(const char *name, int n) {
         req->name = memcpy(req->name1, name, len + 1);
     else
         req->name = strdup(name);
+    req->hash = hvd_namemap_hash(name);
     req->n = n;
     if (n == 1) {
         req->send = &req->send1;
@@ -64,7 +65,7 @@ void hvd_eng_retire(hvd_engine *eng, hvd_request *req) {
             break;
         }
     }
-    hvd_namemap_remove(&eng->by_name, req->name);
+    hvd_namemap_remove_h(&eng->by_name, req->name, req->hash);
 }
 
 /* Runs req's completion function, if it has one, and frees req: nobody
@@ -89,7 +90,7 @@ void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
     if (status != HVD_OK)
         req->error = strdup(error != NULL ? error : hvd_strerror(status));
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
-    hvd_namemap_remove(&eng->inflight, req->name);
+    hvd_namemap_remove_h(&eng->inflight, req->name, req->hash);
     called_back = req->on_done != NULL;
     pthread_cond_broadcast(&hvd_eng_cond);
     pthread_mutex_unlock(&hvd_eng_lock);
@@ -193,12 +194,14 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
     } else if (eng->stop_requested || eng->finished) {
         st = hvd_error_set(HVD_ERR_SHUTDOWN,
                            "'%s' submitted while hvd shuts down", req->name);
-    } else if (hvd_namemap_get(&eng->inflight, req->name) != NULL) {
+    } else if (hvd_namemap_get_h(&eng->inflight, req->name, req->hash) !=
+               NULL) {
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "'%s' is already in flight on rank %d: names must "
                            "be unique among operations in flight",
                            req->name, eng->rank);
-    } else if (hvd_namemap_put(&eng->inflight, req->name, req) != 0) {
+    } else if (hvd_namemap_put_h(&eng->inflight, req->name, req->hash, req) !=
+               0) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     } else {
         if (eng->queue_tail)

@@ -65,6 +65,7 @@ typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
 typedef struct hvd_request {
     /* Set by the submitter. */
     char *name;
+    uint64_t hash;   /* hvd_namemap_hash(name), for the engine's maps */
     hvd_opdesc desc; /* desc.counts points at counts */
     int n;           /* buffers */
     const void **send;

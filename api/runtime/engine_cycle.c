@@ -74,6 +74,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         resp *r = &eng->resps[nresp++];
         memset(r, 0, sizeof(*r));
         r->name = cache->slots[s].name;
+        r->hash = cache->slots[s].hash;
         r->desc = cache->slots[s].desc;
         r->status = HVD_OK;
         r->contributors = eng->size;
@@ -96,6 +97,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
             return st;
         }
         r->name = g->name;
+        r->hash = hvd_namemap_hash(g->name);
         r->status = (hvd_status)g->status;
         r->error = g->error;
         r->contributors = (int)g->contributors;
@@ -103,7 +105,8 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         r->self_joined = in_list(g->joined, g->n_joined, eng->rank);
         /* The collective runs over this rank's buffers, sized by its own
          * request: rank 0 must have decided the same operation. */
-        const hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+        const hvd_request *req =
+            hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
         if (req != NULL && r->status == HVD_OK &&
             !hvd_opdesc_equal(&req->desc, &r->desc)) {
             char mine[160], theirs[160];

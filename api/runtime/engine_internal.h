@@ -124,6 +124,7 @@ typedef struct ctrl_port {
  * cycle's message; nothing is copied. */
 typedef struct resp {
     const char *name;
+    uint64_t hash; /* of name: the request is looked up by it */
     hvd_opdesc desc;
     hvd_status status;
     const char *error;

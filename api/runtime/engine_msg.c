@@ -256,7 +256,7 @@ static int pending_push(hvd_engine *eng, hvd_request *req) {
         eng->pending = p;
         eng->cappending = cap;
     }
-    if (hvd_namemap_put(&eng->by_name, req->name, req) != 0)
+    if (hvd_namemap_put_h(&eng->by_name, req->name, req->hash, req) != 0)
         return -1;
     eng->pending[eng->npending++] = req;
     return 0;
@@ -283,7 +283,7 @@ void hvd_eng_classify(hvd_engine *eng, hvd_request *req) {
     if (req->state != REQ_NEW || req->desc.kind == HVD_KIND_JOIN ||
         req->desc.kind == HVD_KIND_CALL || eng->paused)
         return;
-    slot = hvd_cache_lookup(&eng->cache, req->name);
+    slot = hvd_cache_lookup(&eng->cache, req->name, req->hash);
     if (slot < 0)
         return;
     if (hvd_opdesc_equal(&eng->cache.slots[slot].desc, &req->desc)) {

@@ -205,9 +205,10 @@ static hvd_status run_device_allreduce(hvd_engine *eng, resp *rs, size_t first,
     }
     reqs = (hvd_request **)(void *)(eng->dtens + n);
     for (size_t i = first; i < last; i++) {
-        hvd_request *req = rs[i].self_joined
-                               ? NULL
-                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_request *req =
+            rs[i].self_joined
+                ? NULL
+                : hvd_namemap_get_h(&eng->by_name, rs[i].name, rs[i].hash);
         if (!rs[i].self_joined && req == NULL)
             return hvd_error_set(HVD_ERR_INTERNAL,
                                  "rank %d has no request '%s' to run",
@@ -278,7 +279,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     collective_args(eng, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
                     (int)ntensors, total * esize);
     if (ntensors == 1 && !r0->self_joined) {
-        hvd_request *req = hvd_namemap_get(&eng->by_name, r0->name);
+        hvd_request *req = hvd_namemap_get_h(&eng->by_name, r0->name, r0->hash);
         if (req == NULL)
             return hvd_error_set(HVD_ERR_INTERNAL,
                                  "rank %d has no request '%s' to run",
@@ -304,9 +305,10 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     uint8_t *fb = eng->fusion;
     size_t off = 0;
     for (size_t i = first; i < last; i++) {
-        hvd_request *req = rs[i].self_joined
-                               ? NULL
-                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_request *req =
+            rs[i].self_joined
+                ? NULL
+                : hvd_namemap_get_h(&eng->by_name, rs[i].name, rs[i].hash);
         hvd_timeline_begin(eng->timeline, rs[i].name, "MEMCPY_IN_FUSION_BUFFER",
                            stamp(eng), NULL);
         for (size_t k = 0; k < rs[i].desc.ncounts; k++) {
@@ -333,9 +335,10 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
         return st;
     off = 0;
     for (size_t i = first; i < last; i++) {
-        hvd_request *req = rs[i].self_joined
-                               ? NULL
-                               : hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_request *req =
+            rs[i].self_joined
+                ? NULL
+                : hvd_namemap_get_h(&eng->by_name, rs[i].name, rs[i].hash);
         hvd_timeline_begin(eng->timeline, rs[i].name,
                            "MEMCPY_OUT_FUSION_BUFFER", stamp(eng), NULL);
         for (size_t k = 0; k < rs[i].desc.ncounts; k++) {
@@ -356,7 +359,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
  * here, in rank order (the same sum, bit for bit, on every rank).
  */
 static hvd_status run_carried(hvd_engine *eng, const resp *r) {
-    hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+    hvd_request *req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
     hvd_dtype dtype = r->desc.dtype;
     size_t count = (size_t)hvd_opdesc_total(&r->desc);
     int64_t t = stamp(eng);
@@ -388,7 +391,7 @@ static hvd_status run_carried(hvd_engine *eng, const resp *r) {
 
 /* Runs one broadcast, allgather, barrier, join or call response. */
 static hvd_status run_other(hvd_engine *eng, const resp *r) {
-    hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+    hvd_request *req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
     hvd_status st = HVD_OK;
     int64_t t = hvd_now_ns();
     char args[256];
@@ -467,7 +470,8 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
     int64_t t = stamp(eng);
 
     for (size_t i = 0; i < n; i++) {
-        hvd_request *req = hvd_namemap_get(&eng->by_name, rs[i].name);
+        hvd_request *req =
+            hvd_namemap_get_h(&eng->by_name, rs[i].name, rs[i].hash);
         if (req != NULL) {
             hvd_timeline_end(eng->timeline, rs[i].name, t); /* NEGOTIATE */
             hvd_timeline_begin(eng->timeline, rs[i].name, "QUEUE", t, NULL);
@@ -481,7 +485,8 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
         hvd_status st;
 
         if (r->status != HVD_OK) {
-            hvd_request *req = hvd_namemap_get(&eng->by_name, r->name);
+            hvd_request *req =
+                hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
             if (req != NULL) {
                 hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
                 hvd_eng_complete(eng, req, r->status, r->error);

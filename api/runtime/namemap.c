@@ -9,7 +9,7 @@ static char tombstone_mark;
 /* A hash of the key read 8 bytes at a time (names are often long and
  * alike: "grad.layer3.conv2.weight"); every byte counts, and so does the
  * length. */
-static uint64_t hash_key(const char *s) {
+uint64_t hvd_namemap_hash(const char *s) {
     const uint64_t k = 0x9e3779b97f4a7c15ull;
     size_t n = strlen(s), i = 0;
     uint64_t h = n * k;
@@ -99,17 +99,23 @@ static int grow(hvd_namemap *map) {
     return 0;
 }
 
-void *hvd_namemap_get(const hvd_namemap *map, const char *key) {
+void *hvd_namemap_get_h(const hvd_namemap *map, const char *key,
+                        uint64_t hash) {
     int found;
 
     if (map->cap == 0)
         return NULL;
-    hvd_namemap_slot *s = find(map, key, hash_key(key), &found);
+    hvd_namemap_slot *s = find(map, key, hash, &found);
     return found ? s->value : NULL;
 }
 
-int hvd_namemap_put(hvd_namemap *map, const char *key, void *value) {
-    uint64_t hash = hash_key(key);
+void *hvd_namemap_get(const hvd_namemap *map, const char *key) {
+    return map->cap == 0 ? NULL
+                         : hvd_namemap_get_h(map, key, hvd_namemap_hash(key));
+}
+
+int hvd_namemap_put_h(hvd_namemap *map, const char *key, uint64_t hash,
+                      void *value) {
     int found;
 
     if ((map->used + 1) * 4 > map->cap * 3 && grow(map) != 0)
@@ -131,12 +137,16 @@ int hvd_namemap_put(hvd_namemap *map, const char *key, void *value) {
     return 0;
 }
 
-void *hvd_namemap_remove(hvd_namemap *map, const char *key) {
+int hvd_namemap_put(hvd_namemap *map, const char *key, void *value) {
+    return hvd_namemap_put_h(map, key, hvd_namemap_hash(key), value);
+}
+
+void *hvd_namemap_remove_h(hvd_namemap *map, const char *key, uint64_t hash) {
     int found;
 
     if (map->cap == 0)
         return NULL;
-    hvd_namemap_slot *s = find(map, key, hash_key(key), &found);
+    hvd_namemap_slot *s = find(map, key, hash, &found);
     if (!found)
         return NULL;
     void *value = s->value;
@@ -145,4 +155,10 @@ void *hvd_namemap_remove(hvd_namemap *map, const char *key) {
     s->value = NULL;
     map->count--;
     return value;
+}
+
+void *hvd_namemap_remove(hvd_namemap *map, const char *key) {
+    return map->cap == 0
+               ? NULL
+               : hvd_namemap_remove_h(map, key, hvd_namemap_hash(key));
 }

@@ -32,6 +32,15 @@ void hvd_namemap_init(hvd_namemap *map);
 void hvd_namemap_init_borrowed(hvd_namemap *map);
 void hvd_namemap_destroy(hvd_namemap *map);
 
+/* The hash a map files key under. A caller that looks one name up many
+ * times computes it once and passes it to the *_h forms, which are the
+ * plain ones without the hashing. */
+uint64_t hvd_namemap_hash(const char *key);
+void *hvd_namemap_get_h(const hvd_namemap *map, const char *key, uint64_t hash);
+int hvd_namemap_put_h(hvd_namemap *map, const char *key, uint64_t hash,
+                      void *value);
+void *hvd_namemap_remove_h(hvd_namemap *map, const char *key, uint64_t hash);
+
 /* The value stored under key, or NULL. */
 void *hvd_namemap_get(const hvd_namemap *map, const char *key);
 

@@ -131,7 +131,7 @@ int hvd_shm_push(shm *tp, int p, int ch) {
     }
     if (wrote) {
         hvd_shm_ring(pe->seg);
-        pe->last_active = hvd_now_ns();
+        pe->last_active = hvd_coarse_ns();
     }
     return wrote || moved;
 }
@@ -182,7 +182,7 @@ static int pull(shm *tp, int p, int ch) {
     }
     if (moved) {
         hvd_shm_ring(pe->seg); /* cells freed, or a CELL_RNDV read */
-        pe->last_active = hvd_now_ns();
+        pe->last_active = hvd_coarse_ns();
     }
     return moved;
 }
@@ -207,7 +207,9 @@ int hvd_shm_pass(shm *tp) {
 hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
     shm *tp = (shm *)t;
     seg_hdr *me = tp->seg != NULL ? hdr_of(tp->seg) : NULL;
-    int64_t now = hvd_now_ns(), deadline, spin_end;
+    /* The heartbeat and the peers' checks need only the coarse clock; a
+     * wait reads the fine one. */
+    int64_t now = hvd_coarse_ns(), deadline, spin_end;
 
     if (tp->failure.status != HVD_OK)
         return hvd_tp_failure_error(&tp->failure);
@@ -229,6 +231,7 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
         goto out;
     if (hvd_shm_pass(tp) || timeout_ms == 0)
         goto out;
+    now = hvd_now_ns();
     deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
     /* Spin while the doorbell is quiet (HVD_SHM_SPIN_US), yielding the
      * core at every look. */
@@ -319,7 +322,7 @@ static hvd_status post(shm *tp, int peer, int ch, msgq *q, void *buf,
     if (q_push(q, &m) != 0)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     if (tp->peers[peer].pending++ == 0)
-        tp->peers[peer].last_active = hvd_now_ns();
+        tp->peers[peer].last_active = hvd_coarse_ns();
     (void)ch;
     return HVD_OK;
 }
