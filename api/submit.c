@@ -309,6 +309,120 @@ hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
                       recvbuf, count, 0, NULL, dtype, 0, 0, out);
 }
 
+hvd_status hvd_alltoall_async(const char *name, const void *sendbuf,
+                              size_t count, const size_t *sendcounts,
+                              void *recvbuf, size_t recvcap,
+                              size_t *recvcounts_out, hvd_dtype dtype,
+                              hvd_handle *out) {
+    static const char fn[] = "hvd_alltoall";
+    int p = hvd_size();
+    size_t sum = 0;
+    hvd_memtype mem = HVD_MEM_HOST, rmem = HVD_MEM_HOST;
+    hvd_request *req;
+    hvd_status st = check_buffers(fn, name, sendbuf, sendbuf, count, dtype);
+
+    if (st == HVD_OK)
+        st = check_buffers(fn, name, recvbuf, recvbuf, recvcap, dtype);
+    if (st == HVD_OK && out == NULL)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL", fn,
+                           NAME(name));
+    if (st == HVD_OK && p > 0 && sendcounts == NULL && count % (size_t)p != 0)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s('%s'): without sendcounts, count %zu must be a "
+                           "multiple of the %d ranks",
+                           fn, NAME(name), count, p);
+    for (int k = 0; st == HVD_OK && sendcounts != NULL && k < p; k++) {
+        sum += sendcounts[k];
+        if (sendcounts[k] > count || sum > count)
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "%s('%s'): sendcounts add up to more than "
+                               "count %zu (at rank %d)",
+                               fn, NAME(name), count, k);
+    }
+    if (st == HVD_OK)
+        st = locate(fn, name, 1, &sendbuf, (void *const *)&sendbuf, &count,
+                    &mem);
+    if (st == HVD_OK)
+        st = locate(fn, name, 1, (const void *const *)&recvbuf, &recvbuf,
+                    &recvcap, &rmem);
+    if (st == HVD_OK && (mem == HVD_MEM_DEVICE || rmem == HVD_MEM_DEVICE))
+        st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                           "%s('%s'): GPU memory is not supported by alltoall "
+                           "yet: pass host memory",
+                           fn, NAME(name));
+    if (st == HVD_OK)
+        st = hvd_job_request(fn, name, HVD_KIND_ALLTOALL, p > 0 ? p : 1, &req);
+    if (st != HVD_OK)
+        return st;
+    size_t off = 0, es = hvd_dtype_size(dtype);
+    for (int k = 0; k < p; k++) {
+        req->counts[k] = sendcounts != NULL ? sendcounts[k] : count / (size_t)p;
+        req->send[k] = (const uint8_t *)sendbuf + off * es;
+        req->recv[k] = recvbuf;
+        off += (size_t)req->counts[k];
+    }
+    req->desc.dtype = dtype;
+    req->desc.mem = mem;
+    req->recv_cap = recvcap;
+    req->recv_counts = recvcounts_out;
+    return hand_over(fn, req, out);
+}
+
+size_t hvd_reducescatter_count(size_t count, int size, int r) {
+    if (size < 1 || r < 0 || r >= size)
+        return 0;
+    return count / (size_t)size + ((size_t)r < count % (size_t)size ? 1 : 0);
+}
+
+/* A reduce-scatter, with its shape (ndim >= 1) or without (ndim 0). */
+static hvd_status reducescatter_async(const char *fn, const char *name,
+                                      const void *sendbuf, void *recvbuf,
+                                      size_t count, int ndim,
+                                      const int64_t *shape, hvd_dtype dtype,
+                                      hvd_op op, hvd_handle *out) {
+    if (!hvd_op_valid(op))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
+                             (int)op);
+    if (ndim > 0 && shape[0] == 0 && count > 0)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): a shape of 0 rows has no elements", fn,
+                             NAME(name));
+    /* submit_one checks and locates both buffers as count elements; the
+     * receive side holds only this rank's block, so it is checked here. */
+    hvd_meminfo mi;
+    if (count > 0 && recvbuf != NULL) {
+        hvd_mem_classify(recvbuf, &mi);
+        if (mi.type == HVD_MEM_DEVICE)
+            return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                                 "%s('%s'): GPU memory is not supported by "
+                                 "reducescatter yet: pass host memory",
+                                 fn, NAME(name));
+    }
+    return submit_one(fn, name, HVD_KIND_REDUCESCATTER, sendbuf, recvbuf, count,
+                      ndim, shape, dtype, op, 0, out);
+}
+
+hvd_status hvd_reducescatter_async(const char *name, const void *sendbuf,
+                                   void *recvbuf, size_t count, hvd_dtype dtype,
+                                   hvd_op op, hvd_handle *out) {
+    return reducescatter_async("hvd_reducescatter", name, sendbuf, recvbuf,
+                               count, 0, NULL, dtype, op, out);
+}
+
+hvd_status hvd_reducescatter_shaped_async(const char *name, const void *sendbuf,
+                                          void *recvbuf, int ndim,
+                                          const int64_t *shape, hvd_dtype dtype,
+                                          hvd_op op, hvd_handle *out) {
+    static const char fn[] = "hvd_reducescatter";
+    size_t count = 0;
+    hvd_status st = shape_count(fn, name, ndim, shape, &count);
+
+    return st != HVD_OK ? st
+                        : reducescatter_async(fn, name, sendbuf, recvbuf, count,
+                                              ndim, shape, dtype, op, out);
+}
+
 hvd_status hvd_wait(hvd_handle handle) {
     if (handle == NULL)
         return hvd_error_set(HVD_ERR_INVALID_ARG, "hvd_wait: handle is NULL");
@@ -373,6 +487,31 @@ hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
     t_blocking = 0;
 
     return st != HVD_OK ? st : wait_named("hvd_allgather", h, NULL);
+}
+
+hvd_status hvd_alltoall(const char *name, const void *sendbuf, size_t count,
+                        const size_t *sendcounts, void *recvbuf, size_t recvcap,
+                        size_t *recvcounts_out, hvd_dtype dtype) {
+    hvd_handle h;
+    t_blocking = 1;
+    hvd_status st =
+        hvd_alltoall_async(name, sendbuf, count, sendcounts, recvbuf, recvcap,
+                           recvcounts_out, dtype, &h);
+    t_blocking = 0;
+
+    return st != HVD_OK ? st : wait_named("hvd_alltoall", h, NULL);
+}
+
+hvd_status hvd_reducescatter(const char *name, const void *sendbuf,
+                             void *recvbuf, size_t count, hvd_dtype dtype,
+                             hvd_op op) {
+    hvd_handle h;
+    t_blocking = 1;
+    hvd_status st =
+        hvd_reducescatter_async(name, sendbuf, recvbuf, count, dtype, op, &h);
+    t_blocking = 0;
+
+    return st != HVD_OK ? st : wait_named("hvd_reducescatter", h, NULL);
 }
 
 hvd_status hvd_barrier(void) {

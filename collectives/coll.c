@@ -286,3 +286,78 @@ hvd_status hvd_coll_barrier(hvd_comm *comm) {
     }
     return HVD_OK;
 }
+
+/* The communicator the selector's allgather entry takes for bytes: the
+ * same-host transport or the job's own (reduce-scatter and alltoall move
+ * what an allgather of that size moves). */
+static hvd_comm *comm_like_allgather(hvd_comm *comm, size_t bytes,
+                                     hvd_dtype dtype) {
+    hvd_plan plan;
+
+    hvd_coll_plan(comm, HVD_COLL_ALLGATHER, bytes, dtype, &plan);
+    return plan.comm;
+}
+
+hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
+                                  void *recvbuf, void *scratch, size_t count,
+                                  size_t unit, hvd_dtype dtype, hvd_op op) {
+    size_t es = hvd_dtype_size(dtype), off, cnt;
+    hvd_comm *c =
+        comm->size > 1 ? comm_like_allgather(comm, count * es, dtype) : comm;
+    hvd_status st;
+
+    c->last_path = comm->size > 1 ? "ring" : "local";
+    c->last_transport =
+        comm->size > 1 && c->tp != NULL ? c->tp->ops->name : "local";
+    comm->last_path = c->last_path;
+    comm->last_transport = c->last_transport;
+    HVD_DEBUG("coll", "reducescatter of %zu bytes: %s/%s", count * es,
+              c->last_transport, c->last_path);
+    st = hvd_ring_reduce_scatter_blocks(c, sendbuf, scratch, count, unit, dtype,
+                                        op);
+    if (st != HVD_OK)
+        return st;
+    hvd_part_range(count / unit, (size_t)comm->size, (size_t)comm->rank, &off,
+                   &cnt);
+    if (cnt > 0 && (uint8_t *)scratch + off * unit * es != recvbuf)
+        hvd_comm_copy(comm, recvbuf, (uint8_t *)scratch + off * unit * es,
+                      cnt * unit * es);
+    return HVD_OK;
+}
+
+hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
+                             const size_t *sendbytes, const size_t *sdispls,
+                             void *recvbuf, const size_t *recvbytes,
+                             const size_t *rdispls) {
+    int p = comm->size, r = comm->rank;
+    size_t total = 0;
+    hvd_status st = HVD_OK;
+
+    for (int k = 0; k < p; k++)
+        total += sendbytes[k];
+    hvd_comm *c = p > 1 ? comm_like_allgather(comm, total, HVD_UINT8) : comm;
+    comm->last_path = p > 1 ? "pairwise" : "local";
+    comm->last_transport = p > 1 && c->tp != NULL ? c->tp->ops->name : "local";
+    HVD_DEBUG("coll", "alltoall of %zu bytes: %s/%s", total,
+              comm->last_transport, comm->last_path);
+    if (sendbytes[r] > 0)
+        hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
+                      (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
+    if (p == 1)
+        return HVD_OK;
+    /* Receives first (p - 1 of them), then the sends: comm->reqs holds
+     * 2 * size requests and more. */
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int from = (r - k + p) % p;
+        st = hvd_comm_irecv(c, from, (uint8_t *)recvbuf + rdispls[from],
+                            recvbytes[from], &c->reqs[k - 1]);
+    }
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int to = (r + k) % p;
+        st = hvd_comm_isend(c, to, (const uint8_t *)sendbuf + sdispls[to],
+                            sendbytes[to], &c->reqs[p - 1 + k - 1]);
+    }
+    if (st != HVD_OK)
+        return st;
+    return hvd_comm_waitall(c, c->reqs, 2 * (p - 1));
+}

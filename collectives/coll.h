@@ -20,6 +20,30 @@ hvd_status hvd_coll_allgather(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype);
 hvd_status hvd_coll_barrier(hvd_comm *comm);
 
+/*
+ * Reduce-scatter: count elements (a multiple of unit) from every rank are
+ * reduced, and this rank gets its block (hvd_ring_reduce_scatter_blocks's
+ * split: the first (count / unit) % size ranks one unit more) in recvbuf.
+ * scratch holds count elements (the collective's working space; it may
+ * be sendbuf's memory only if sendbuf may be overwritten).
+ */
+hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
+                                  void *recvbuf, void *scratch, size_t count,
+                                  size_t unit, hvd_dtype dtype, hvd_op op);
+
+/*
+ * Alltoall: this rank sends sendbytes[d] bytes from sendbuf + sdispls[d]
+ * to every rank d and receives recvbytes[s] bytes from every rank s into
+ * recvbuf + rdispls[s] (size entries each; every pair agrees on its
+ * lengths). Pairwise exchange: every receive posted, then the sends in
+ * the order rank + 1, rank + 2, ..., so that no two ranks send to the
+ * same peer first; this rank's own part is a copy.
+ */
+hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
+                             const size_t *sendbytes, const size_t *sdispls,
+                             void *recvbuf, const size_t *recvbytes,
+                             const size_t *rdispls);
+
 /* How a collective of bytes will run on comm: which communicator (comm
  * itself, or one of its paths), algorithm (AUTO: one rank, nothing to do)
  * and chunk. */
@@ -74,6 +98,17 @@ hvd_status hvd_ring_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                                    void *recvbuf, size_t count, hvd_dtype dtype,
                                    hvd_op op);
 int hvd_ring_owned_segment(const hvd_comm *comm);
+/*
+ * A reduce-scatter of count elements cut into size blocks of whole units
+ * (unit elements each; count a multiple of unit), block b of
+ * hvd_part_range(count / unit, size, b) units: afterwards block rank of
+ * scratch (count elements) holds the reduction (AVERAGE divided by
+ * size); the rest of scratch is overwritten.
+ */
+hvd_status hvd_ring_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
+                                          void *scratch, size_t count,
+                                          size_t unit, hvd_dtype dtype,
+                                          hvd_op op);
 hvd_status hvd_ring_allgather_segments(hvd_comm *comm, void *buf, size_t count,
                                        hvd_dtype dtype);
 

@@ -52,6 +52,11 @@ struct ring_plan {
     size_t esize;
     hvd_dtype dtype;
     hvd_op op_kind;
+    /* Segments are cut in whole units of unit elements (rows); rank r
+     * plays the part of rank r + shift in the reduce-scatter, so that it
+     * ends with segment r + shift + 1. */
+    size_t unit;
+    int shift;
 };
 
 static uint8_t *slot_ptr(const ring_plan *plan, int slot) {
@@ -139,7 +144,10 @@ static void chunk_of(const ring_plan *plan, size_t seg, size_t c, size_t *off,
                      size_t *cnt) {
     size_t soff, scnt, coff;
 
-    hvd_part_range(plan->count, (size_t)plan->comm->size, seg, &soff, &scnt);
+    hvd_part_range(plan->count / plan->unit, (size_t)plan->comm->size, seg,
+                   &soff, &scnt);
+    soff *= plan->unit;
+    scnt *= plan->unit;
     hvd_part_range(scnt, plan->nchunks, c, &coff, cnt);
     *off = soff + coff;
 }
@@ -149,7 +157,7 @@ static void chunk_of(const ring_plan *plan, size_t seg, size_t c, size_t *off,
 static void ar_op(const ring_plan *plan, size_t i, uint8_t *slot,
                   const uint8_t **sbuf, size_t *slen, uint8_t **rbuf,
                   size_t *rlen) {
-    int p = plan->comm->size, r = plan->comm->rank;
+    int p = plan->comm->size, r = (plan->comm->rank + plan->shift + p) % p;
     long step = (long)((i + plan->first) / plan->nchunks);
     size_t c = i % plan->nchunks, off, cnt, sseg, rseg;
     const uint8_t *src;
@@ -176,7 +184,7 @@ static void ar_op(const ring_plan *plan, size_t i, uint8_t *slot,
 }
 
 static void ar_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
-    int p = plan->comm->size, r = plan->comm->rank;
+    int p = plan->comm->size, r = (plan->comm->rank + plan->shift + p) % p;
     long step = (long)((i + plan->first) / plan->nchunks);
     size_t off, cnt;
 
@@ -191,13 +199,15 @@ static void ar_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
                            plan->dtype, p);
 }
 
-/* Plans ops [first, first + nops) of the ring allreduce; nops 0: all. */
+/* Plans the phases of the ring allreduce (segments of whole units,
+ * shifted: ring_plan). */
 static hvd_status ar_plan(hvd_comm *comm, const void *sendbuf, void *recvbuf,
-                          size_t count, hvd_dtype dtype, hvd_op op,
-                          int phases) {
+                          size_t count, hvd_dtype dtype, hvd_op op, int phases,
+                          size_t unit, int shift) {
     size_t esize = hvd_dtype_size(dtype);
     size_t chunk = comm->cfg.chunk_bytes / esize;
-    size_t maxseg = (count + (size_t)comm->size - 1) / (size_t)comm->size;
+    size_t maxseg =
+        (count / unit + (size_t)comm->size - 1) / (size_t)comm->size * unit;
     size_t steps = (size_t)(comm->size - 1);
     ring_plan plan;
     void *slots;
@@ -227,13 +237,15 @@ static hvd_status ar_plan(hvd_comm *comm, const void *sendbuf, void *recvbuf,
     plan.esize = esize;
     plan.dtype = dtype;
     plan.op_kind = op;
+    plan.unit = unit;
+    plan.shift = shift;
     return ring_run(&plan);
 }
 
 hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype,
                               hvd_op op) {
-    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_BOTH);
+    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_BOTH, 1, 0);
 }
 
 int hvd_ring_owned_segment(const hvd_comm *comm) {
@@ -249,14 +261,30 @@ hvd_status hvd_ring_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                           count * hvd_dtype_size(dtype));
         return HVD_OK;
     }
-    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_SCATTER);
+    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_SCATTER, 1,
+                   0);
+}
+
+hvd_status hvd_ring_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
+                                          void *scratch, size_t count,
+                                          size_t unit, hvd_dtype dtype,
+                                          hvd_op op) {
+    if (comm->size == 1) {
+        if (sendbuf != scratch && count > 0)
+            hvd_comm_copy(comm, scratch, sendbuf,
+                          count * hvd_dtype_size(dtype));
+        return HVD_OK;
+    }
+    /* Playing rank r - 1's part, rank r ends with segment r. */
+    return ar_plan(comm, sendbuf, scratch, count, dtype, op, RING_SCATTER, unit,
+                   -1);
 }
 
 hvd_status hvd_ring_allgather_segments(hvd_comm *comm, void *buf, size_t count,
                                        hvd_dtype dtype) {
     if (comm->size == 1)
         return HVD_OK;
-    return ar_plan(comm, buf, buf, count, dtype, HVD_SUM, RING_ALLGATHER);
+    return ar_plan(comm, buf, buf, count, dtype, HVD_SUM, RING_ALLGATHER, 1, 0);
 }
 
 /* ---- allgather ---- */

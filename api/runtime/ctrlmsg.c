@@ -40,6 +40,15 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     if (ncounts < 1 || ncounts > HVD_CTRL_MAX_COUNTS)
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with %zu buffers",
                              what, name, ncounts);
+    /* An alltoall's request sends to each rank; its decided response
+     * holds every rank's counts (or, failed, those of one). */
+    if (kind == HVD_KIND_ALLTOALL && ncounts != (size_t)size &&
+        (ncounts != (size_t)size * (size_t)size ||
+         strcmp(what, "response") != 0))
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "%s '%s' for an alltoall of %d ranks with %zu "
+                             "counts",
+                             what, name, size, ncounts);
     if (kind == HVD_KIND_BROADCAST && (root < 0 || root >= size))
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "%s '%s' with root %d in a job of %d ranks", what,
@@ -56,7 +65,8 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
         uint64_t product = 1;
 
         if (nshape < 2 || nshape > HVD_DESC_MAX_DIMS || ncounts != 1 ||
-            (kind != HVD_KIND_ALLREDUCE && kind != HVD_KIND_BROADCAST))
+            (kind != HVD_KIND_ALLREDUCE && kind != HVD_KIND_BROADCAST &&
+             kind != HVD_KIND_REDUCESCATTER))
             return hvd_error_set(HVD_ERR_TRANSPORT,
                                  "%s '%s' with a shape of %zu dimensions "
                                  "for %zu buffers of a %s",

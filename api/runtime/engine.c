@@ -393,6 +393,7 @@ static void engine_free(hvd_engine *eng) {
     pthread_cond_destroy(&eng->turn_cond);
     free(eng->resps);
     free(eng->fusion);
+    free(eng->a2a);
     free(eng);
 }
 
@@ -440,7 +441,8 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     eng->inval =
         calloc((size_t)(cfg->cache_capacity > 0 ? cfg->cache_capacity : 1),
                sizeof(*eng->inval));
-    if (eng->ports == NULL || eng->inval == NULL ||
+    eng->a2a = calloc(4 * (size_t)size, sizeof(*eng->a2a));
+    if (eng->ports == NULL || eng->inval == NULL || eng->a2a == NULL ||
         hvd_eng_step_init(eng) != 0 ||
         (rank == 0 &&
          hvd_eng_vote_init(&eng->vt, size, cfg->cache_capacity) != 0)) {

@@ -78,6 +78,10 @@ typedef struct hvd_request {
     void *recv1;
     uint64_t count1;
     char name1[48]; /* a name that fits (most do), instead of a copy */
+    /* An alltoall: recv[0] holds recv_cap elements; what came from each
+     * rank is written to recv_counts (size entries, may be NULL). */
+    uint64_t recv_cap;
+    size_t *recv_counts;
 
     /* Engine-private. */
     struct hvd_request *next;

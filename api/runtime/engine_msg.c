@@ -280,8 +280,10 @@ int hvd_eng_invalidate(hvd_engine *eng, int slot) {
 void hvd_eng_classify(hvd_engine *eng, hvd_request *req) {
     int slot;
 
+    /* An alltoall is decided with every rank's counts each time. */
     if (req->state != REQ_NEW || req->desc.kind == HVD_KIND_JOIN ||
-        req->desc.kind == HVD_KIND_CALL || eng->paused)
+        req->desc.kind == HVD_KIND_CALL ||
+        req->desc.kind == HVD_KIND_ALLTOALL || eng->paused)
         return;
     slot = hvd_cache_lookup(&eng->cache, req->name, req->hash);
     if (slot < 0)

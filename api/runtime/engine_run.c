@@ -389,12 +389,70 @@ static hvd_status run_carried(hvd_engine *eng, const resp *r) {
     return HVD_OK;
 }
 
-/* Runs one broadcast, allgather, barrier, join or call response. */
+/*
+ * An alltoall: what every rank sends to every rank is in the response
+ * (size * size counts). A receive buffer too small for what comes fails
+ * this rank's request (*outcome, with a sentence) but the exchange still
+ * runs, into the fusion buffer, so that no other rank waits for it.
+ */
+static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
+                               hvd_status *outcome) {
+    size_t p = (size_t)eng->size, me = (size_t)eng->rank;
+    size_t es = hvd_dtype_size(r->desc.dtype), sent = 0, got = 0;
+    const uint64_t *m = r->desc.counts;
+    size_t *sb = eng->a2a, *sd = sb + p, *rb = sd + p, *rd = rb + p;
+    void *recvbuf = req->recv[0];
+    hvd_status st;
+
+    for (size_t k = 0; k < p; k++) {
+        sb[k] = (size_t)m[me * p + k] * es;
+        sd[k] = sent;
+        sent += sb[k];
+        rb[k] = (size_t)m[k * p + me] * es;
+        rd[k] = got;
+        got += rb[k];
+    }
+    if (got > req->recv_cap * es) {
+        st = fusion_room(eng, got);
+        if (st != HVD_OK)
+            return st;
+        recvbuf = eng->fusion;
+        *outcome = hvd_error_set(
+            HVD_ERR_INVALID_ARG,
+            "'%s': %zu elements arrive at rank %d but its recvbuf holds "
+            "%llu: pass a larger recvcap (the data was dropped)",
+            r->name, got / es, eng->rank, (unsigned long long)req->recv_cap);
+    }
+    st = hvd_coll_alltoall(eng->data, req->send[0], sb, sd, recvbuf, rb, rd);
+    if (st == HVD_OK && *outcome == HVD_OK && req->recv_counts != NULL)
+        for (size_t k = 0; k < p; k++)
+            req->recv_counts[k] = rb[k] / es;
+    return st;
+}
+
+/* A reduce-scatter: the whole count is reduced in the fusion buffer and
+ * this rank's block copied out. */
+static hvd_status run_reducescatter(hvd_engine *eng, const resp *r,
+                                    hvd_request *req) {
+    size_t count = (size_t)r->desc.counts[0];
+    size_t unit = (size_t)hvd_opdesc_unit(&r->desc);
+    size_t bytes = count * hvd_dtype_size(r->desc.dtype);
+    hvd_status st = fusion_room(eng, bytes > 0 ? bytes : 1);
+
+    if (st != HVD_OK)
+        return st;
+    return hvd_coll_reducescatter(eng->data, req->send[0], req->recv[0],
+                                  eng->fusion, count, unit > 0 ? unit : 1,
+                                  r->desc.dtype, r->desc.op);
+}
+
+/* Runs one broadcast, allgather, alltoall, reducescatter, barrier, join or
+ * call response. */
 static hvd_status run_other(hvd_engine *eng, const resp *r) {
     hvd_request *req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
-    hvd_status st = HVD_OK;
+    hvd_status st = HVD_OK, outcome = HVD_OK;
     int64_t t = hvd_now_ns();
-    char args[256];
+    char args[256], why[HVD_ERROR_MAX] = "";
 
     hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
     if (req == NULL) {
@@ -418,6 +476,16 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
     case HVD_KIND_ALLGATHER:
         st = hvd_coll_allgather(eng->data, req->send[0], req->recv[0],
                                 req->counts[0], r->desc.dtype);
+        eng->n_collectives++;
+        break;
+    case HVD_KIND_ALLTOALL:
+        st = run_alltoall(eng, r, req, &outcome);
+        if (outcome != HVD_OK)
+            snprintf(why, sizeof(why), "%s", hvd_error_get());
+        eng->n_collectives++;
+        break;
+    case HVD_KIND_REDUCESCATTER:
+        st = run_reducescatter(eng, r, req);
         eng->n_collectives++;
         break;
     case HVD_KIND_CALL:
@@ -444,8 +512,14 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
                                                               : "ALLGATHER",
                            t, args);
         hvd_timeline_end(eng->timeline, r->name, hvd_now_ns());
+    } else if (r->desc.kind == HVD_KIND_ALLTOALL ||
+               r->desc.kind == HVD_KIND_REDUCESCATTER) {
+        int a2a = r->desc.kind == HVD_KIND_ALLTOALL;
+        hvd_timeline_begin(eng->timeline, r->name,
+                           a2a ? "ALLTOALL" : "REDUCESCATTER", t, NULL);
+        hvd_timeline_end(eng->timeline, r->name, hvd_now_ns());
     }
-    hvd_eng_complete(eng, req, HVD_OK, NULL);
+    hvd_eng_complete(eng, req, outcome, outcome != HVD_OK ? why : NULL);
     return HVD_OK;
 }
 

@@ -7,23 +7,57 @@
 
 const char *hvd_kind_name(hvd_kind kind) {
     static const char *const names[HVD_KIND_COUNT] = {
-        [HVD_KIND_ALLREDUCE] = "allreduce", [HVD_KIND_BROADCAST] = "broadcast",
-        [HVD_KIND_ALLGATHER] = "allgather", [HVD_KIND_BARRIER] = "barrier",
-        [HVD_KIND_JOIN] = "join",           [HVD_KIND_CALL] = "call",
+        [HVD_KIND_ALLREDUCE] = "allreduce",
+        [HVD_KIND_BROADCAST] = "broadcast",
+        [HVD_KIND_ALLGATHER] = "allgather",
+        [HVD_KIND_BARRIER] = "barrier",
+        [HVD_KIND_JOIN] = "join",
+        [HVD_KIND_CALL] = "call",
+        [HVD_KIND_ALLTOALL] = "alltoall",
+        [HVD_KIND_REDUCESCATTER] = "reducescatter",
     };
     return (unsigned)kind < HVD_KIND_COUNT ? names[kind] : "unknown";
 }
 
-int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b) {
+int hvd_kind_reduces(hvd_kind kind) {
+    return kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_REDUCESCATTER;
+}
+
+/* The kinds that move data of a dtype. */
+static int has_dtype(hvd_kind kind) {
+    return kind <= HVD_KIND_ALLGATHER || kind == HVD_KIND_ALLTOALL ||
+           kind == HVD_KIND_REDUCESCATTER;
+}
+
+/* Equal but for the counts' values. */
+static int same_kind_of_op(const hvd_opdesc *a, const hvd_opdesc *b) {
     if (a->kind != b->kind || a->ncounts != b->ncounts)
         return 0;
-    if (a->kind == HVD_KIND_ALLREDUCE && a->op != b->op)
+    if (hvd_kind_reduces(a->kind) && a->op != b->op)
         return 0;
     if (a->kind == HVD_KIND_BROADCAST && a->root != b->root)
         return 0;
-    if (a->kind <= HVD_KIND_ALLGATHER && a->dtype != b->dtype)
+    if (has_dtype(a->kind) && a->dtype != b->dtype)
         return 0;
-    if (a->mem != b->mem)
+    return a->mem == b->mem;
+}
+
+int hvd_opdesc_agree(const hvd_opdesc *a, const hvd_opdesc *b) {
+    if (a->kind == HVD_KIND_ALLTOALL)
+        return same_kind_of_op(a, b);
+    return hvd_opdesc_equal(a, b);
+}
+
+uint64_t hvd_opdesc_unit(const hvd_opdesc *d) {
+    uint64_t unit = 1;
+
+    for (int i = 1; i < d->ndims; i++)
+        unit *= (uint64_t)d->dims[i];
+    return unit;
+}
+
+int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b) {
+    if (!same_kind_of_op(a, b))
         return 0;
     for (size_t i = 0; i < a->ncounts; i++)
         if (a->counts[i] != b->counts[i])
@@ -72,6 +106,13 @@ void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
     case HVD_KIND_ALLGATHER:
         n = snprintf(out, outlen, "allgather %s", hvd_dtype_name(d->dtype));
         break;
+    case HVD_KIND_ALLTOALL:
+        n = snprintf(out, outlen, "alltoall %s", hvd_dtype_name(d->dtype));
+        break;
+    case HVD_KIND_REDUCESCATTER:
+        n = snprintf(out, outlen, "reducescatter %s %s",
+                     hvd_dtype_name(d->dtype), hvd_op_name(d->op));
+        break;
     default:
         snprintf(out, outlen, "%s", hvd_kind_name(d->kind));
         return;
@@ -101,7 +142,8 @@ void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
                  (unsigned long long)d->counts[0]);
         return;
     }
-    int m = snprintf(out + n, outlen - (size_t)n, " counts ");
+    int m = snprintf(out + n, outlen - (size_t)n,
+                     d->kind == HVD_KIND_ALLTOALL ? " splits " : " counts ");
     for (size_t i = 0; m > 0 && i < d->ncounts && (size_t)(n + m) < outlen;
          i++) {
         n += m;

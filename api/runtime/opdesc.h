@@ -18,6 +18,10 @@ typedef enum {
     HVD_KIND_BARRIER,
     HVD_KIND_JOIN,
     HVD_KIND_CALL, /* internal: runs a function on the engine thread */
+    /* counts: the elements to each rank (size of them); a decided
+     * alltoall's response holds every rank's, size * size, rank by rank */
+    HVD_KIND_ALLTOALL,
+    HVD_KIND_REDUCESCATTER, /* dims[0] rows are cut, else elements */
     HVD_KIND_COUNT
 } hvd_kind;
 
@@ -51,6 +55,17 @@ const char *hvd_kind_name(hvd_kind kind);
 
 /* 1 if a and b describe the same operation. */
 int hvd_opdesc_equal(const hvd_opdesc *a, const hvd_opdesc *b);
+
+/* 1 if two ranks' requests a and b may run together: equal, except that
+ * the ranks of an alltoall each send their own counts. */
+int hvd_opdesc_agree(const hvd_opdesc *a, const hvd_opdesc *b);
+
+/* 1 if d's kind is reduced (allreduce, reducescatter): its op matters. */
+int hvd_kind_reduces(hvd_kind kind);
+
+/* The elements a reduce-scatter's rows are cut in: the product of the
+ * dimensions after the first, 1 without a shape. */
+uint64_t hvd_opdesc_unit(const hvd_opdesc *d);
 
 /* "allreduce float32 sum count 10", "broadcast int32 root 1 count 5". */
 void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen);

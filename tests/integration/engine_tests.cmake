@@ -46,3 +46,30 @@ foreach(subtest dtypes mismatch join threads)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endforeach()
+
+# Alltoall and reducescatter (test_scatter.c), through hvdrun at np 1-4 and
+# under Open MPI's mpirun over TCP and over the MPI transport.
+add_executable(test_scatter ${CMAKE_CURRENT_SOURCE_DIR}/test_scatter.c)
+target_link_libraries(test_scatter PRIVATE hvd)
+target_include_directories(test_scatter PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_scatter PRIVATE ${HVD_WARNINGS})
+foreach(subtest alltoall reducescatter)
+  foreach(np 1 2 3 4)
+    set(test_name integration.scatter.${subtest}.np${np})
+    add_test(NAME ${test_name}
+             COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_scatter> ${subtest})
+    set_tests_properties(${test_name} PROPERTIES
+                         LABELS "integration;engine" TIMEOUT 300)
+  endforeach()
+  if(HVD_WITH_MPI AND MPIEXEC_EXECUTABLE)
+    foreach(case "2;tcp" "3;mpi")
+      list(GET case 0 np)
+      list(GET case 1 transport)
+      set(test_name mpi.scatter.${subtest}.np${np}.${transport})
+      add_test(NAME ${test_name}
+               COMMAND ${HVD_MPIRUN} -np ${np} -x HVD_TRANSPORT=${transport}
+                       $<TARGET_FILE:test_scatter> ${subtest})
+      set_tests_properties(${test_name} PROPERTIES LABELS mpi TIMEOUT 300)
+    endforeach()
+  endif()
+endforeach()

@@ -167,6 +167,40 @@ HVD_EXPORT hvd_status hvd_grouped_allreduce(const char *name, int n,
                                             hvd_dtype dtype, hvd_op op);
 
 /**
+ * Every rank sends a part of sendbuf to every rank, as MPI_Alltoallv:
+ * sendbuf holds count elements, in rank order, sendcounts[r] of them for
+ * rank r (size entries summing to at most count; NULL: count / size to
+ * each, count then a multiple of size). Each rank receives, in rank order,
+ * what every rank sent it, into recvbuf, which holds recvcap elements;
+ * recvcounts_out[r] (size entries, may be NULL) gets how many came from
+ * rank r. The counts are exchanged with the operation: a receiver need not
+ * know them beforehand, only bound them. A rank whose recvbuf is too small
+ * fails with HVD_ERR_INVALID_ARG saying how much arrived; the others
+ * complete. Zero counts are fine. Ranks must agree on the dtype and the
+ * memory (host or GPU); alltoall refuses GPU memory for now
+ * (HVD_ERR_UNSUPPORTED), and fails while a rank is joined, as in Horovod.
+ */
+HVD_EXPORT hvd_status hvd_alltoall(const char *name, const void *sendbuf,
+                                   size_t count, const size_t *sendcounts,
+                                   void *recvbuf, size_t recvcap,
+                                   size_t *recvcounts_out, hvd_dtype dtype);
+
+/**
+ * Reduces count elements across ranks and scatters the result: the count
+ * elements are cut into size blocks in rank order, block r of
+ * hvd_reducescatter_count(count, size, r) elements (count / size, one more
+ * for the first count % size ranks, as Horovod splits rows), and recvbuf
+ * gets this rank's reduced block. Every op; HVD_AVERAGE divides by size.
+ * sendbuf == recvbuf is allowed (recvbuf then needs count elements).
+ */
+HVD_EXPORT hvd_status hvd_reducescatter(const char *name, const void *sendbuf,
+                                        void *recvbuf, size_t count,
+                                        hvd_dtype dtype, hvd_op op);
+
+/** The elements rank r of size gets from a reduce-scatter of count. */
+HVD_EXPORT size_t hvd_reducescatter_count(size_t count, int size, int r);
+
+/**
  * For a rank that has run out of data: while it is joined, the other
  * ranks' allreduces complete without it, as if it had contributed the
  * neutral element (0 for sum and average, 1 for product, the largest or
@@ -196,6 +230,28 @@ HVD_EXPORT hvd_status hvd_allgather_async(const char *name, const void *sendbuf,
 HVD_EXPORT hvd_status hvd_grouped_allreduce_async(
     const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
     const size_t *counts, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+/* sendcounts is read during the call; recvcounts_out is written when the
+ * operation is done. */
+HVD_EXPORT hvd_status hvd_alltoall_async(const char *name, const void *sendbuf,
+                                         size_t count, const size_t *sendcounts,
+                                         void *recvbuf, size_t recvcap,
+                                         size_t *recvcounts_out,
+                                         hvd_dtype dtype, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_reducescatter_async(const char *name,
+                                              const void *sendbuf,
+                                              void *recvbuf, size_t count,
+                                              hvd_dtype dtype, hvd_op op,
+                                              hvd_handle *out);
+
+/**
+ * A reduce-scatter of a tensor of a shape (ndim >= 1 dimensions): its
+ * first dimension is cut (rank r gets hvd_reducescatter_count(shape[0],
+ * size, r) rows of the product of the other dimensions), and ranks must
+ * agree on the whole shape.
+ */
+HVD_EXPORT hvd_status hvd_reducescatter_shaped_async(
+    const char *name, const void *sendbuf, void *recvbuf, int ndim,
+    const int64_t *shape, hvd_dtype dtype, hvd_op op, hvd_handle *out);
 
 /**
  * hvd_allreduce_async and hvd_broadcast_async for a tensor of a shape

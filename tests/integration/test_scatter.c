@@ -1,0 +1,393 @@
+/*
+ * Integration test of alltoall and reducescatter (hvd.h).
+ *
+ *     hvdrun -np N test_scatter SUBTEST      (or under mpirun)
+ *
+ *   alltoall       every dtype; equal splits (no sendcounts) and uneven
+ *                  ones with zero parts, counts 0 to past the step; the
+ *                  counts received checked against what each rank sent;
+ *                  blocking and several in flight at once; a recvbuf too
+ *                  small on one rank (it alone fails, naming the sizes);
+ *                  sendcounts past count refused before submission; ranks
+ *                  disagreeing on the dtype (every rank: HVD_ERR_MISMATCH)
+ *   reducescatter  every dtype and op, flat counts 0, 1, size - 1, odd and
+ *                  large, rows of a shape cut unevenly, in place and not,
+ *                  each name twice (the second from the response cache);
+ *                  a rank with another op (every rank: HVD_ERR_MISMATCH)
+ *
+ * Inputs are small integers from (rank, element, ...): every result is
+ * exact in every dtype and compared bit for bit. Each rank prints "PASS
+ * scatter SUBTEST rank R" or "FAIL scatter SUBTEST rank R: ...". Exit
+ * status: 0 pass, 1 fail, 2 bad usage.
+ */
+#include <hvd/hvd.h>
+
+#include "testutil.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINEL 0xA5
+
+static const char *g_subtest = "?";
+static int g_rank = -1, g_size = -1;
+
+static _Noreturn void fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+static _Noreturn void fail(const char *fmt, ...) {
+    va_list ap;
+
+    printf("FAIL scatter %s rank %d: ", g_subtest, g_rank);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    exit(1);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes > 0 ? bytes : 1);
+
+    if (p == NULL)
+        fail("cannot allocate %zu bytes", bytes);
+    return p;
+}
+
+static const hvd_dtype all_dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                       HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                       HVD_FLOAT32, HVD_FLOAT64};
+static const hvd_op all_ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
+                                 HVD_PRODUCT};
+#define NDTYPES (sizeof(all_dtypes) / sizeof(*all_dtypes))
+#define NOPS (sizeof(all_ops) / sizeof(*all_ops))
+
+static int holds(hvd_dtype dt, const void *buf, size_t i, long v) {
+    uint64_t bits = encode(dt, v);
+    size_t es = hvd_dtype_size(dt);
+
+    return memcmp((const unsigned char *)buf + i * es, &bits, es) == 0;
+}
+
+static void expect_ok(hvd_status st, const char *what) {
+    if (st != HVD_OK)
+        fail("%s: %s: %s", what, status_name(st), hvd_last_error());
+}
+
+/* ------------------------------------------------------------------ */
+/* alltoall                                                            */
+
+/* Elements rank src sends rank dst in pattern `pat` (0: equal splits of
+ * `base` each, passed as no sendcounts; else uneven, zeros included). */
+static size_t a2a_count(int pat, size_t base, int src, int dst) {
+    if (pat == 0)
+        return base;
+    return (size_t)((src * 3 + dst * 5 + pat) % 4) * base;
+}
+
+/* Element j of what src sends dst: in [0, 8] for uint8, [-4, 4] else. */
+static long a2a_value(hvd_dtype dt, int src, int dst, size_t j) {
+    long v = (long)((j * 7 + (size_t)src * 3 + (size_t)dst * 5) % 9);
+
+    return dt == HVD_UINT8 ? v : v - 4;
+}
+
+/* One alltoall in flight: its buffers and what must arrive. */
+struct a2a {
+    char name[64];
+    hvd_dtype dt;
+    int pat;
+    size_t base, count, want_total;
+    size_t *sendcounts, *recvcounts;
+    void *send, *recv;
+};
+
+static void a2a_init(struct a2a *a, const char *name, hvd_dtype dt, int pat,
+                     size_t base) {
+    size_t es = hvd_dtype_size(dt), off = 0;
+
+    memset(a, 0, sizeof(*a));
+    snprintf(a->name, sizeof(a->name), "%s", name);
+    a->dt = dt;
+    a->pat = pat;
+    a->base = base;
+    a->sendcounts = xmalloc((size_t)g_size * sizeof(size_t));
+    a->recvcounts = xmalloc((size_t)g_size * sizeof(size_t));
+    for (int d = 0; d < g_size; d++) {
+        a->sendcounts[d] = a2a_count(pat, base, g_rank, d);
+        a->count += a->sendcounts[d];
+        a->want_total += a2a_count(pat, base, d, g_rank);
+    }
+    a->send = xmalloc(a->count * es);
+    a->recv = xmalloc((a->want_total + 1) * es);
+    for (int d = 0; d < g_size; d++)
+        for (size_t j = 0; j < a->sendcounts[d]; j++, off++)
+            put_value(dt, a->send, off, a2a_value(dt, g_rank, d, j));
+    memset(a->recv, SENTINEL, (a->want_total + 1) * es);
+    for (int s = 0; s < g_size; s++)
+        a->recvcounts[s] = (size_t)-1;
+}
+
+static void a2a_check(const struct a2a *a) {
+    size_t es = hvd_dtype_size(a->dt), off = 0;
+
+    for (int s = 0; s < g_size; s++) {
+        size_t n = a2a_count(a->pat, a->base, s, g_rank);
+        if (a->recvcounts[s] != n)
+            fail("'%s': %zu elements came from rank %d, expected %zu", a->name,
+                 a->recvcounts[s], s, n);
+        for (size_t j = 0; j < n; j++, off++)
+            if (!holds(a->dt, a->recv, off, a2a_value(a->dt, s, g_rank, j)))
+                fail("'%s' (dtype %d, pattern %d): element %zu from rank %d "
+                     "is wrong",
+                     a->name, (int)a->dt, a->pat, j, s);
+    }
+    for (size_t b = 0; b < es; b++)
+        if (((unsigned char *)a->recv)[off * es + b] != SENTINEL)
+            fail("'%s': written past the %zu elements received", a->name, off);
+}
+
+static void a2a_free(struct a2a *a) {
+    free(a->sendcounts);
+    free(a->recvcounts);
+    free(a->send);
+    free(a->recv);
+}
+
+static hvd_status a2a_submit(struct a2a *a, hvd_handle *h) {
+    return hvd_alltoall_async(a->name, a->send, a->count,
+                              a->pat == 0 ? NULL : a->sendcounts, a->recv,
+                              a->want_total, a->recvcounts, a->dt, h);
+}
+
+static void test_alltoall(void) {
+    static const size_t bases[] = {0, 1, 3, 20000};
+    enum { NB = sizeof(bases) / sizeof(*bases), NPAT = 3 };
+    struct a2a *all = xmalloc(NDTYPES * NB * NPAT * sizeof(*all));
+    hvd_handle *h = xmalloc(NDTYPES * NB * NPAT * sizeof(*h));
+    size_t n = 0;
+    char name[64];
+
+    /* Blocking, one by one. */
+    for (size_t d = 0; d < NDTYPES; d++)
+        for (size_t b = 0; b < NB; b++)
+            for (int pat = 0; pat < NPAT; pat++) {
+                struct a2a a;
+                snprintf(name, sizeof(name), "a2a.%zu.%zu.%d", d, b, pat);
+                a2a_init(&a, name, all_dtypes[d], pat, bases[b]);
+                expect_ok(hvd_alltoall(a.name, a.send, a.count,
+                                       pat == 0 ? NULL : a.sendcounts, a.recv,
+                                       a.want_total, a.recvcounts, a.dt),
+                          a.name);
+                a2a_check(&a);
+                a2a_free(&a);
+            }
+    /* All in flight at once, waited for in reverse. */
+    for (size_t d = 0; d < NDTYPES; d++)
+        for (size_t b = 0; b < NB; b++)
+            for (int pat = 0; pat < NPAT; pat++, n++) {
+                snprintf(name, sizeof(name), "a2a.async.%zu", n);
+                a2a_init(&all[n], name, all_dtypes[d], pat, bases[b]);
+                expect_ok(a2a_submit(&all[n], &h[n]), all[n].name);
+            }
+    while (n-- > 0) {
+        expect_ok(hvd_wait(h[n]), all[n].name);
+        a2a_check(&all[n]);
+        a2a_free(&all[n]);
+    }
+    free(all);
+    free(h);
+
+    /* The last rank's recvbuf is one element short: it alone fails. */
+    struct a2a a;
+    a2a_init(&a, "a2a.small", HVD_INT32, 2, 3);
+    size_t cap = a.want_total;
+    if (g_rank == g_size - 1 && cap > 0)
+        cap--;
+    hvd_status st = hvd_alltoall(a.name, a.send, a.count, a.sendcounts, a.recv,
+                                 cap, a.recvcounts, a.dt);
+    if (cap < a.want_total) {
+        if (st != HVD_ERR_INVALID_ARG ||
+            strstr(hvd_last_error(), "recvcap") == NULL)
+            fail("a recvbuf too small: %s: %s", status_name(st),
+                 hvd_last_error());
+    } else {
+        expect_ok(st, a.name);
+        a2a_check(&a);
+    }
+    a2a_free(&a);
+
+    /* sendcounts past count: refused at once, nothing submitted. */
+    size_t *too_many = xmalloc((size_t)g_size * sizeof(size_t));
+    int32_t one = 0;
+    for (int d = 0; d < g_size; d++)
+        too_many[d] = 1;
+    st = hvd_alltoall("a2a.bad", &one, (size_t)g_size - 1, too_many, NULL, 0,
+                      NULL, HVD_INT32);
+    if (st != HVD_ERR_INVALID_ARG || strstr(hvd_last_error(), "count") == NULL)
+        fail("sendcounts past count: %s: %s", status_name(st),
+             hvd_last_error());
+    if (g_size > 1) {
+        /* Without sendcounts, a count that does not split evenly. */
+        st =
+            hvd_alltoall("a2a.uneven", &one, 1, NULL, NULL, 0, NULL, HVD_INT32);
+        if (st != HVD_ERR_INVALID_ARG)
+            fail("count 1 over %d ranks: %s", g_size, status_name(st));
+    }
+    free(too_many);
+
+    /* Ranks that disagree on the dtype: every rank is told, by name. */
+    if (g_size > 1) {
+        int64_t sbuf[8] = {0}, rbuf[8];
+        hvd_dtype dt = g_rank == 1 ? HVD_INT64 : HVD_INT32;
+        st = hvd_alltoall("a2a.mismatch", sbuf, (size_t)g_size, NULL, rbuf, 8,
+                          NULL, dt);
+        if (st != HVD_ERR_MISMATCH ||
+            strstr(hvd_last_error(), "a2a.mismatch") == NULL ||
+            strstr(hvd_last_error(), "alltoall int64") == NULL)
+            fail("dtype mismatch: %s: %s", status_name(st), hvd_last_error());
+    }
+    /* And the job goes on. */
+    a2a_init(&a, "a2a.after", HVD_FLOAT32, 1, 2);
+    expect_ok(hvd_alltoall(a.name, a.send, a.count, a.sendcounts, a.recv,
+                           a.want_total, a.recvcounts, a.dt),
+              a.name);
+    a2a_check(&a);
+    a2a_free(&a);
+}
+
+/* ------------------------------------------------------------------ */
+/* reducescatter                                                       */
+
+/* Element j of rank's input: exact in every dtype for every op, times the
+ * job size for an average (as test_steps.c). */
+static long rs_input(hvd_dtype dt, hvd_op op, int rank, int index, size_t j) {
+    size_t h = j * 7 + (size_t)index * 5 + (size_t)rank;
+    long v;
+
+    if (op == HVD_PRODUCT)
+        v = dt == HVD_UINT8 ? (long)(h % 2) + 1
+                            : (long)(h % 4) - 2 + (h % 4 >= 2);
+    else
+        v = dt == HVD_UINT8 ? (long)(h % 9) : (long)(h % 9) - 4;
+    return op == HVD_AVERAGE ? v * g_size : v;
+}
+
+static long rs_expected(hvd_dtype dt, hvd_op op, int index, size_t j) {
+    long acc = rs_input(dt, op, 0, index, j);
+
+    for (int r = 1; r < g_size; r++)
+        acc = combine(op, acc, rs_input(dt, op, r, index, j));
+    return op == HVD_AVERAGE ? acc / g_size : acc;
+}
+
+/* One reduce-scatter of rows x width elements (width 0: flat, no shape). */
+static void rs_run(int index, hvd_dtype dt, hvd_op op, size_t rows,
+                   size_t width, int in_place) {
+    size_t es = hvd_dtype_size(dt), unit = width > 0 ? width : 1;
+    size_t count = rows * unit, off = 0, mine;
+    char name[64];
+
+    for (int r = 0; r < g_rank; r++)
+        off += hvd_reducescatter_count(rows, g_size, r) * unit;
+    mine = hvd_reducescatter_count(rows, g_size, g_rank) * unit;
+    snprintf(name, sizeof(name), "rs.%d", index);
+    uint8_t *send = xmalloc(count * es);
+    uint8_t *recv = in_place ? send : xmalloc((mine + 1) * es);
+    for (int round = 0; round < 2; round++) {
+        for (size_t j = 0; j < count; j++)
+            put_value(dt, send, j, rs_input(dt, op, g_rank, index, j));
+        if (!in_place)
+            memset(recv, SENTINEL, (mine + 1) * es);
+        hvd_status st;
+        if (width > 0) {
+            int64_t shape[2] = {(int64_t)rows, (int64_t)width};
+            hvd_handle h;
+            st = hvd_reducescatter_shaped_async(name, send, recv, 2, shape, dt,
+                                                op, &h);
+            if (st == HVD_OK)
+                st = hvd_wait(h);
+        } else {
+            st = hvd_reducescatter(name, send, recv, count, dt, op);
+        }
+        expect_ok(st, name);
+        for (size_t j = 0; j < mine; j++)
+            if (!holds(dt, recv, j, rs_expected(dt, op, index, off + j)))
+                fail("'%s' (dtype %d, op %d, %zu x %zu, %s, round %d): "
+                     "element %zu of this rank's %zu is wrong",
+                     name, (int)dt, (int)op, rows, width,
+                     in_place ? "in place" : "out of place", round, j, mine);
+        if (!in_place)
+            for (size_t b = 0; b < es; b++)
+                if (recv[mine * es + b] != SENTINEL)
+                    fail("'%s': written past this rank's %zu elements", name,
+                         mine);
+    }
+    if (!in_place)
+        free(recv);
+    free(send);
+}
+
+static void test_reducescatter(void) {
+    size_t counts[] = {0, 1, (size_t)g_size - 1, 7, 1000, 70001};
+    int index = 0;
+
+    for (size_t d = 0; d < NDTYPES; d++)
+        for (size_t o = 0; o < NOPS; o++) {
+            for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++)
+                rs_run(index++, all_dtypes[d], all_ops[o], counts[c], 0,
+                       (int)(c % 2));
+            /* Rows of 3 cut unevenly: 2 * size + 1 rows. */
+            rs_run(index++, all_dtypes[d], all_ops[o], 2 * (size_t)g_size + 1,
+                   3, 0);
+        }
+    if (g_size > 1) {
+        float in[4] = {1, 2, 3, 4}, out[4];
+        hvd_op op = g_rank == 0 ? HVD_SUM : HVD_MAX;
+        hvd_status st =
+            hvd_reducescatter("rs.mismatch", in, out, 4, HVD_FLOAT32, op);
+        if (st != HVD_ERR_MISMATCH ||
+            strstr(hvd_last_error(), "reducescatter float32 max") == NULL)
+            fail("op mismatch: %s: %s", status_name(st), hvd_last_error());
+    }
+    rs_run(index++, HVD_FLOAT32, HVD_SUM, 11, 0, 0);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+} subtests[] = {
+    {"alltoall", test_alltoall},
+    {"reducescatter", test_reducescatter},
+};
+#define NSUBTESTS (sizeof(subtests) / sizeof(*subtests))
+
+int main(int argc, char **argv) {
+    size_t k;
+    hvd_status st;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (k = 0; argc == 2 && k < NSUBTESTS; k++)
+        if (strcmp(argv[1], subtests[k].name) == 0)
+            break;
+    if (argc != 2 || k == NSUBTESTS) {
+        fprintf(stderr, "usage: %s alltoall|reducescatter\n", argv[0]);
+        return 2;
+    }
+    g_subtest = subtests[k].name;
+    st = hvd_init();
+    if (st != HVD_OK)
+        fail("hvd_init: %s: %s", status_name(st), hvd_last_error());
+    g_rank = hvd_rank();
+    g_size = hvd_size();
+    subtests[k].run();
+    st = hvd_shutdown();
+    if (st != HVD_OK)
+        fail("hvd_shutdown: %s: %s", status_name(st), hvd_last_error());
+    printf("PASS scatter %s rank %d\n", g_subtest, g_rank);
+    return 0;
+}
