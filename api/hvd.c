@@ -207,15 +207,26 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
     int kind = -1;
     hvd_plan plan;
 
+    /* Alltoall and reducescatter take the transport an allgather of the
+     * size takes, with an algorithm of their own. */
+    const char *own = NULL;
+
     hvd_error_clear();
     for (int k = 0; collective != NULL && k < HVD_COLL_NKINDS; k++)
         if (strcmp(collective, kinds[k]) == 0)
             kind = k;
+    if (collective != NULL && strcmp(collective, "alltoall") == 0)
+        own = "pairwise";
+    else if (collective != NULL && strcmp(collective, "reducescatter") == 0)
+        own = "ring";
+    if (own != NULL)
+        kind = HVD_COLL_ALLGATHER;
     if (kind < 0 || out == NULL || outlen == 0 || !hvd_dtype_valid(dtype))
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "hvd_path: collective must be allreduce, "
-                             "allgather or broadcast, dtype valid, and out a "
-                             "buffer (got %s)",
+                             "allgather, broadcast, alltoall or "
+                             "reducescatter, dtype valid, and out a buffer "
+                             "(got %s)",
                              collective != NULL ? collective : "NULL");
     pthread_mutex_lock(&g.lock);
     if (!g.initialized) {
@@ -231,6 +242,12 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
                      g.job.cfg.step_carry_bytes);
         else if (plan.algo == HVD_ALGO_AUTO)
             snprintf(out, outlen, "local");
+        else if (own != NULL)
+            snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
+                     plan.algo == HVD_ALGO_DIRECT && hvd_comm_can_get(plan.comm)
+                         ? "direct"
+                         : own,
+                     plan.chunk);
         else
             snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
                      hvd_algo_name(plan.algo), plan.chunk);

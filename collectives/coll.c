@@ -287,57 +287,74 @@ hvd_status hvd_coll_barrier(hvd_comm *comm) {
     return HVD_OK;
 }
 
-/* The communicator the selector's allgather entry takes for bytes: the
- * same-host transport or the job's own (reduce-scatter and alltoall move
- * what an allgather of that size moves). */
-static hvd_comm *comm_like_allgather(hvd_comm *comm, size_t bytes,
-                                     hvd_dtype dtype) {
-    hvd_plan plan;
-
-    hvd_coll_plan(comm, HVD_COLL_ALLGATHER, bytes, dtype, &plan);
-    return plan.comm;
+/* The plan of an allgather of bytes: reduce-scatter and alltoall move what
+ * it moves, and take its transport, and its direct path where it does. */
+static void plan_like_allgather(hvd_comm *comm, size_t bytes, hvd_dtype dtype,
+                                hvd_plan *plan) {
+    hvd_coll_plan(comm, HVD_COLL_ALLGATHER, bytes, dtype, plan);
+    if (plan->algo == HVD_ALGO_DIRECT && !hvd_comm_can_get(plan->comm))
+        plan->algo = HVD_ALGO_RING;
 }
 
 hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
                                   void *recvbuf, void *scratch, size_t count,
                                   size_t unit, hvd_dtype dtype, hvd_op op) {
     size_t es = hvd_dtype_size(dtype), off, cnt;
-    hvd_comm *c =
-        comm->size > 1 ? comm_like_allgather(comm, count * es, dtype) : comm;
+    hvd_plan plan;
     hvd_status st;
 
-    c->last_path = comm->size > 1 ? "ring" : "local";
-    c->last_transport =
-        comm->size > 1 && c->tp != NULL ? c->tp->ops->name : "local";
-    comm->last_path = c->last_path;
-    comm->last_transport = c->last_transport;
+    plan_like_allgather(comm, count * es, dtype, &plan);
+    hvd_comm *c = plan.comm;
+    int direct = plan.algo == HVD_ALGO_DIRECT;
+    comm->last_path = comm->size == 1 ? "local" : direct ? "direct" : "ring";
+    comm->last_transport = hvd_plan_transport(&plan);
     HVD_DEBUG("coll", "reducescatter of %zu bytes: %s/%s", count * es,
-              c->last_transport, c->last_path);
-    st = hvd_ring_reduce_scatter_blocks(c, sendbuf, scratch, count, unit, dtype,
-                                        op);
-    if (st != HVD_OK)
-        return st;
+              comm->last_transport, comm->last_path);
     hvd_part_range(count / unit, (size_t)comm->size, (size_t)comm->rank, &off,
                    &cnt);
-    if (cnt > 0 && (uint8_t *)scratch + off * unit * es != recvbuf)
-        hvd_comm_copy(comm, recvbuf, (uint8_t *)scratch + off * unit * es,
-                      cnt * unit * es);
+    off *= unit * es;
+    cnt *= unit * es;
+    if (direct) {
+        /* In place, the peers still read the sendbuf this rank's block
+         * would overwrite: the block waits in scratch until they are
+         * done. */
+        const uint8_t *s = sendbuf, *d = recvbuf;
+        int overlap = d < s + count * es && s < d + cnt;
+        void *block = overlap ? (uint8_t *)scratch + off : recvbuf;
+        st = hvd_direct_reduce_scatter_blocks(c, sendbuf, block, count, unit,
+                                              dtype, op);
+        if (st == HVD_OK && overlap && cnt > 0)
+            memmove(recvbuf, block, cnt);
+        return st;
+    }
+    size_t saved = c->cfg.chunk_bytes;
+    c->cfg.chunk_bytes = plan.chunk;
+    st = hvd_ring_reduce_scatter_blocks(c, sendbuf, scratch, count, unit, dtype,
+                                        op);
+    c->cfg.chunk_bytes = saved;
+    if (st != HVD_OK)
+        return st;
+    if (cnt > 0 && (uint8_t *)scratch + off != recvbuf)
+        hvd_comm_copy(comm, recvbuf, (uint8_t *)scratch + off, cnt);
     return HVD_OK;
 }
 
 hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                              const size_t *sendbytes, const size_t *sdispls,
                              void *recvbuf, const size_t *recvbytes,
-                             const size_t *rdispls) {
+                             const size_t *rdispls, const size_t *peer_offs) {
     int p = comm->size, r = comm->rank;
     size_t total = 0;
+    hvd_plan plan;
     hvd_status st = HVD_OK;
 
     for (int k = 0; k < p; k++)
         total += sendbytes[k];
-    hvd_comm *c = p > 1 ? comm_like_allgather(comm, total, HVD_UINT8) : comm;
-    comm->last_path = p > 1 ? "pairwise" : "local";
-    comm->last_transport = p > 1 && c->tp != NULL ? c->tp->ops->name : "local";
+    plan_like_allgather(comm, total, HVD_UINT8, &plan);
+    hvd_comm *c = plan.comm;
+    int direct = plan.algo == HVD_ALGO_DIRECT;
+    comm->last_path = p == 1 ? "local" : direct ? "direct" : "pairwise";
+    comm->last_transport = hvd_plan_transport(&plan);
     HVD_DEBUG("coll", "alltoall of %zu bytes: %s/%s", total,
               comm->last_transport, comm->last_path);
     if (sendbytes[r] > 0)
@@ -345,6 +362,9 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                       (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
     if (p == 1)
         return HVD_OK;
+    if (direct)
+        return hvd_direct_alltoall(c, sendbuf, recvbuf, recvbytes, rdispls,
+                                   peer_offs);
     /* Receives first (p - 1 of them), then the sends: comm->reqs holds
      * 2 * size requests and more. */
     for (int k = 1; k < p && st == HVD_OK; k++) {

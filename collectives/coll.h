@@ -24,8 +24,10 @@ hvd_status hvd_coll_barrier(hvd_comm *comm);
  * Reduce-scatter: count elements (a multiple of unit) from every rank are
  * reduced, and this rank gets its block (hvd_ring_reduce_scatter_blocks's
  * split: the first (count / unit) % size ranks one unit more) in recvbuf.
- * scratch holds count elements (the collective's working space; it may
- * be sendbuf's memory only if sendbuf may be overwritten).
+ * Direct (hvd_direct_reduce_scatter_blocks) where the selector takes it
+ * for an allgather of the size, else the ring; scratch holds count
+ * elements (the ring's working space; it may be sendbuf's memory only if
+ * sendbuf may be overwritten).
  */
 hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
                                   void *recvbuf, void *scratch, size_t count,
@@ -35,14 +37,18 @@ hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
  * Alltoall: this rank sends sendbytes[d] bytes from sendbuf + sdispls[d]
  * to every rank d and receives recvbytes[s] bytes from every rank s into
  * recvbuf + rdispls[s] (size entries each; every pair agrees on its
- * lengths). Pairwise exchange: every receive posted, then the sends in
- * the order rank + 1, rank + 2, ..., so that no two ranks send to the
- * same peer first; this rank's own part is a copy.
+ * lengths); peer_offs[s] is where this rank's part starts in rank s's
+ * sendbuf. Where the peers' memory can be read and the selector takes
+ * the direct path for an allgather of the size, each rank reads its parts
+ * out of the peers' sendbufs (hvd_direct_alltoall); else pairwise
+ * exchange: every receive posted, then the sends in the order rank + 1,
+ * rank + 2, ..., so that no two ranks send to the same peer first. This
+ * rank's own part is a copy.
  */
 hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                              const size_t *sendbytes, const size_t *sdispls,
                              void *recvbuf, const size_t *recvbytes,
-                             const size_t *rdispls);
+                             const size_t *rdispls, const size_t *peer_offs);
 
 /* How a collective of bytes will run on comm: which communicator (comm
  * itself, or one of its paths), algorithm (AUTO: one rank, nothing to do)
@@ -130,6 +136,17 @@ hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
 hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
                                          size_t count, hvd_dtype dtype);
 hvd_status hvd_direct_end(hvd_comm *comm);
+/* A reduce-scatter of whole units (as hvd_ring_reduce_scatter_blocks)
+ * that writes this rank's block straight into block, reading the peers'
+ * sendbufs; the other alltoall's part, read out of each peer's sendbuf at
+ * peer_offs[q] (this rank's place there). Both begin and end themselves. */
+hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
+                                            void *block, size_t count,
+                                            size_t unit, hvd_dtype dtype,
+                                            hvd_op op);
+hvd_status hvd_direct_alltoall(hvd_comm *comm, const void *sendbuf,
+                               void *recvbuf, const size_t *recvbytes,
+                               const size_t *rdispls, const size_t *peer_offs);
 hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t bytes);
 hvd_status hvd_direct_broadcast(hvd_comm *comm, void *buf, size_t bytes,

@@ -109,6 +109,67 @@ hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
     return st;
 }
 
+hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
+                                            void *block, size_t count,
+                                            size_t unit, hvd_dtype dtype,
+                                            hvd_op op) {
+    size_t es = hvd_dtype_size(dtype);
+    size_t chunk = comm->cfg.chunk_bytes / es, off, cnt;
+    int p = comm->size, r = comm->rank;
+    const addrs *all;
+    uint8_t *tmp;
+    hvd_status st = hvd_direct_begin(comm, sendbuf, block);
+
+    if (chunk == 0)
+        chunk = 1;
+    all = comm->peer_addrs;
+    hvd_part_range(count / unit, (size_t)p, (size_t)r, &off, &cnt);
+    off *= unit;
+    cnt *= unit;
+    if (st == HVD_OK)
+        st = hvd_comm_scratch(comm, (cnt < chunk ? cnt : chunk) * es + 1,
+                              (void **)&tmp);
+    for (size_t c = 0; st == HVD_OK && c < cnt; c += chunk) {
+        size_t n = cnt - c < chunk ? cnt - c : chunk;
+        size_t at = (off + c) * es;
+        uint8_t *acc = (uint8_t *)block + c * es;
+        for (int k = 1; k < p && st == HVD_OK; k++) {
+            int q = (r + k) % p;
+            st = hvd_comm_get(comm, q, tmp, all[q].send + at, n * es);
+            if (st == HVD_OK)
+                hvd_reduce(acc, k == 1 ? (const uint8_t *)sendbuf + at : acc,
+                           tmp, n, dtype, op);
+        }
+        if (st == HVD_OK && p == 1)
+            memmove(acc, (const uint8_t *)sendbuf + at, n * es);
+        if (st == HVD_OK && op == HVD_AVERAGE)
+            hvd_reduce_scale_div(acc, n, dtype, p);
+    }
+    /* Nobody leaves while a peer may still read its sendbuf. */
+    if (st == HVD_OK)
+        st = hvd_direct_end(comm);
+    return st;
+}
+
+hvd_status hvd_direct_alltoall(hvd_comm *comm, const void *sendbuf,
+                               void *recvbuf, const size_t *recvbytes,
+                               const size_t *rdispls, const size_t *peer_offs) {
+    int p = comm->size, r = comm->rank;
+    const addrs *all;
+    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+
+    all = comm->peer_addrs;
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int q = (r + k) % p; /* peers in turn: not all on one at once */
+        if (recvbytes[q] > 0)
+            st = hvd_comm_get(comm, q, (uint8_t *)recvbuf + rdispls[q],
+                              all[q].send + peer_offs[q], recvbytes[q]);
+    }
+    if (st == HVD_OK)
+        st = hvd_direct_end(comm);
+    return st;
+}
+
 hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
                                          size_t count, hvd_dtype dtype) {
     size_t es = hvd_dtype_size(dtype);

@@ -206,23 +206,6 @@ new_response(const centry *e, int rank, hvd_status status, const char *error) {
     return r;
 }
 
-/* A decided alltoall tells every rank what every rank sends: the counts
- * of rank 0, then of rank 1, ... (size * size). */
-static int alltoall_matrix(const hvd_coord *c, const centry *e,
-                           Hvd__Engine__Response *r) {
-    size_t n = (size_t)c->size;
-    uint64_t *m = malloc(n * n * sizeof(*m));
-
-    if (m == NULL)
-        return -1;
-    for (size_t k = 0; k < n; k++)
-        memcpy(m + k * n, e->desc[k].counts, n * sizeof(*m));
-    free(r->counts);
-    r->counts = m;
-    r->n_counts = n * n;
-    return 0;
-}
-
 static int append(Hvd__Engine__ResponseList *list, Hvd__Engine__Response *r) {
     Hvd__Engine__Response **v =
         realloc(list->responses, (list->n_responses + 1) * sizeof(*v));
@@ -327,11 +310,6 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
             r = new_response(e, first, HVD_ERR_INVALID_ARG, text);
         } else if (missing == 0) {
             r = new_response(e, first, HVD_OK, NULL);
-            if (r != NULL && kind == HVD_KIND_ALLTOALL &&
-                alltoall_matrix(c, e, r) != 0) {
-                hvd__engine__response__free_unpacked(r, NULL);
-                r = NULL;
-            }
             if (r != NULL) {
                 r->contributors = (uint32_t)(c->size - joined_missing);
                 if (joined_missing > 0) {

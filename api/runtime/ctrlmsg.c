@@ -40,11 +40,8 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     if (ncounts < 1 || ncounts > HVD_CTRL_MAX_COUNTS)
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with %zu buffers",
                              what, name, ncounts);
-    /* An alltoall's request sends to each rank; its decided response
-     * holds every rank's counts (or, failed, those of one). */
-    if (kind == HVD_KIND_ALLTOALL && ncounts != (size_t)size &&
-        (ncounts != (size_t)size * (size_t)size ||
-         strcmp(what, "response") != 0))
+    /* An alltoall has a count for each rank (the sender's). */
+    if (kind == HVD_KIND_ALLTOALL && ncounts != (size_t)size)
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "%s '%s' for an alltoall of %d ranks with %zu "
                              "counts",

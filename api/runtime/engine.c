@@ -394,6 +394,7 @@ static void engine_free(hvd_engine *eng) {
     free(eng->resps);
     free(eng->fusion);
     free(eng->a2a);
+    free(eng->a2a_msg);
     free(eng);
 }
 
@@ -441,9 +442,10 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     eng->inval =
         calloc((size_t)(cfg->cache_capacity > 0 ? cfg->cache_capacity : 1),
                sizeof(*eng->inval));
-    eng->a2a = calloc(4 * (size_t)size, sizeof(*eng->a2a));
+    eng->a2a = calloc(8 * (size_t)size, sizeof(*eng->a2a));
+    eng->a2a_msg = calloc(4 * (size_t)size, sizeof(*eng->a2a_msg));
     if (eng->ports == NULL || eng->inval == NULL || eng->a2a == NULL ||
-        hvd_eng_step_init(eng) != 0 ||
+        eng->a2a_msg == NULL || hvd_eng_step_init(eng) != 0 ||
         (rank == 0 &&
          hvd_eng_vote_init(&eng->vt, size, cfg->cache_capacity) != 0)) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");

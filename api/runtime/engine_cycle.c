@@ -33,21 +33,6 @@ static void unbind(hvd_request *req) {
     req->voted = 0;
 }
 
-/* 1 if rank 0 decided req's operation as this rank asked for it: the
- * same, and for an alltoall, this rank's counts in its row. */
-static int decided_as_asked(const hvd_engine *eng, const hvd_request *req,
-                            const hvd_opdesc *d) {
-    size_t p = (size_t)eng->size;
-
-    if (d->kind != HVD_KIND_ALLTOALL)
-        return hvd_opdesc_equal(&req->desc, d);
-    return req->desc.kind == d->kind && req->desc.dtype == d->dtype &&
-           req->desc.mem == d->mem && req->desc.ncounts == p &&
-           d->ncounts == p * p &&
-           memcmp(d->counts + (size_t)eng->rank * p, req->desc.counts,
-                  p * sizeof(*d->counts)) == 0;
-}
-
 /* Runs cycle c; every rank runs every cycle, in number order. */
 hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     hvd_cache *cache = &eng->cache;
@@ -123,7 +108,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         const hvd_request *req =
             hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
         if (req != NULL && r->status == HVD_OK &&
-            !decided_as_asked(eng, req, &r->desc)) {
+            !hvd_opdesc_agree(&req->desc, &r->desc)) {
             char mine[160], theirs[160];
             hvd_opdesc_format(&req->desc, mine, sizeof(mine));
             hvd_opdesc_format(&r->desc, theirs, sizeof(theirs));
@@ -145,8 +130,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     for (size_t i = 0; i < nresp; i++) {
         resp *r = &eng->resps[i];
         if (r->cached || r->status != HVD_OK || r->desc.kind == HVD_KIND_JOIN ||
-            r->desc.kind == HVD_KIND_CALL ||
-            r->desc.kind == HVD_KIND_ALLTOALL || r->contributors != eng->size ||
+            r->desc.kind == HVD_KIND_CALL || r->contributors != eng->size ||
             cache->capacity == 0)
             continue;
         int s = hvd_cache_put(cache, r->name, &r->desc, c->number);
@@ -165,7 +149,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         if (req->state == REQ_CACHED &&
             (eng->paused || cache->slots[req->slot].name == NULL ||
              strcmp(cache->slots[req->slot].name, req->name) != 0 ||
-             !hvd_opdesc_equal(&cache->slots[req->slot].desc, &req->desc)))
+             !hvd_opdesc_agree(&cache->slots[req->slot].desc, &req->desc)))
             unbind(req);
         else if (req->state == REQ_NEW)
             hvd_eng_classify(eng, req);

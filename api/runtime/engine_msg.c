@@ -280,15 +280,15 @@ int hvd_eng_invalidate(hvd_engine *eng, int slot) {
 void hvd_eng_classify(hvd_engine *eng, hvd_request *req) {
     int slot;
 
-    /* An alltoall is decided with every rank's counts each time. */
     if (req->state != REQ_NEW || req->desc.kind == HVD_KIND_JOIN ||
-        req->desc.kind == HVD_KIND_CALL ||
-        req->desc.kind == HVD_KIND_ALLTOALL || eng->paused)
+        req->desc.kind == HVD_KIND_CALL || eng->paused)
         return;
     slot = hvd_cache_lookup(&eng->cache, req->name, req->hash);
     if (slot < 0)
         return;
-    if (hvd_opdesc_equal(&eng->cache.slots[slot].desc, &req->desc)) {
+    /* An alltoall's counts are its own each time: they are exchanged
+     * when it runs. */
+    if (hvd_opdesc_agree(&eng->cache.slots[slot].desc, &req->desc)) {
         req->state = REQ_CACHED;
         req->slot = slot;
         req->voted = 0;

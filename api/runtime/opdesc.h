@@ -18,8 +18,8 @@ typedef enum {
     HVD_KIND_BARRIER,
     HVD_KIND_JOIN,
     HVD_KIND_CALL, /* internal: runs a function on the engine thread */
-    /* counts: the elements to each rank (size of them); a decided
-     * alltoall's response holds every rank's, size * size, rank by rank */
+    /* counts: the elements to each rank (size of them); ranks differ in
+     * them, and tell each other when it runs */
     HVD_KIND_ALLTOALL,
     HVD_KIND_REDUCESCATTER, /* dims[0] rows are cut, else elements */
     HVD_KIND_COUNT

@@ -6,6 +6,7 @@
  *   alltoall       every dtype; equal splits (no sendcounts) and uneven
  *                  ones with zero parts, counts 0 to past the step; the
  *                  counts received checked against what each rank sent;
+ *                  one name repeated with other counts each time (cached);
  *                  blocking and several in flight at once; a recvbuf too
  *                  small on one rank (it alone fails, naming the sizes);
  *                  sendcounts past count refused before submission; ranks
@@ -186,6 +187,20 @@ static void test_alltoall(void) {
                 a2a_check(&a);
                 a2a_free(&a);
             }
+    /* One name again and again with other counts each time: from the
+     * second call on it runs from the response cache, its counts told
+     * when it runs. */
+    for (int round = 0; round < 6; round++) {
+        struct a2a a;
+        a2a_init(&a, "a2a.repeat", HVD_FLOAT32, round % 3,
+                 (size_t)(round * 5 % 7));
+        expect_ok(hvd_alltoall(a.name, a.send, a.count,
+                               a.pat == 0 ? NULL : a.sendcounts, a.recv,
+                               a.want_total, a.recvcounts, a.dt),
+                  a.name);
+        a2a_check(&a);
+        a2a_free(&a);
+    }
     /* All in flight at once, waited for in reverse. */
     for (size_t d = 0; d < NDTYPES; d++)
         for (size_t b = 0; b < NB; b++)

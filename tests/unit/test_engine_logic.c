@@ -117,6 +117,66 @@ static void mismatches_name_every_rank(void **state) {
     hvd_coord_destroy(c);
 }
 
+/* Ranks of an alltoall send their own counts: they agree on the rest (the
+ * dtype, the memory, one count for each rank). A reducescatter's op and
+ * shape count as an allreduce's. */
+static void alltoall_and_reducescatter(void **state) {
+    (void)state;
+    hvd_coord *c;
+    Hvd__Engine__ResponseList l = HVD__ENGINE__RESPONSE_LIST__INIT;
+    uint64_t s0[2] = {3, 0}, s1[2] = {1, 7}, n8 = 8;
+    hvd_opdesc a0 = {.kind = HVD_KIND_ALLTOALL,
+                     .dtype = HVD_FLOAT32,
+                     .ncounts = 2,
+                     .counts = s0};
+    hvd_opdesc a1 = a0, a1i = a0;
+    a1.counts = s1;
+    a1i.counts = s1;
+    a1i.dtype = HVD_INT32;
+    hvd_opdesc rs = {.kind = HVD_KIND_REDUCESCATTER,
+                     .dtype = HVD_FLOAT32,
+                     .op = HVD_SUM,
+                     .ncounts = 1,
+                     .counts = &n8};
+    hvd_opdesc rs_max = rs;
+    rs_max.op = HVD_MAX;
+
+    assert_true(hvd_opdesc_agree(&a0, &a1));
+    assert_false(hvd_opdesc_equal(&a0, &a1));
+    assert_false(hvd_opdesc_agree(&a0, &a1i));
+    assert_false(hvd_opdesc_agree(&rs, &rs_max));
+    hvd_coord_create(2, 0, 0, &c);
+    hvd_coord_add(c, 0, "a2a", &a0, 0, 0);
+    hvd_coord_add(c, 1, "a2a", &a1, 0, 0);
+    hvd_coord_add(c, 0, "a2a.dtype", &a0, 0, 0);
+    hvd_coord_add(c, 1, "a2a.dtype", &a1i, 0, 0);
+    hvd_coord_add(c, 0, "rs", &rs, 0, 0);
+    hvd_coord_add(c, 1, "rs", &rs_max, 0, 0);
+    assert_int_equal(hvd_coord_collect(c, 0, &l), HVD_OK);
+    assert_int_equal(find(&l, "a2a")->status, HVD_OK);
+    assert_int_equal(find(&l, "a2a")->n_counts, 2);
+    assert_int_equal(find(&l, "a2a.dtype")->status, HVD_ERR_MISMATCH);
+    assert_string_equal(find(&l, "a2a.dtype")->error,
+                        "ranks disagree on 'a2a.dtype': rank 0: alltoall "
+                        "float32 splits 3,0; rank 1: alltoall int32 splits "
+                        "1,7");
+    assert_int_equal(find(&l, "rs")->status, HVD_ERR_MISMATCH);
+    assert_non_null(strstr(find(&l, "rs")->error, "reducescatter float32 max"));
+    hvd_coord_free_responses(&l);
+
+    /* While a rank is joined neither can complete (as in Horovod). */
+    hvd_opdesc jd = {.kind = HVD_KIND_JOIN, .ncounts = 1, .counts = &n8};
+    hvd_coord_add(c, 1, "hvd.join", &jd, 0, 0);
+    hvd_coord_add(c, 0, "a2a.joined", &a0, 0, 0);
+    hvd_coord_add(c, 0, "rs.joined", &rs, 0, 0);
+    assert_int_equal(hvd_coord_collect(c, 0, &l), HVD_OK);
+    assert_int_equal(find(&l, "a2a.joined")->status, HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(find(&l, "a2a.joined")->error, "hvd_join"));
+    assert_int_equal(find(&l, "rs.joined")->status, HVD_ERR_INVALID_ARG);
+    hvd_coord_free_responses(&l);
+    hvd_coord_destroy(c);
+}
+
 static void join(void **state) {
     (void)state;
     hvd_coord *c;
@@ -397,6 +457,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ready_only_when_all_ranks_ask),
         cmocka_unit_test(mismatches_name_every_rank),
+        cmocka_unit_test(alltoall_and_reducescatter),
         cmocka_unit_test(join),
         cmocka_unit_test(stopped_rank),
         cmocka_unit_test(stall_inspector),

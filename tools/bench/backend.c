@@ -58,6 +58,22 @@ static void hvdb_broadcast(void *buf, size_t count, hvd_dtype dtype, int root) {
                                                    count, dtype, root));
 }
 
+static void hvdb_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                          hvd_dtype dtype) {
+    size_t total = count * (size_t)g_size;
+
+    bench_hvd_check("hvd_alltoall",
+                    hvd_alltoall("hvd-bench.alltoall", sendbuf, total, NULL,
+                                 recvbuf, total, NULL, dtype));
+}
+
+static void hvdb_reducescatter(const void *sendbuf, void *recvbuf, size_t count,
+                               hvd_dtype dtype, hvd_op op) {
+    bench_hvd_check("hvd_reducescatter",
+                    hvd_reducescatter("hvd-bench.reducescatter", sendbuf,
+                                      recvbuf, count, dtype, op));
+}
+
 static void hvdb_barrier(void) {
     bench_hvd_check("hvd_barrier", hvd_barrier());
 }
@@ -69,6 +85,8 @@ const struct backend hvd_backend = {
     .allreduce = hvdb_allreduce,
     .allgather = hvdb_allgather,
     .broadcast = hvdb_broadcast,
+    .alltoall = hvdb_alltoall,
+    .reducescatter = hvdb_reducescatter,
     .barrier = hvdb_barrier,
 };
 
@@ -180,6 +198,45 @@ static void mpib_broadcast(void *buf, size_t count, hvd_dtype dtype, int root) {
                               MPI_COMM_WORLD));
 }
 
+/* Counts and displacements for MPI's v-collectives (g_size entries). */
+static int *mpi_ints(void) {
+    int *v = malloc(4 * (size_t)g_size * sizeof(*v));
+
+    if (v == NULL) {
+        fprintf(stderr, "hvd-bench: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return v;
+}
+
+static void mpib_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                          hvd_dtype dtype) {
+    int *v = mpi_ints(), *counts = v, *displs = v + g_size;
+
+    for (int r = 0; r < g_size; r++) {
+        counts[r] = mpi_count(count);
+        displs[r] = mpi_count(count * (size_t)r);
+    }
+    bench_mpi_check("MPI_Alltoallv",
+                    MPI_Alltoallv(sendbuf, counts, displs, mpi_dtype(dtype),
+                                  recvbuf, counts, displs, mpi_dtype(dtype),
+                                  MPI_COMM_WORLD));
+    free(v);
+}
+
+static void mpib_reducescatter(const void *sendbuf, void *recvbuf, size_t count,
+                               hvd_dtype dtype, hvd_op op) {
+    int *counts = mpi_ints();
+
+    for (int r = 0; r < g_size; r++)
+        counts[r] = mpi_count(hvd_reducescatter_count(count, g_size, r));
+    bench_mpi_check("MPI_Reduce_scatter",
+                    MPI_Reduce_scatter(sendbuf, recvbuf, counts,
+                                       mpi_dtype(dtype), mpi_op(op),
+                                       MPI_COMM_WORLD));
+    free(counts);
+}
+
 static void mpib_barrier(void) {
     bench_mpi_check("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
 }
@@ -191,6 +248,8 @@ static const struct backend mpi_backend = {
     .allreduce = mpib_allreduce,
     .allgather = mpib_allgather,
     .broadcast = mpib_broadcast,
+    .alltoall = mpib_alltoall,
+    .reducescatter = mpib_reducescatter,
     .barrier = mpib_barrier,
 };
 #endif /* HVD_BENCH_WITH_MPI */
@@ -251,7 +310,7 @@ static int mpi_can_run(const struct options *o) {
                 o->dtype->name);
         return 0;
     }
-    if (o->run[COLL_ALLREDUCE] && !o->inplace &&
+    if ((o->run[COLL_ALLREDUCE] || o->run[COLL_REDUCESCATTER]) && !o->inplace &&
         mpi_op(o->redop->op) == MPI_OP_NULL) {
         fprintf(stderr,
                 "hvd-bench: --redop %s is not supported by MPI (it has no "

@@ -15,7 +15,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-enum coll { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_BROADCAST, NUM_COLLS };
+enum coll {
+    COLL_ALLREDUCE,
+    COLL_ALLGATHER,
+    COLL_BROADCAST,
+    COLL_ALLTOALL,
+    COLL_REDUCESCATTER,
+    NUM_COLLS
+};
 
 struct dtype_info {
     hvd_dtype dtype;
@@ -84,6 +91,13 @@ struct backend {
     void (*allgather)(const void *sendbuf, void *recvbuf, size_t count,
                       hvd_dtype dtype);
     void (*broadcast)(void *buf, size_t count, hvd_dtype dtype, int root);
+    /** count elements to every rank and from every rank (MPI_Alltoallv's
+     * counts all equal). */
+    void (*alltoall)(const void *sendbuf, void *recvbuf, size_t count,
+                     hvd_dtype dtype);
+    /** count elements in; this rank's hvd_reducescatter_count block out. */
+    void (*reducescatter)(const void *sendbuf, void *recvbuf, size_t count,
+                          hvd_dtype dtype, hvd_op op);
     void (*barrier)(void);
 };
 

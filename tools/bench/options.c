@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const coll_names[NUM_COLLS] = {"allreduce", "allgather",
-                                           "broadcast"};
+const char *const coll_names[NUM_COLLS] = {
+    "allreduce", "allgather", "broadcast", "alltoall", "reducescatter"};
 
 const struct dtype_info dtypes[] = {
     {HVD_UINT8, "uint8", "uint8", 255},
@@ -41,7 +41,8 @@ const struct op_info redops[] = {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: hvd-bench [options]\n"
-            "  --op allreduce|allgather|broadcast|all   (allreduce)\n"
+            "  --op allreduce|allgather|broadcast|alltoall|reducescatter|all\n"
+            "                                                   (allreduce)\n"
             "  --minbytes N     smallest size, K/M/G suffixes   (8)\n"
             "  --maxbytes N     largest size                    (256M)\n"
             "  --stepfactor N   size multiplier between rows    (4)\n"
@@ -74,7 +75,8 @@ static void usage(FILE *f) {
             "                   elements per line, forward order\n"
             "                   (shared/data/<model>_params.tsv)\n"
             "  --help\n"
-            "Size is the per-rank buffer (allreduce, broadcast) or the total\n"
+            "Size is the per-rank buffer (allreduce, broadcast, what a rank\n"
+            "sends in alltoall, its input in reducescatter) or the total\n"
             "received (allgather), as in nccl-tests.\n");
 }
 
@@ -231,6 +233,12 @@ int parse_args(int argc, char **argv, struct options *o) {
     }
     if (o->minbytes == 0 || o->minbytes > o->maxbytes) {
         fprintf(stderr, "hvd-bench: need 0 < --minbytes <= --maxbytes\n");
+        return -1;
+    }
+    if (o->inplace && (o->run[COLL_ALLTOALL] || o->run[COLL_REDUCESCATTER])) {
+        fprintf(stderr, "hvd-bench: --inplace is for allreduce, allgather "
+                        "and broadcast; alltoall and reducescatter run out "
+                        "of place\n");
         return -1;
     }
     if (o->model_file != NULL && o->model == NULL) {

@@ -119,7 +119,10 @@ static long input_value(enum coll coll, hvd_op op, int r, size_t i) {
         }
         return 0;
     case COLL_ALLGATHER:
+    case COLL_ALLTOALL:
         return (long)((i + 3 * ur) % 11);
+    case COLL_REDUCESCATTER:
+        return input_value(COLL_ALLREDUCE, op, r, i);
     case COLL_BROADCAST:
     case NUM_COLLS:
         break;
@@ -191,6 +194,12 @@ static void run_once(const struct backend *be, const struct options *o,
     case COLL_ALLGATHER:
         be->allgather(run->send, run->recv, run->count, dtype);
         break;
+    case COLL_ALLTOALL:
+        be->alltoall(run->send, run->recv, run->count, dtype);
+        break;
+    case COLL_REDUCESCATTER:
+        be->reducescatter(run->send, run->recv, run->count, dtype, run->op);
+        break;
     case COLL_BROADCAST:
     case NUM_COLLS:
         be->broadcast(run->recv, run->count, dtype, o->root);
@@ -228,6 +237,18 @@ static void prepare(const struct options *o, struct run *run,
         memset(recvbuf, 0xff, bytes * (size_t)g_size);
         run->send =
             o->inplace ? recvbuf + (size_t)g_rank * bytes : (void *)sendbuf;
+        fill(o, run->send, run->coll, run->op, g_rank, run->count);
+        break;
+    case COLL_ALLTOALL:
+        /* count elements to each rank: block d of sendbuf goes to d. */
+        memset(recvbuf, 0xff, bytes * (size_t)g_size);
+        run->send = sendbuf;
+        fill(o, run->send, run->coll, run->op, g_rank,
+             run->count * (size_t)g_size);
+        break;
+    case COLL_REDUCESCATTER:
+        memset(recvbuf, 0xff, bytes);
+        run->send = sendbuf;
         fill(o, run->send, run->coll, run->op, g_rank, run->count);
         break;
     case COLL_BROADCAST:
@@ -275,6 +296,29 @@ static long long count_wrong(const struct options *o, const struct run *run) {
                          encode(dtype, input_value(run->coll, run->op, q, i));
         }
         break;
+    case COLL_ALLTOALL:
+        /* Block q came from rank q: its block g_rank. */
+        for (q = 0; q < g_size; q++) {
+            const unsigned char *block =
+                (const unsigned char *)run->recv + (size_t)q * run->count * es;
+            size_t from = (size_t)g_rank * run->count;
+
+            for (i = 0; i < run->count; i++)
+                wrong +=
+                    get_bits(block, es, i) !=
+                    encode(dtype, input_value(run->coll, run->op, q, from + i));
+        }
+        break;
+    case COLL_REDUCESCATTER: {
+        size_t off = 0, n = hvd_reducescatter_count(run->count, g_size, g_rank);
+
+        for (q = 0; q < g_rank; q++)
+            off += hvd_reducescatter_count(run->count, g_size, q);
+        for (i = 0; i < n; i++)
+            wrong += get_bits(run->recv, es, i) !=
+                     encode(dtype, allreduce_expected(run->op, off + i));
+        break;
+    }
     case COLL_BROADCAST:
     case NUM_COLLS:
         for (i = 0; i < run->count; i++)
@@ -319,6 +363,8 @@ static double bus_factor(enum coll coll) {
     case COLL_ALLREDUCE:
         return 2 * (n - 1) / n;
     case COLL_ALLGATHER:
+    case COLL_ALLTOALL:
+    case COLL_REDUCESCATTER:
         return (n - 1) / n;
     case COLL_BROADCAST:
     case NUM_COLLS:
@@ -342,7 +388,7 @@ void bench_coll(const struct backend *be, const struct options *o,
         op = HVD_MAX;
         opname = "max";
     }
-    if (coll != COLL_ALLREDUCE)
+    if (coll != COLL_ALLREDUCE && coll != COLL_REDUCESCATTER)
         opname = "none";
     if (g_rank == 0) {
         printf("#\n# %s, %s\n#\n", coll_names[coll],
@@ -368,10 +414,10 @@ void bench_coll(const struct backend *be, const struct options *o,
         char wrong[24], path[64] = "";
 
         /* nccl-tests: for allgather the size is what each rank receives. */
-        run.count =
-            coll == COLL_ALLGATHER ? bytes / es / (size_t)g_size : bytes / es;
-        row.bytes =
-            run.count * es * (coll == COLL_ALLGATHER ? (size_t)g_size : 1);
+        /* alltoall: count is what goes to each rank. */
+        int per_rank = coll == COLL_ALLGATHER || coll == COLL_ALLTOALL;
+        run.count = per_rank ? bytes / es / (size_t)g_size : bytes / es;
+        row.bytes = run.count * es * (per_rank ? (size_t)g_size : 1);
         if (run.count > 0) {
             measure(be, o, &run, sendbuf, recvbuf, &row);
             algbw = row.seconds > 0 ? (double)row.bytes / row.seconds / 1e9 : 0;

@@ -346,7 +346,10 @@ HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
  * (HVD_STEP_CARRY_BYTES) is "<transport>/step/<that limit>": the path of its
  * repeats, the first call runs the collective. Every rank gets the same
  * answer; the debug log and the timeline show the same for each operation.
- * @param [in]  collective "allreduce", "allgather" or "broadcast".
+ * Alltoall (bytes: what a rank sends) is "<transport>/pairwise/<chunk>",
+ * reducescatter (bytes: a rank's input) "<transport>/ring/<chunk>".
+ * @param [in]  collective "allreduce", "allgather", "broadcast",
+ *                         "alltoall" or "reducescatter".
  * @param [out] out        outlen bytes, NUL-terminated.
  */
 HVD_EXPORT hvd_status hvd_path(const char *collective, size_t bytes,
