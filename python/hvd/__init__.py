@@ -138,3 +138,49 @@ def broadcast(array, root_rank, name=None):
 
 def broadcast_(array, root_rank, name=None):
     return synchronize(broadcast_async_(array, root_rank, name))
+
+
+def alltoall_async(array, splits=None, name=None):
+    return _core.alltoall_async(_np(), array, splits, name, with_splits=True)
+
+
+def alltoall(array, splits=None, name=None):
+    """Sends splits[r] rows of array (first dimension; equal parts without
+    splits) to rank r and returns what every rank sent this one, in rank
+    order, with splits also the rows received from each rank."""
+    out = synchronize(_core.alltoall_async(_np(), array, splits, name,
+                                           eager=False, with_splits=True))
+    return out if splits is not None else out[0]
+
+
+def reducescatter_async(array, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    return _core.reducescatter_async(_np(), array, name,
+                                     resolve_op(op, None), prescale_factor,
+                                     postscale_factor)
+
+
+def reducescatter(array, name=None, op=Average, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces array across ranks and returns this rank's rows of the
+    result (the first ranks get one more when they do not divide)."""
+    return synchronize(reducescatter_async(array, name, op, prescale_factor,
+                                           postscale_factor))
+
+
+def grouped_allgather(arrays, name=None):
+    return synchronize(_core.grouped_async(
+        lambda a, n: _core.allgather_async(_np(), a, n), arrays, name,
+        "hvd.grouped_allgather"))
+
+
+def grouped_reducescatter(arrays, name=None, op=Average):
+    op = resolve_op(op, None)
+    return synchronize(_core.grouped_async(
+        lambda a, n: _core.reducescatter_async(_np(), a, n, op, 1.0, 1.0),
+        arrays, name, "hvd.grouped_reducescatter"))
+
+
+__all__ += ["alltoall", "alltoall_async", "reducescatter",
+            "reducescatter_async", "grouped_allgather",
+            "grouped_reducescatter"]

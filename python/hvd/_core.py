@@ -711,6 +711,195 @@ def allgather_async(B, x, name, eager=True):
     return _register(req)
 
 
+def _alltoall_c(cname, send, count, sendcounts, recv, recvcap, code):
+    n = len(sendcounts) if sendcounts is not None else 0
+    counts = (ctypes.c_size_t * n)(*sendcounts) if n else None
+    h = ctypes.c_void_p()
+    st = L.lib().hvd_alltoall_async(cname, send, count, counts, recv, recvcap,
+                                    None, code, ctypes.byref(h))
+    return _check_handle(st, h)
+
+
+def _invalid(message):
+    return InvalidArgumentError(L.HVD_ERR_INVALID_ARG, message)
+
+
+_noname_alltoalls = itertools.count()
+
+
+def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
+    """Sends splits[r] rows of x (along its first dimension) to every rank
+    r, in rank order, and gathers what every rank sends this one (as
+    Horovod's alltoall): a first step tells each rank how many rows come
+    and checks that the ranks agree on the dtype and the other dimensions,
+    the second moves the data. The request's info is the list of rows
+    received from each rank; with_splits, the output is (output, those
+    rows as the backend's int32 array)."""
+    what = "hvd.alltoall"
+    x = B.input(x, False, what)
+    spec = B.spec(x, what)
+    _require_init(what)
+    nranks = size()
+    shape = tuple(B.shape(x))
+    if not shape:
+        raise _invalid("%s: needs a tensor of at least one dimension" % what)
+    rows = shape[0]
+    if splits is None:
+        if rows % nranks != 0:
+            raise _invalid("%s: splits not provided, but first dimension of "
+                           "tensor is not an even multiple of the number of "
+                           "workers (%d rows, %d ranks)" %
+                           (what, rows, nranks))
+        splits = [rows // nranks] * nranks
+    else:
+        if hasattr(splits, "tolist"):
+            splits = splits.tolist()
+        splits = [int(v) for v in splits]
+        if len(splits) != nranks:
+            raise _invalid("%s: Number of entries in splits (%d) does not "
+                           "equal number of workers (%d)" %
+                           (what, len(splits), nranks))
+        if any(v < 0 for v in splits):
+            raise _invalid("%s: splits must not be negative: %s" %
+                           (what, splits))
+        if sum(splits) > rows:
+            raise _invalid("%s: Sum of splits entries (%d) is greater than "
+                           "the first dimension of tensor (%d)" %
+                           (what, sum(splits), rows))
+    if name is None:
+        with _noname_lock:
+            name = "noname.%d" % next(_noname_alltoalls)
+    rest = shape[1:]
+    row = 1
+    for d in rest:
+        row *= d
+    src = x if B.direct(x, spec) else B.carrier(x, spec)
+    B.ready((x, src))
+    meta = _meta_of(shape, spec)
+    meta_send = (ctypes.c_int64 * (_META * nranks))()
+    for r in range(nranks):  # the first dimension: rows for rank r
+        meta_send[r * _META:(r + 1) * _META] = meta[:3] + [splits[r]] + \
+            meta[4:]
+    meta_recv = (ctypes.c_int64 * (_META * nranks))()
+    h = _alltoall_c(_cname("alltoall_shape", name), meta_send,
+                    _META * nranks, None, meta_recv, _META * nranks, L.INT64)
+
+    def second(req):
+        metas = [list(meta_recv[r * _META:(r + 1) * _META])
+                 for r in range(nranks)]
+        if any(m[:3] + m[4:] != meta[:3] + meta[4:] for m in metas):
+            raise MismatchError(
+                L.HVD_ERR_MISMATCH,
+                "hvd.alltoall('%s'): ranks disagree on the dtype or on the "
+                "dimensions after the first: %s" %
+                (name, "; ".join("rank %d: %s" % (r, _describe(m))
+                                 for r, m in enumerate(metas))))
+        received = [m[3] for m in metas]
+        total = sum(received)
+        out = B.empty((total,) + tuple(rest), spec, like=x)
+        flat_src = B.flatten(src)
+        B.ready((flat_src, out))
+        req.handles.append(_alltoall_c(
+            _cname("alltoall", name), B.ptr(flat_src), rows * row,
+            [v * row for v in splits], B.ptr(out), total * row, spec.code))
+        req.keep = (req.keep, out, flat_src)
+        req.info = received
+
+        def finish():
+            result = out
+            if not (spec.native and B.same_place(x)):
+                result = B.empty_like(x, (total,) + tuple(rest))
+                B.assign(result, out)
+            return (result, B.ints(received)) if with_splits else result
+
+        req.finish = finish
+
+    req = _Request([h], (x, src, meta_send, meta_recv), None, second)
+    if eager:
+        _advance_in_background(req)
+    return _register(req)
+
+
+def reducescatter_count(rows, rank_):
+    """The rows rank_ gets of a reducescatter of rows (the first ranks one
+    more, as Horovod splits)."""
+    return int(L.lib().hvd_reducescatter_count(rows, size(), rank_))
+
+
+def reducescatter_async(B, x, name, op, pre, post):
+    """Reduces x across ranks and leaves each rank its rows of the result
+    (its first dimension cut as Horovod cuts it)."""
+    what = "hvd.reducescatter"
+    x = B.input(x, False, what)
+    spec = B.spec(x, what)
+    cop = _c_op(op, spec, what)
+    _check_scale(spec, pre, post, what)
+    _require_init(what)
+    shape = tuple(B.shape(x))
+    if not shape:
+        raise _invalid("%s: needs a tensor of at least one dimension" % what)
+    mine = (reducescatter_count(shape[0], rank()),) + shape[1:]
+    if B.direct(x, spec) and pre == 1:
+        src = x
+    else:
+        src = B.carrier(x, spec)
+        if pre != 1:
+            B.scale(src, pre, spec)
+    buf = B.empty(mine, spec, like=x)
+    B.ready((x, src, buf))
+    h = ctypes.c_void_p()
+    st = L.lib().hvd_reducescatter_shaped_async(
+        _cname("reducescatter", name), B.ptr(src), B.ptr(buf), len(shape),
+        _dims(shape), spec.code, cop, ctypes.byref(h))
+    h = _check_handle(st, h)
+
+    def finish():
+        if post != 1:
+            B.scale(buf, post, spec)
+        if spec.native and B.same_place(x):
+            return buf
+        out = B.empty_like(x, mine)
+        B.assign(out, buf)
+        return out
+
+    return _register(_Request([h], (x, src, buf), finish))
+
+
+def grouped_async(submit, xs, name, what):
+    """Several operations as one handle: submit(x, name) for each x (named
+    "<name>_<i>of<n>", as Horovod names the parts of a group); synchronize
+    returns the list of outputs, with info the list of each one's info."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("%s: needs at least one tensor" % what)
+    handles = []
+    try:
+        for i, x in enumerate(xs):
+            part = (None if name is None
+                    else "%s_%dof%d" % (name, i + 1, len(xs)))
+            handles.append(submit(x, part))
+    except BaseException:
+        for h in handles:
+            try:
+                synchronize(h)
+            except Exception:
+                pass
+        raise
+    reqs = [_lookup(h) for h in handles]
+    for h in handles:
+        del _requests[h]
+
+    def then(req):
+        outs, infos = [], []
+        for r in reqs:
+            outs.append(_complete(r))
+            infos.append(r.info)
+        req.info = infos
+        req.finish = lambda: outs
+
+    return _register(_Request([], reqs, None, then))
+
+
 # ---------------------------------------------------------------------
 # Python objects
 

@@ -111,6 +111,10 @@ class NumpyBackend:
         return x.reshape(-1)
 
     @staticmethod
+    def ints(values):
+        return np.array(values, dtype=np.int32)
+
+    @staticmethod
     def scale(buf, factor, spec):
         if spec.floating:
             np.multiply(buf, factor, out=buf, casting="unsafe")

@@ -499,3 +499,54 @@ def test_tables_match_the_c_library():
     ops = re.search(r"typedef enum \{([^}]*)\} hvd_op;", header)
     assert tuple(n.lower() for n in re.findall(r"HVD_(\w+)", ops.group(1))) \
         == L.OP_NAMES
+
+
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED)
+def test_alltoall(dtype):
+    """rank r sends (r + d) % 3 rows to rank d, rows of (source,
+    destination, index); equal parts without splits."""
+    r, n = hvd.rank(), hvd.size()
+    splits = [(r + d) % 3 for d in range(n)]
+    x = np.array([[r, d, j] for d in range(n) for j in range(splits[d])],
+                 dtype=dtype).reshape(-1, 3)
+    out, received = hvd.alltoall(x, splits=np.array(splits),
+                                 name="a2a.%s" % np.dtype(dtype).name)
+    assert received.dtype == np.int32
+    assert received.tolist() == [(s + r) % 3 for s in range(n)]
+    want = np.array([[s, r, j] for s in range(n) for j in range((s + r) % 3)],
+                    dtype=dtype).reshape(-1, 3)
+    assert out.dtype == np.dtype(dtype) and out.shape == want.shape
+    assert np.array_equal(out, want)
+    eq = hvd.alltoall(np.arange(2 * n, dtype=dtype) + r, name="a2a.eq")
+    assert np.array_equal(eq, np.array([[2 * r + s, 2 * r + 1 + s]
+                                        for s in range(n)],
+                                       dtype=dtype).reshape(-1))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED)
+def test_reducescatter(dtype, op):
+    r, n = hvd.rank(), hvd.size()
+    rows = 2 * n + 1
+    x = values(r, dtype, op, rows * 2).reshape(rows, 2)
+    out = hvd.reducescatter(x, op=op, name="rs.%s.%d" %
+                            (np.dtype(dtype).name, op))
+    full = expected(dtype, op, n, rows * 2).reshape(rows, 2)
+    first = sum(rows // n + (q < rows % n) for q in range(r))
+    mine = full[first:first + rows // n + (r < rows % n)]
+    assert out.dtype == np.dtype(dtype) and out.shape == mine.shape
+    assert np.array_equal(out, mine)
+
+
+def test_grouped_allgather_and_reducescatter():
+    r, n = hvd.rank(), hvd.size()
+    outs = hvd.grouped_allgather([np.full((r + 1,), r), np.arange(2) + r],
+                                 name="gag")
+    assert np.array_equal(outs[0], np.concatenate(
+        [np.full((q + 1,), q) for q in range(n)]))
+    assert np.array_equal(outs[1], np.concatenate(
+        [np.arange(2) + q for q in range(n)]))
+    outs = hvd.grouped_reducescatter([np.ones((n, 2)), np.ones(n)],
+                                     op=hvd.Sum, name="grs")
+    assert np.array_equal(outs[0], np.full((1, 2), float(n)))
+    assert np.array_equal(outs[1], np.full((1,), float(n)))

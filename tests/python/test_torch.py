@@ -213,6 +213,105 @@ def test_allgather_shapes():
     same(hvd.allgather(big + r), torch.cat([big + q for q in range(n)]))
 
 
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED, ids=dname)
+def test_alltoall(dtype):
+    """Uneven splits with zero parts: rank r sends (r + d) % 3 rows to rank
+    d; rows carry (source, destination, index), checked exactly."""
+    r, n = hvd.rank(), hvd.size()
+    splits = [(r + d) % 3 for d in range(n)]
+    rows = []
+    for d in range(n):
+        for j in range(splits[d]):
+            rows.append([r, d, j])
+    x = torch.tensor(rows or [[0, 0, 0]], dtype=torch.int64)[:len(rows)]
+    x = x.to(dtype)
+    out, received = hvd.alltoall(x, splits=torch.tensor(splits),
+                                 name="a2a.%s" % dname(dtype))
+    assert received.dtype == torch.int32
+    assert received.tolist() == [(s + r) % 3 for s in range(n)]
+    want = [[s, r, j] for s in range(n) for j in range((s + r) % 3)]
+    same(out, torch.tensor(want or [[0, 0, 0]],
+                           dtype=torch.int64)[:len(want)].to(dtype))
+
+
+def test_alltoall_equal_and_async_and_errors():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) + 100 * r
+    out = hvd.alltoall(x, name="a2a.equal")
+    want = torch.cat([torch.arange(2 * n * 3, dtype=torch.float32)
+                      .reshape(2 * n, 3)[2 * r:2 * r + 2] + 100 * s
+                      for s in range(n)])
+    same(out, want)
+    h = hvd.alltoall_async(x, name="a2a.async")
+    out2, received = hvd.synchronize(h)
+    same(out2, want)
+    assert received.tolist() == [2] * n
+    # Horovod's argument errors, as ValueError.
+    if n > 1:
+        with pytest.raises(ValueError, match="even multiple"):
+            hvd.alltoall(torch.zeros(n + 1), name="a2a.bad1")
+    with pytest.raises(ValueError, match="Number of entries"):
+        hvd.alltoall(torch.zeros(n), splits=[1] * (n + 1), name="a2a.bad2")
+    with pytest.raises(ValueError, match="greater than"):
+        hvd.alltoall(torch.zeros(n), splits=[2] * n, name="a2a.bad3")
+    # Ranks disagreeing on the other dimensions: every rank is told.
+    if n > 1:
+        y = torch.zeros(n, 2 if r == 0 else 3)
+        with pytest.raises(RuntimeError, match="disagree"):
+            hvd.alltoall(y, name="a2a.shape")
+
+
+def test_alltoall_autograd():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.ones(n, 2, requires_grad=True)
+    out = hvd.alltoall(x * (r + 1), name="a2a.grad")
+    (out * torch.arange(n, dtype=torch.float32).reshape(n, 1)).sum().backward()
+    # Row s of out came from rank s's row r; its gradient s goes back there.
+    same(x.grad, torch.full((n, 2), float(r + 1)) *
+         torch.full((n, 1), float(r)))
+
+
+@pytest.mark.parametrize("op", OPS, ids=OP_IDS)
+@pytest.mark.parametrize("dtype", NATIVE + CARRIED, ids=dname)
+def test_reducescatter(dtype, op):
+    r, n = hvd.rank(), hvd.size()
+    rows = 2 * n + 1  # cut unevenly: the first ranks get one row more
+    x = values(r, dtype, op, rows * 2).reshape(rows, 2)
+    out = hvd.reducescatter(x, op=op, name="rs.%s.%d" % (dname(dtype), op))
+    full = expected(dtype, op, n, rows * 2).reshape(rows, 2)
+    first = sum(rows // n + (q < rows % n) for q in range(r))
+    same(out, full[first:first + rows // n + (r < rows % n)])
+
+
+def test_reducescatter_default_average_async_and_autograd():
+    r, n = hvd.rank(), hvd.size()
+    x = torch.full((n, 3), float(2 * n), requires_grad=True)
+    h = hvd.reducescatter_async(x.detach(), name="rs.async")
+    same(hvd.synchronize(h), torch.full((1, 3), float(2 * n)))
+    out = hvd.reducescatter(x * (r + 1), op=hvd.Sum, name="rs.grad")
+    same(out.detach(), torch.full((1, 3), float(2 * n * n * (n + 1) // 2)))
+    out.sum().backward()
+    # As Horovod: the allgathered gradient, times the size for Sum, times
+    # this rank's factor.
+    same(x.grad, torch.full((n, 3), float(n * (r + 1))))
+
+
+def test_grouped_allgather_and_reducescatter():
+    r, n = hvd.rank(), hvd.size()
+    xs = [torch.full((r + 1, 2), float(r)), torch.arange(3) + r]
+    outs = hvd.grouped_allgather(xs, name="gag")
+    same(outs[0], torch.cat([torch.full((q + 1, 2), float(q))
+                             for q in range(n)]))
+    same(outs[1], torch.cat([torch.arange(3) + q for q in range(n)]))
+    h = hvd.grouped_allgather_async(xs, name="gag.async")
+    assert [o.shape[0] for o in hvd.synchronize(h)] == [
+        n * (n + 1) // 2, 3 * n]
+    ys = [torch.ones(n, 2), torch.ones(2 * n, dtype=torch.int64)]
+    outs = hvd.grouped_reducescatter(ys, op=hvd.Sum, name="grs")
+    same(outs[0], torch.full((1, 2), float(n)))
+    same(outs[1], torch.full((2,), n, dtype=torch.int64))
+
+
 @pytest.mark.parametrize("inplace", [False, True], ids=["out", "inplace"])
 @pytest.mark.parametrize("dtype", NATIVE + CARRIED + [torch.bool], ids=dname)
 def test_broadcast(dtype, inplace):

@@ -9,8 +9,7 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 docs/python.md lists what is there and what differs from Horovod (no
-alltoall, no Adasum, no process sets, GPU tensors staged through host
-memory).
+Adasum, no process sets yet).
 """
 
 from hvd._core import (ccl_built, cuda_built, ddl_built, gloo_built,
@@ -26,6 +25,10 @@ from hvd.torch.functions import (allgather_object,
                                  broadcast_parameters)
 from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,
                                Product, Sum, allgather, allgather_async,
+                               alltoall, alltoall_async, grouped_allgather,
+                               grouped_allgather_async, grouped_reducescatter,
+                               grouped_reducescatter_async, reducescatter,
+                               reducescatter_async,
                                allreduce, allreduce_, allreduce_async,
                                allreduce_async_, barrier, broadcast,
                                broadcast_, broadcast_async, broadcast_async_,
@@ -51,5 +54,8 @@ __all__ = [
     "InvalidArgumentError", "UnsupportedError", "HvdMemoryError",
     "library_path", "mpi_threads_supported", "nccl_built", "cuda_built",
     "rocm_built", "mpi_built", "gloo_built", "ddl_built", "ccl_built",
-    "is_homogeneous", "start_timeline", "stop_timeline",
+    "is_homogeneous", "start_timeline", "stop_timeline", "alltoall",
+    "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async",
 ]

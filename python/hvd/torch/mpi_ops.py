@@ -145,6 +145,10 @@ class TorchBackend:
         return x.detach().view(-1)
 
     @staticmethod
+    def ints(values):
+        return torch.tensor(values, dtype=torch.int32)
+
+    @staticmethod
     def scale(buf, factor, spec):
         with torch.no_grad():
             if buf.dtype in (torch.float16, torch.bfloat16):
@@ -385,6 +389,144 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 
 # ---------------------------------------------------------------------
+# Alltoall, reducescatter and the grouped forms
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """Starts an alltoall: splits[r] rows of tensor (first dimension) go
+    to rank r (equal parts without splits). synchronize() returns
+    (output, received_splits)."""
+    _no_process_set(process_set)
+    return _core.alltoall_async(_B, tensor, splits, name, with_splits=True)
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """Alltoall as an autograd function: the gradient goes back by an
+    alltoall with the received splits (as Horovod does)."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        output, received = synchronize(_core.alltoall_async(
+            _B, tensor, splits, name, eager=False, with_splits=True))
+        ctx.recvsplits = received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *dead_gradients):
+        grad, _ = alltoall(grad_output, splits=ctx.recvsplits)
+        return grad, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Scatters slices of tensor (along its first dimension: splits[r]
+    rows to rank r, equal parts without splits) and gathers what every
+    rank sends this one, in rank order. Returns the output, and with
+    splits also the rows received from each rank (int32). Differentiable.
+    """
+    _no_process_set(process_set)
+    return HorovodAlltoall.apply(tensor, splits, name)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter; returns a handle."""
+    _no_process_set(process_set)
+    return _core.reducescatter_async(_B, tensor, name, resolve_op(op, None),
+                                     prescale_factor, postscale_factor)
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """Reducescatter as an autograd function: the gradient is allgathered,
+    times the size for Sum and by the factors (as Horovod's: gradients
+    are taken as averaged over the ranks)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        return synchronize(_core.reducescatter_async(
+            _B, tensor, name, op, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if ctx.op == Sum:
+            grad_output = grad_output * size()
+        if ctx.prescale_factor != 1.0:
+            grad_output = grad_output * ctx.prescale_factor
+        if ctx.postscale_factor != 1.0:
+            grad_output = grad_output * ctx.postscale_factor
+        return allgather(grad_output), None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average,
+                  process_set=None, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces tensor across ranks and returns this rank's rows of the
+    result (its first dimension cut as Horovod cuts it: the first ranks
+    one row more). Differentiable."""
+    _no_process_set(process_set)
+    op = resolve_op(op, None)
+    if compression is None:
+        return HorovodReducescatter.apply(tensor, name, op, prescale_factor,
+                                          postscale_factor)
+    compressed, ctx = compression.compress(tensor)
+    return compression.decompress(HorovodReducescatter.apply(
+        compressed, name, op, prescale_factor, postscale_factor), ctx)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """Starts an allgather of each tensor as one operation; synchronize()
+    returns the list."""
+    _no_process_set(process_set)
+    return _core.grouped_async(
+        lambda t, n: _core.allgather_async(_B, t, n), tensors, name,
+        "hvd.grouped_allgather")
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """allgather of each tensor, as one operation. Differentiable."""
+    _no_process_set(process_set)
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("hvd.grouped_allgather: needs at least one tensor")
+    return [allgather(t, None if name is None else
+                      "%s_%dof%d" % (name, i + 1, len(tensors)))
+            for i, t in enumerate(tensors)]
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """Starts a reducescatter of each tensor as one operation."""
+    _no_process_set(process_set)
+    op = resolve_op(op, None)
+    return _core.grouped_async(
+        lambda t, n: _core.reducescatter_async(_B, t, n, op, prescale_factor,
+                                               postscale_factor),
+        tensors, name, "hvd.grouped_reducescatter")
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
+                          process_set=None, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor, as one operation. Differentiable."""
+    _no_process_set(process_set)
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("hvd.grouped_reducescatter: needs at least one "
+                         "tensor")
+    return [reducescatter(t, None if name is None else
+                          "%s_%dof%d" % (name, i + 1, len(tensors)),
+                          compression, op, None, prescale_factor,
+                          postscale_factor)
+            for i, t in enumerate(tensors)]
+
+
+# ---------------------------------------------------------------------
 
 
 def synchronize(handle):
@@ -415,5 +557,8 @@ __all__ = [
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "synchronize", "join",
     "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
-    "HorovodBroadcast",
+    "HorovodBroadcast", "alltoall", "alltoall_async", "HorovodAlltoall",
+    "reducescatter", "reducescatter_async", "HorovodReducescatter",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async",
 ]
