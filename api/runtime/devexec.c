@@ -283,11 +283,9 @@ static hvd_status finish_op(hvd_devexec *d, hvd_status st, uint64_t *seq_out) {
 
 hvd_status hvd_devexec_allreduce(hvd_devexec *d, const hvd_dev_tensor *t,
                                  size_t n, hvd_dtype dtype, hvd_op op,
-                                 int contributors, uint64_t *seq_out,
-                                 int *fatal_out) {
+                                 uint64_t *seq_out, int *fatal_out) {
     size_t esize = hvd_dtype_size(dtype), total = 0, off = 0, nc = 0;
-    int average_here = op == HVD_AVERAGE && contributors != d->cfg.size;
-    hvd_op cop = average_here ? HVD_SUM : op;
+    hvd_op cop = op;
     uint8_t *fb;
     hvd_status st = setup(d, fatal_out);
 
@@ -299,9 +297,6 @@ hvd_status hvd_devexec_allreduce(hvd_devexec *d, const hvd_dev_tensor *t,
     if (n == 1 && t[0].send != NULL) {
         /* One tensor: in place on the caller's buffers. */
         st = allreduce_path(d, t[0].send, t[0].recv, total, dtype, cop);
-        if (st == HVD_OK && average_here)
-            st = hvd_gpu_scale_div(d->gpu, t[0].recv, total, dtype,
-                                   contributors);
         return finish_op(d, st, seq_out);
     }
     st = hvd_gpu_fusion(d->gpu, total * esize > 0 ? total * esize : 1,
@@ -325,8 +320,6 @@ hvd_status hvd_devexec_allreduce(hvd_devexec *d, const hvd_dev_tensor *t,
         st = hvd_gpu_copies(d->gpu, d->copies, nc);
     if (st == HVD_OK)
         st = allreduce_path(d, fb, fb, total, dtype, cop);
-    if (st == HVD_OK && average_here)
-        st = hvd_gpu_scale_div(d->gpu, fb, total, dtype, contributors);
     /* Unpack. */
     off = nc = 0;
     for (size_t i = 0; i < n && st == HVD_OK; i++) {

@@ -78,13 +78,13 @@ void hvd_devexec_abort(hvd_devexec *dev);
  * the GPU cannot be used on some rank (every rank fails the operation
  * alike, with the sentence), 1 when the job cannot go on.
  *
- * allreduce: tensors t[0..n), one collective (fused unless n == 1);
- * contributors < size means joined ranks: HVD_AVERAGE divides by it.
+ * allreduce: tensors t[0..n), one collective (fused unless n == 1); a
+ * joined rank's tensors (send NULL) are the neutral element, and
+ * HVD_AVERAGE divides by the job's size all the same.
  */
 hvd_status hvd_devexec_allreduce(hvd_devexec *dev, const hvd_dev_tensor *t,
                                  size_t n, hvd_dtype dtype, hvd_op op,
-                                 int contributors, uint64_t *seq_out,
-                                 int *fatal_out);
+                                 uint64_t *seq_out, int *fatal_out);
 hvd_status hvd_devexec_broadcast(hvd_devexec *dev, void *buf, size_t count,
                                  hvd_dtype dtype, int root, uint64_t *seq_out,
                                  int *fatal_out);

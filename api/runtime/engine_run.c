@@ -221,7 +221,7 @@ static hvd_status run_device_allreduce(hvd_engine *eng, resp *rs, size_t first,
                                  .count = rs[i].desc.counts[c]};
     }
     st = hvd_devexec_allreduce(eng->dev, eng->dtens, n, r0->desc.dtype,
-                               r0->desc.op, r0->contributors, &seq, &fatal);
+                               r0->desc.op, &seq, &fatal);
     return dev_handed(eng, reqs, nreq, st, fatal, seq, "ALLREDUCE", t, (int)n,
                       total * hvd_dtype_size(r0->desc.dtype));
 }
@@ -255,9 +255,9 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     const resp *r0 = &rs[first];
     hvd_dtype dtype = r0->desc.dtype;
     size_t esize = hvd_dtype_size(dtype);
-    int average_here =
-        r0->desc.op == HVD_AVERAGE && r0->contributors != eng->size;
-    hvd_op op = average_here ? HVD_SUM : r0->desc.op;
+    /* With ranks joined, they contribute the neutral element, and an
+     * average still divides by the job's size (Horovod's semantics). */
+    hvd_op op = r0->desc.op;
     size_t total = 0, ntensors = 0;
     int64_t t;
     hvd_status st;
@@ -288,8 +288,6 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
         hvd_timeline_begin(eng->timeline, r0->name, "ALLREDUCE", t, args);
         st =
             hvd_coll_allreduce(eng->data, req->send[0], recv, total, dtype, op);
-        if (st == HVD_OK && average_here)
-            hvd_reduce_scale_div(recv, total, dtype, r0->contributors);
         t = hvd_now_ns();
         hvd_timeline_end(eng->timeline, r0->name, t);
         eng->n_collectives++;
@@ -325,8 +323,6 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     for (size_t i = first; i < last; i++)
         hvd_timeline_begin(eng->timeline, rs[i].name, "ALLREDUCE", t, args);
     st = hvd_coll_allreduce(eng->data, fb, fb, total, dtype, op);
-    if (st == HVD_OK && average_here)
-        hvd_reduce_scale_div(fb, total, dtype, r0->contributors);
     eng->n_collectives++;
     t = stamp(eng);
     for (size_t i = first; i < last; i++)

@@ -705,9 +705,10 @@ static void expect_all(const char *name, int step, const float *buf,
  * Rank size-1 runs JOIN_SHORT_STEPS steps, the others JOIN_LONG_STEPS, each
  * an allreduce sum and average of rank + 1. From step JOIN_SHORT_STEPS on,
  * rank size-1 has joined: only ranks 0..size-2 contribute, so the sum is
- * n(n+1)/2 and the average that divided by n, for n = size - 1. The
+ * n(n+1)/2 for n = size - 1, and the average that sum divided by the job's
+ * size (Horovod's semantics: the joined rank counts as a zero). The
  * average is computed here as the library must: the float sum divided by
- * the float count (exact operands, so one correctly rounded result).
+ * the float size (exact operands, so one correctly rounded result).
  */
 static void test_join(void) {
     int steps = g_rank == g_size - 1 ? JOIN_SHORT_STEPS : JOIN_LONG_STEPS;
@@ -734,7 +735,7 @@ static void test_join(void) {
         memset(recv, SENTINEL_BYTE, JOIN_COUNT * sizeof(float));
         expect_ok(name, hvd_allreduce(name, send, recv, JOIN_COUNT, HVD_FLOAT32,
                                       HVD_AVERAGE));
-        expect_all(name, step, recv, sum / (float)n);
+        expect_all(name, step, recv, sum / (float)g_size);
     }
 
     expect_ok("hvd_join", hvd_join(&last));

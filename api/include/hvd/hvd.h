@@ -204,9 +204,10 @@ HVD_EXPORT size_t hvd_reducescatter_count(size_t count, int size, int r);
  * For a rank that has run out of data: while it is joined, the other
  * ranks' allreduces complete without it, as if it had contributed the
  * neutral element (0 for sum and average, 1 for product, the largest or
- * smallest value for min and max); an average divides by the number of
- * ranks that did contribute. Broadcasts and allgathers cannot complete
- * without a rank and fail with HVD_ERR_INVALID_ARG while one is joined.
+ * smallest value for min and max); an average still divides by the job's
+ * size, as in Horovod (the joined rank counts as a zero). Broadcasts,
+ * allgathers, alltoalls and reducescatters cannot complete without a rank
+ * and fail with HVD_ERR_INVALID_ARG while one is joined.
  * Returns once every rank has called hvd_join.
  * @param [out] last_rank_out the last rank to join (may be NULL).
  */
