@@ -34,7 +34,6 @@
 static struct {
     pthread_mutex_t lock;
     int initialized;
-    int was_initialized; /* a multi-rank job was shut down */
     hvd_setup job;       /* api/runtime/setup.h */
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
@@ -53,6 +52,25 @@ const char *hvd_strerror(hvd_status status) {
 
 const char *hvd_last_error(void) { return hvd_error_get(); }
 
+#ifdef HVD_WITH_MPI
+/* Whether the last hvd_shutdown ended in order (then MPI is finalized at
+ * exit, if hvd initialized it). */
+static int mpi_orderly;
+
+static void mpi_at_exit(void) {
+    if (mpi_orderly)
+        hvd_mpi_env_finalize();
+}
+
+static void finalize_mpi_at_exit(int orderly) {
+    static int registered;
+
+    mpi_orderly = orderly;
+    if (!registered && atexit(mpi_at_exit) == 0)
+        registered = 1;
+}
+#endif
+
 hvd_status hvd_init(void) {
     hvd_engine_config ec;
     hvd_status st = HVD_OK;
@@ -67,13 +85,6 @@ hvd_status hvd_init(void) {
     if (st != HVD_OK)
         goto fail;
     hvd_log_set_rank(g.job.info.rank);
-    if (g.was_initialized && g.job.info.size > 1) {
-        st = hvd_error_set(HVD_ERR_SHUTDOWN,
-                           "hvd_init after hvd_shutdown is not supported in "
-                           "a job of %d ranks in this release",
-                           g.job.info.size);
-        goto fail;
-    }
     g.job.tp_mem_types = 0;
     g.job.homogeneous = 1;
     st = hvd_setup_gpu(&g.job);
@@ -113,20 +124,18 @@ hvd_status hvd_shutdown(void) {
      * goodbye, unless the job failed (nothing orderly is left to do). */
     st = hvd_engine_stop(g.engine);
     g.engine = NULL;
-    if (g.job.tps.tp != NULL) {
-        if (st == HVD_OK)
-            st = hvd_setup_goodbye(&g.job);
-        g.was_initialized = 1;
-    }
+    if (g.job.tps.tp != NULL && st == HVD_OK)
+        st = hvd_setup_goodbye(&g.job);
     hvd_setup_close(&g.job);
 #ifdef HVD_WITH_MPI
-    /* Only if hvd initialized MPI, and only after an orderly end:
+    /* MPI, if hvd initialized it, is finalized when the process exits, so
+     * that hvd_init may start the job again in the same process (MPI can
+     * be initialized once only); and only after an orderly end:
      * MPI_Finalize waits for every rank, so after a lost or stopped rank
      * it would never return. MPI is then left as it is; the process is
      * about to report the failure and exit. */
-    if (st == HVD_OK)
-        hvd_mpi_env_finalize();
-    else
+    finalize_mpi_at_exit(st == HVD_OK);
+    if (st != HVD_OK)
         HVD_INFO("api", "not finalizing MPI: the job failed, and "
                         "MPI_Finalize would wait for the rank it lost");
 #endif

@@ -69,10 +69,24 @@ typedef struct rconn {
     uint8_t *body;
     size_t body_len;
     size_t body_got;
-    /* Outgoing: the round's shared result buffer. */
+    /* Outgoing: a round's result, shared (a reference held while it is
+     * sent: the next round, of the next generation, may start before). */
+    struct rresult *out;
     size_t out_off;
     int sending;
 } rconn;
+
+/* A round's answer, as sent: length prefix and Result. */
+typedef struct rresult {
+    int refs;
+    size_t len;
+    uint8_t data[];
+} rresult;
+
+static void result_put(rresult *r) {
+    if (r != NULL && --r->refs == 0)
+        free(r);
+}
 
 struct hvd_rdv_server {
     int lfd;
@@ -87,12 +101,12 @@ struct hvd_rdv_server {
     int nconns;
     int *rank_conn; /* rank -> index into conns, -1 */
     int joined;
+    uint32_t generation; /* rendezvous started again after a shutdown */
     uint32_t round;
     uint8_t **blobs; /* this round's blob per rank, NULL if not yet */
     size_t *blob_len;
     int have;
-    uint8_t *result; /* length-prefixed Result of the last round */
-    size_t result_len;
+    rresult *result; /* the last round's answer */
 };
 
 static void arm_timer(hvd_rdv_server *srv, int on) {
@@ -117,6 +131,7 @@ static void conn_close(hvd_rdv_server *srv, rconn *c) {
         epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
     }
+    result_put(c->out);
     free(c->body);
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -261,9 +276,9 @@ static void accept_all(hvd_rdv_server *srv) {
 
 /* Sends what is left of the round's result to c. */
 static void conn_flush(hvd_rdv_server *srv, rconn *c) {
-    while (c->sending && c->out_off < srv->result_len) {
+    while (c->sending && c->out_off < c->out->len) {
         ssize_t n =
-            send(c->fd, srv->result + c->out_off, srv->result_len - c->out_off,
+            send(c->fd, c->out->data + c->out_off, c->out->len - c->out_off,
                  MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out_off += (size_t)n;
@@ -280,6 +295,8 @@ static void conn_flush(hvd_rdv_server *srv, rconn *c) {
         }
     }
     c->sending = 0;
+    result_put(c->out);
+    c->out = NULL;
     conn_watch(srv, c, EPOLLIN);
 }
 
@@ -297,19 +314,21 @@ static void finish_round(hvd_rdv_server *srv) {
         blobs[r].len = srv->blob_len[r];
     }
     res.round = srv->round;
+    res.generation = srv->generation;
     res.n_blobs = (size_t)srv->size;
     res.blobs = blobs;
     len = hvd__rdv__result__get_packed_size(&res);
-    free(srv->result);
-    srv->result = malloc(len + LEN_PREFIX);
+    result_put(srv->result);
+    srv->result = malloc(sizeof(*srv->result) + len + LEN_PREFIX);
     if (srv->result == NULL) {
         free(blobs);
         HVD_ERROR("rdv", "out of memory building round %u", srv->round);
         return;
     }
-    hvd_put32(srv->result, (uint32_t)len);
-    hvd__rdv__result__pack(&res, srv->result + LEN_PREFIX);
-    srv->result_len = len + LEN_PREFIX;
+    srv->result->refs = 1;
+    srv->result->len = len + LEN_PREFIX;
+    hvd_put32(srv->result->data, (uint32_t)len);
+    hvd__rdv__result__pack(&res, srv->result->data + LEN_PREFIX);
     free(blobs);
 
     HVD_DEBUG("rdv", "round %u complete (%d ranks)", srv->round, srv->size);
@@ -323,6 +342,9 @@ static void finish_round(hvd_rdv_server *srv) {
         if (srv->rank_conn[r] < 0)
             continue;
         rconn *c = &srv->conns[srv->rank_conn[r]];
+        result_put(c->out);
+        c->out = srv->result;
+        c->out->refs++;
         c->sending = 1;
         c->out_off = 0;
         conn_flush(srv, c);
@@ -339,12 +361,25 @@ static void on_message(hvd_rdv_server *srv, rconn *c) {
         conn_close(srv, c);
         return;
     }
-    if (msg->round != srv->round || srv->blobs[c->rank] != NULL ||
-        msg->blob.len > HVD_RDV_MAX_BLOB) {
+    /* The job was shut down and starts again (hvd_init after
+     * hvd_shutdown): every rank finished the last generation's rounds
+     * before any could shut down, so a new one starts when the first rank
+     * comes back. */
+    if (msg->generation == srv->generation + 1 && msg->round == 0 &&
+        srv->have == 0) {
+        HVD_INFO("rdv", "rendezvous %u starts (rank %d came back)",
+                 msg->generation, c->rank);
+        srv->generation++;
+        srv->round = 0;
+    }
+    if (msg->generation != srv->generation || msg->round != srv->round ||
+        srv->blobs[c->rank] != NULL || msg->blob.len > HVD_RDV_MAX_BLOB) {
         HVD_WARN("rdv",
-                 "dropped rank %d at %s: contribution to round %u (%zu "
-                 "bytes) while round %u is open",
-                 c->rank, c->name, msg->round, msg->blob.len, srv->round);
+                 "dropped rank %d at %s: contribution to round %u of "
+                 "rendezvous %u (%zu bytes) while round %u of rendezvous %u "
+                 "is open",
+                 c->rank, c->name, msg->round, msg->generation, msg->blob.len,
+                 srv->round, srv->generation);
         hvd__rdv__contribute__free_unpacked(msg, NULL);
         conn_close(srv, c);
         return;
@@ -531,7 +566,7 @@ void hvd_rdv_server_destroy(hvd_rdv_server *srv) {
         close(srv->tfd);
     free(srv->blobs);
     free(srv->blob_len);
-    free(srv->result);
+    result_put(srv->result);
     free(srv->rank_conn);
     free(srv->conns);
     free(srv->secret);
@@ -544,9 +579,13 @@ void hvd_rdv_server_destroy(hvd_rdv_server *srv) {
 typedef struct rdv_client {
     hvd_bootstrap bs;
     int fd;
+    uint32_t generation;
     uint32_t round;
     int64_t deadline;
 } rdv_client;
+
+/* Rendezvous this process started (hvd_init holds its lock around it). */
+static uint32_t client_generations;
 
 /* Blocking I/O on a non-blocking socket, bounded by deadline. */
 static hvd_status io_all(rdv_client *cl, void *buf, size_t len, int out) {
@@ -600,6 +639,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
                              "bootstrap blob of %zu bytes (at most %d)", len,
                              HVD_RDV_MAX_BLOB);
     msg.round = cl->round;
+    msg.generation = cl->generation;
     msg.blob.data = (uint8_t *)(uintptr_t)mine;
     msg.blob.len = len;
     plen = hvd__rdv__contribute__get_packed_size(&msg);
@@ -632,6 +672,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
         goto out;
     res = hvd__rdv__result__unpack(NULL, plen, buf);
     if (res == NULL || res->round != cl->round ||
+        res->generation != cl->generation ||
         res->n_blobs != (size_t)bs->size) {
         st = hvd_error_set(HVD_ERR_TRANSPORT,
                            "malformed answer from the rendezvous server for "
@@ -723,6 +764,7 @@ hvd_status hvd_rdv_client_connect(const char *addr, int port, int rank,
     st = hvd_net_local_addr(cl->fd, local_addr_out, 64);
     if (st != HVD_OK)
         goto fail;
+    cl->generation = client_generations++;
     *out = &cl->bs;
     return HVD_OK;
 fail:

@@ -781,6 +781,29 @@ int main(int argc, char **argv) {
                     "HVD_ERR_NOT_INITIALIZED or HVD_ERR_SHUTDOWN");
     }
 
+    /* hvd_init after hvd_shutdown starts the job again in this process
+     * (Horovod's Gloo-flavoured suite and elastic training do), a few
+     * times, each with a name of the last generation and a new one. */
+    for (int gen = 1; gen <= 3; gen++) {
+        char name[32];
+        float x = (float)(g_rank + gen), sum = 0.0f;
+        float want = (float)(g_size * gen + g_size * (g_size - 1) / 2);
+
+        expect_ok("init.after_shutdown", hvd_init());
+        expect_true("init.after_shutdown.rank",
+                    hvd_rank() == g_rank && hvd_size() == g_size,
+                    "rank or size changed across hvd_init after shutdown");
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof(name), "gen.%d", k == 0 ? 0 : gen);
+            expect_ok("gen.allreduce",
+                      hvd_allreduce(name, &x, &sum, 1, HVD_FLOAT32, HVD_SUM));
+            expect_true("gen.sum", sum == want,
+                        "wrong sum after hvd_init after hvd_shutdown");
+        }
+        expect_ok("gen.barrier", hvd_barrier());
+        expect_ok("gen.shutdown", hvd_shutdown());
+    }
+
     if (g_skipped > 0)
         printf("note: %lu allreduce cases skipped: their exact results do "
                "not fit the dtype at size %d\n",

@@ -728,3 +728,17 @@ def test_build_facts():
                "rocm_built", "is_homogeneous"):
         assert getattr(hvd, fn)() == getattr(core, fn)(), fn
     assert hvd.is_homogeneous() is True
+
+
+def test_init_after_shutdown():
+    """As Horovod's Gloo-flavoured suite does between tests: shutdown, then
+    init again in the same process, and the job goes on (twice)."""
+    r, n = hvd.rank(), hvd.size()
+    for gen in range(2):
+        hvd.shutdown()
+        assert not hvd.is_initialized()
+        hvd.init()
+        assert (hvd.rank(), hvd.size()) == (r, n)
+        out = hvd.allreduce(torch.tensor([float(r + gen)]), op=hvd.Sum,
+                            name="reinit")
+        same(out, torch.tensor([float(n * gen + n * (n - 1) // 2)]))
