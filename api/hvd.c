@@ -34,7 +34,7 @@
 static struct {
     pthread_mutex_t lock;
     int initialized;
-    hvd_setup job;       /* api/runtime/setup.h */
+    hvd_setup job; /* api/runtime/setup.h */
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER, .job.gpu_device = -1};

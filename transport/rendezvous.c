@@ -277,9 +277,8 @@ static void accept_all(hvd_rdv_server *srv) {
 /* Sends what is left of the round's result to c. */
 static void conn_flush(hvd_rdv_server *srv, rconn *c) {
     while (c->sending && c->out_off < c->out->len) {
-        ssize_t n =
-            send(c->fd, c->out->data + c->out_off, c->out->len - c->out_off,
-                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = send(c->fd, c->out->data + c->out_off,
+                         c->out->len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out_off += (size_t)n;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -672,8 +671,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
         goto out;
     res = hvd__rdv__result__unpack(NULL, plen, buf);
     if (res == NULL || res->round != cl->round ||
-        res->generation != cl->generation ||
-        res->n_blobs != (size_t)bs->size) {
+        res->generation != cl->generation || res->n_blobs != (size_t)bs->size) {
         st = hvd_error_set(HVD_ERR_TRANSPORT,
                            "malformed answer from the rendezvous server for "
                            "round %u",
