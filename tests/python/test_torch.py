@@ -742,3 +742,32 @@ def test_init_after_shutdown():
         out = hvd.allreduce(torch.tensor([float(r + gen)]), op=hvd.Sum,
                             name="reinit")
         same(out, torch.tensor([float(n * gen + n * (n - 1) // 2)]))
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "as_dense"])
+def test_sparse_gradients(dense):
+    """An embedding with sparse gradients under DistributedOptimizer (as
+    Horovod's test_sparse_embeddings): the indices and values are
+    allgathered (or, sparse_as_dense, the dense gradient allreduced) and
+    the step applies the average over the ranks."""
+    r, n = hvd.rank(), hvd.size()
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    with torch.no_grad():
+        emb.weight.copy_(torch.arange(30.0).reshape(10, 3))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=emb.named_parameters(),
+                                   sparse_as_dense=dense)
+    emb(torch.tensor([r, r + 1, 0])).sum().backward()
+    assert emb.weight.grad.is_sparse
+    opt.step()
+    counts = torch.zeros(10)
+    for q in range(n):
+        for k in (q, q + 1, 0):
+            counts[k] += 1
+    want = torch.arange(30.0).reshape(10, 3) - (counts / n).reshape(10, 1)
+    assert torch.allclose(emb.weight.detach(), want, atol=1e-6)
+    handle = hvd.sparse_allreduce_async(
+        torch.sparse_coo_tensor(torch.tensor([[r]]), torch.tensor([2.0]),
+                                (n,)), name="sparse.direct", op=hvd.Sum)
+    got = hvd.synchronize(handle).to_dense()
+    same(got, torch.full((n,), 2.0))

@@ -526,12 +526,37 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
             for i, t in enumerate(tensors)]
 
 
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """Reduces a sparse tensor as Horovod does: its indices and values are
+    allgathered (every rank's entries, duplicates summed when the tensor is
+    used), the values divided by the size for Average. Returns a callable
+    handle: synchronize(handle) (or handle()) gives the sparse result."""
+    _no_process_set(process_set)
+    t = tensor
+    indices = allgather_async(t._indices().transpose(0, 1).contiguous(),
+                              name="%s.indices" % name)
+    values = allgather_async(t._values(), name="%s.values" % name)
+
+    def handle():
+        v = synchronize(values)
+        i = synchronize(indices)
+        v = v / size() if op == Average else v
+        if i.dim() == 0 or v.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())
+
+    return handle
+
+
 # ---------------------------------------------------------------------
 
 
 def synchronize(handle):
     """Waits for the operation of handle; returns its output tensor (or
-    list, for a grouped allreduce)."""
+    list, for a grouped operation). A callable handle (sparse_allreduce)
+    is called."""
+    if callable(handle):
+        return handle()
     return _core.synchronize(handle)
 
 
@@ -539,6 +564,20 @@ def join(device=-1):
     """This rank is out of data: until every rank has joined, the others'
     allreduces complete without it. Returns the last rank to join."""
     return _core.join(device)
+
+
+def mpi_enabled():
+    """True if this job runs over MPI (started by mpirun without hvdrun's
+    rendezvous), as Horovod's: whether MPI is its controller."""
+    import os
+    return bool(_core.mpi_built()) and \
+        "OMPI_COMM_WORLD_SIZE" in os.environ and \
+        "HVD_RENDEZVOUS_ADDR" not in os.environ
+
+
+def gloo_enabled():
+    """False: hvd has no Gloo (its own TCP transport does Gloo's job)."""
+    return False
 
 
 def _no_process_set(process_set):
@@ -560,5 +599,6 @@ __all__ = [
     "HorovodBroadcast", "alltoall", "alltoall_async", "HorovodAlltoall",
     "reducescatter", "reducescatter_async", "HorovodReducescatter",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
-    "grouped_reducescatter_async",
+    "grouped_reducescatter_async", "sparse_allreduce_async", "mpi_enabled",
+    "gloo_enabled",
 ]

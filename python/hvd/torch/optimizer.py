@@ -16,6 +16,7 @@ import torch
 
 from hvd.torch.compression import Compression
 from hvd.torch.mpi_ops import (Average, allreduce_async_, resolve_op,
+                               sparse_allreduce_async,
                                synchronize)
 
 
@@ -101,11 +102,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor = p.grad
         if tensor.is_sparse:
             if not self.sparse_as_dense:
-                raise ValueError("hvd: sparse gradients need "
-                                 "DistributedOptimizer(sparse_as_dense="
-                                 "True)")
+                # As Horovod: the indices and values are allgathered.
+                return sparse_allreduce_async(tensor, name=name,
+                                              op=self.op), None
             tensor = tensor.to_dense()
-            p.grad = tensor
         if self.op == Average:
             # Split the average between the factors; libhvd divides by
             # the number of ranks.
@@ -159,7 +159,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 output = synchronize(handle)
                 self._allreduce_delay[p] = self.backward_passes_per_step
                 with torch.no_grad():
-                    p.grad.set_(self._compression.decompress(output, ctx))
+                    if p.grad.is_sparse:
+                        reduced = output if ctx is None else \
+                            self._compression.decompress(output, ctx)
+                        if not reduced.is_sparse:  # sparse_as_dense
+                            reduced = reduced.to_sparse()
+                        # Sparse tensors have no set_: the same in two.
+                        p.grad.zero_().add_(reduced)
+                    else:
+                        p.grad.set_(self._compression.decompress(output,
+                                                                 ctx))
         finally:
             self._handles.clear()
         self._synchronized = True
