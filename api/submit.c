@@ -14,6 +14,7 @@
 #include "api/hvd_internal.h"
 #include "api/job.h"
 #include "api/runtime/engine.h"
+#include "collectives/coll.h"
 #include "transport/base/dtype.h"
 #include "transport/base/error.h"
 #include "transport/base/memtype.h"
@@ -198,15 +199,51 @@ static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
     return hand_over(fn, req, out);
 }
 
+/* What Adasum needs (as Horovod's CPU Adasum): a power-of-two number of
+ * ranks, a floating dtype Horovod reduces that way, host memory. */
+static hvd_status adasum_check(const char *fn, const char *name,
+                               const void *sendbuf, size_t count,
+                               hvd_dtype dtype) {
+    hvd_meminfo mi;
+
+    int size = hvd_size() > 0 ? hvd_size() : 1;
+
+    if (!hvd_adasum_supports(size, HVD_FLOAT32))
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "%s('%s'): op=HVD_ADASUM runs on a power-of-two "
+                             "number of ranks, and this job has %d; use "
+                             "HVD_AVERAGE",
+                             fn, NAME(name), size);
+    if (!hvd_adasum_supports(size, dtype))
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "%s('%s'): op=HVD_ADASUM reduces float16, "
+                             "float32 and float64, not %s",
+                             fn, NAME(name), hvd_dtype_name(dtype));
+    if (count > 0 && sendbuf != NULL) {
+        hvd_mem_classify(sendbuf, &mi);
+        if (mi.type == HVD_MEM_DEVICE)
+            return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                                 "%s('%s'): op=HVD_ADASUM on GPU memory is "
+                                 "not supported yet: pass host memory",
+                                 fn, NAME(name));
+    }
+    return HVD_OK;
+}
+
 /* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
 static hvd_status allreduce_async(const char *fn, const char *name,
                                   const void *sendbuf, void *recvbuf,
                                   size_t count, int ndim, const int64_t *shape,
                                   hvd_dtype dtype, hvd_op op, hvd_handle *out) {
-    if (!hvd_op_valid(op))
+    if (op == HVD_ADASUM) {
+        hvd_status st = adasum_check(fn, name, sendbuf, count, dtype);
+        if (st != HVD_OK)
+            return st;
+    } else if (!hvd_op_valid(op)) {
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
                              (int)op);
+    }
     return submit_one(fn, name, HVD_KIND_ALLREDUCE, sendbuf, recvbuf, count,
                       ndim, shape, dtype, op, 0, out);
 }
@@ -250,7 +287,12 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
     for (int i = 0; st == HVD_OK && i < n; i++)
         st =
             check_buffers(fn, name, sendbufs[i], recvbufs[i], counts[i], dtype);
-    if (st == HVD_OK && !hvd_op_valid(op))
+    if (st == HVD_OK && op == HVD_ADASUM)
+        st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                           "%s('%s'): a grouped allreduce with HVD_ADASUM is "
+                           "not supported yet: reduce each tensor on its own",
+                           fn, NAME(name));
+    else if (st == HVD_OK && !hvd_op_valid(op))
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
                            (int)op);
@@ -380,6 +422,11 @@ static hvd_status reducescatter_async(const char *fn, const char *name,
                                       size_t count, int ndim,
                                       const int64_t *shape, hvd_dtype dtype,
                                       hvd_op op, hvd_handle *out) {
+    if (op == HVD_ADASUM)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): HVD_ADASUM is for allreduce only (as "
+                             "in Horovod)",
+                             fn, NAME(name));
     if (!hvd_op_valid(op))
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "%s('%s'): op %d is not an hvd_op", fn, NAME(name),

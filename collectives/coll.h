@@ -152,6 +152,16 @@ hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
 hvd_status hvd_direct_broadcast(hvd_comm *comm, void *buf, size_t bytes,
                                 int root);
 
+/*
+ * Adasum (adasum.c): the allreduce that combines gradients by adaptive
+ * summation instead of adding them, as Horovod's CPU Adasum; count
+ * elements of float16, float32 or float64 on a power-of-two number of
+ * ranks (hvd_adasum_supports), sendbuf == recvbuf allowed.
+ */
+int hvd_adasum_supports(int size, hvd_dtype dtype);
+hvd_status hvd_adasum_allreduce(hvd_comm *comm, const void *sendbuf,
+                                void *recvbuf, size_t count, hvd_dtype dtype);
+
 /* Which algorithm the selector takes for this call (never AUTO). */
 hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes);
 hvd_algo hvd_select_broadcast(const hvd_comm *comm, size_t bytes);

@@ -380,7 +380,7 @@ void hvd_reduce_fill_neutral(void *buf, size_t count, hvd_dtype dtype,
                              hvd_op op) {
     /* 0 for sums, 1 for products, the top of the range for MIN and the
      * bottom for MAX: x op neutral == x for every x. */
-    if (op == HVD_SUM || op == HVD_AVERAGE) {
+    if (op == HVD_SUM || op == HVD_AVERAGE || op == HVD_ADASUM) {
         memset(buf, 0, count * hvd_dtype_size(dtype));
         return;
     }

@@ -30,7 +30,8 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     if (!hvd_dtype_valid((hvd_dtype)dtype))
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown dtype %u",
                              what, name, dtype);
-    if (!hvd_op_valid((hvd_op)op))
+    if (!hvd_op_valid((hvd_op)op) &&
+        !(op == HVD_ADASUM && kind == HVD_KIND_ALLREDUCE))
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown op %u",
                              what, name, op);
     if (mem >= HVD_MEM_COUNT)

@@ -246,6 +246,14 @@ static hvd_status run_device_other(hvd_engine *eng, const resp *r,
         (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype));
 }
 
+/* The allreduce of op: Adasum's own algorithm, or the selector's. */
+static hvd_status allreduce_op(hvd_engine *eng, const void *send, void *recv,
+                               size_t count, hvd_dtype dtype, hvd_op op) {
+    if (op == HVD_ADASUM)
+        return hvd_adasum_allreduce(eng->data, send, recv, count, dtype);
+    return hvd_coll_allreduce(eng->data, send, recv, count, dtype, op);
+}
+
 /*
  * Allreduces resps[first, last): one collective, in place on the caller's
  * buffers for a single tensor, else through the fusion buffer.
@@ -286,8 +294,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
                                  eng->rank, r0->name);
         void *recv = req->recv[0];
         hvd_timeline_begin(eng->timeline, r0->name, "ALLREDUCE", t, args);
-        st =
-            hvd_coll_allreduce(eng->data, req->send[0], recv, total, dtype, op);
+        st = allreduce_op(eng, req->send[0], recv, total, dtype, op);
         t = hvd_now_ns();
         hvd_timeline_end(eng->timeline, r0->name, t);
         eng->n_collectives++;
@@ -322,7 +329,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     t = stamp(eng);
     for (size_t i = first; i < last; i++)
         hvd_timeline_begin(eng->timeline, rs[i].name, "ALLREDUCE", t, args);
-    st = hvd_coll_allreduce(eng->data, fb, fb, total, dtype, op);
+    st = allreduce_op(eng, fb, fb, total, dtype, op);
     eng->n_collectives++;
     t = stamp(eng);
     for (size_t i = first; i < last; i++)
@@ -541,8 +548,9 @@ static int fuses(const hvd_engine *eng, const resp *rs, size_t first, size_t i,
     size_t bytes =
         (size_t)hvd_opdesc_total(&b->desc) * hvd_dtype_size(b->desc.dtype);
 
+    /* Adasum's coefficients are per tensor: it never fuses. */
     return b->status == HVD_OK && b->parts == NULL &&
-           b->desc.kind == HVD_KIND_ALLREDUCE &&
+           b->desc.kind == HVD_KIND_ALLREDUCE && b->desc.op != HVD_ADASUM &&
            b->desc.dtype == a->desc.dtype && b->desc.op == a->desc.op &&
            b->desc.mem == a->desc.mem && b->contributors == a->contributors &&
            b->self_joined == a->self_joined &&

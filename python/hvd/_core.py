@@ -33,21 +33,10 @@ from hvd import _lib as L
 from hvd._lib import (FLOATING, HvdError, InvalidArgumentError,
                       MismatchError)
 
-# Reduction ops, as hvd.Sum etc. (the values of hvd_op).
+# Reduction ops, as hvd.Sum etc. (the values of hvd_op). Adasum is for
+# allreduce only (float16/32/64, a power-of-two number of ranks).
 Sum, Average, Min, Max, Product = L.SUM, L.AVERAGE, L.MIN, L.MAX, L.PRODUCT
-
-
-class _Unsupported:
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return "hvd.%s" % self.name
-
-
-# Horovod's Adasum: named so that trainers which mention it import, refused
-# when used.
-Adasum = _Unsupported("Adasum")
+Adasum = L.ADASUM
 
 
 def resolve_op(op, average):
@@ -62,11 +51,9 @@ def resolve_op(op, average):
         op = Average if average else Sum
     if op is None:
         return Average
-    if op is Adasum:
-        raise NotImplementedError("hvd has no Adasum; use op=hvd.Average")
-    if op not in (Sum, Average, Min, Max, Product):
+    if op not in (Sum, Average, Min, Max, Product, Adasum):
         raise ValueError("hvd: op %r is not one of hvd.Sum, hvd.Average, "
-                         "hvd.Min, hvd.Max, hvd.Product" % (op,))
+                         "hvd.Min, hvd.Max, hvd.Product, hvd.Adasum" % (op,))
     return op
 
 
@@ -468,13 +455,18 @@ def _wait_c(h):
 def _c_op(op, spec, what):
     """The hvd_op for op on spec's dtype: a bool travels as uint8, where
     max is logical or and min logical and."""
+    if op == Adasum and size() & (size() - 1):
+        # Horovod's words.
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks "
+                                  "is not supported yet.")
     if not spec.is_bool:
         return op
     if op in (Sum, Max):
         return Max
     if op in (Min, Product):
         return Min
-    raise TypeError("%s: op=Average is not defined on bool tensors" % what)
+    raise TypeError("%s: op=%s is not defined on bool tensors" %
+                    (what, "Adasum" if op == Adasum else "Average"))
 
 
 def _check_scale(spec, pre, post, what):

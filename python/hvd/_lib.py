@@ -46,8 +46,8 @@ DTYPE_SIZES = (1, 1, 4, 8, 2, 2, 4, 8)
 FLOATING = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
 
 # hvd_op
-SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
-OP_NAMES = ("sum", "average", "min", "max", "product")
+SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = range(6)
+OP_NAMES = ("sum", "average", "min", "max", "product", "adasum")
 
 
 class HvdError(Exception):

@@ -50,10 +50,10 @@ endforeach()
 # Alltoall and reducescatter (test_scatter.c), through hvdrun at np 1-4 and
 # under Open MPI's mpirun over TCP and over the MPI transport.
 add_executable(test_scatter ${CMAKE_CURRENT_SOURCE_DIR}/test_scatter.c)
-target_link_libraries(test_scatter PRIVATE hvd)
+target_link_libraries(test_scatter PRIVATE hvd m)
 target_include_directories(test_scatter PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(test_scatter PRIVATE ${HVD_WARNINGS})
-foreach(subtest alltoall reducescatter)
+foreach(subtest alltoall reducescatter adasum)
   foreach(np 1 2 3 4)
     set(test_name integration.scatter.${subtest}.np${np})
     add_test(NAME ${test_name}

@@ -230,6 +230,7 @@ static long input_value(hvd_op op, int is_signed, int r, int size, size_t i) {
     long v;
 
     switch (op) {
+    case HVD_ADASUM: /* not used here */
     case HVD_SUM:
         v = (long)((m * 7 + ur * 3) % 5);
         return is_signed ? v - 2 : v;
@@ -267,6 +268,7 @@ static long expected_value(hvd_op op, int is_signed, int size, size_t i) {
  * ranks). */
 static long result_bound(hvd_op op, int is_signed, int size) {
     switch (op) {
+    case HVD_ADASUM: /* not used here */
     case HVD_SUM:
         return (long)size * (is_signed ? 2 : 4);
     case HVD_AVERAGE:

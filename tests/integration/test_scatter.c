@@ -11,6 +11,11 @@
  *                  small on one rank (it alone fails, naming the sizes);
  *                  sendcounts past count refused before submission; ranks
  *                  disagreeing on the dtype (every rank: HVD_ERR_MISMATCH)
+ *   adasum         op=HVD_ADASUM: equal inputs give themselves, orthogonal
+ *                  ones their sum (both exact), any others Horovod's
+ *                  algorithm computed here in double (within rounding);
+ *                  float16/32/64, 0 to 100001 elements; a rank count that
+ *                  is not a power of two and an integer dtype refused
  *   reducescatter  every dtype and op, flat counts 0, 1, size - 1, odd and
  *                  large, rows of a shape cut unevenly, in place and not,
  *                  each name twice (the second from the response cache);
@@ -25,6 +30,8 @@
 
 #include "testutil.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -372,10 +379,134 @@ static void test_reducescatter(void) {
     rs_run(index++, HVD_FLOAT32, HVD_SUM, 11, 0, 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* adasum                                                              */
+
+static double ad_input(int pattern, int rank, size_t j) {
+    switch (pattern) {
+    case 0: /* the same everywhere: Adasum averages, the result is it */
+        return (double)((long)(j % 9) - 4);
+    case 1: /* orthogonal: rank r only where j % size == r; Adasum adds */
+        return j % (size_t)g_size == (size_t)rank ? (double)(j % 5 + 1) : 0;
+    default: /* anything */
+        return (double)((long)((j * 7 + (size_t)rank * 13) % 17) - 8) / 4.0;
+    }
+}
+
+static double ad_get(hvd_dtype dt, const void *buf, size_t j) {
+    if (dt == HVD_FLOAT64)
+        return ((const double *)buf)[j];
+    if (dt == HVD_FLOAT32)
+        return ((const float *)buf)[j];
+    uint16_t h = ((const uint16_t *)buf)[j];
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(m + 1024, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Horovod's Adasum over whole vectors, level by level, in double: the
+ * reference the library's distributed one is compared with. */
+static void ad_reference(int pattern, size_t count, double *out) {
+    int p = g_size;
+    double *v = xmalloc((size_t)p * count * sizeof(double));
+
+    for (int r = 0; r < p; r++)
+        for (size_t j = 0; j < count; j++)
+            v[(size_t)r * count + j] = ad_input(pattern, r, j);
+    for (int l = 1; l < p; l <<= 1)
+        for (int r = 0; r < p; r += 2 * l) {
+            double *a = v + (size_t)r * count, *b = v + (size_t)(r + l) * count;
+            double dot = 0, aa = 0, bb = 0;
+            for (size_t j = 0; j < count; j++) {
+                dot += a[j] * b[j];
+                aa += a[j] * a[j];
+                bb += b[j] * b[j];
+            }
+            double ac = aa >= sqrt(DBL_MIN) ? 1 - dot / aa * 0.5 : 1;
+            double bc = bb >= sqrt(DBL_MIN) ? 1 - dot / bb * 0.5 : 1;
+            for (size_t j = 0; j < count; j++)
+                a[j] = ac * a[j] + bc * b[j];
+        }
+    memcpy(out, v, count * sizeof(double));
+    free(v);
+}
+
+static void test_adasum(void) {
+    static const hvd_dtype dts[] = {HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64};
+    static const size_t counts[] = {0, 1, 7, 1000, 100001};
+    int pow2 = (g_size & (g_size - 1)) == 0;
+    char name[64];
+
+    if (!pow2) {
+        float x = 1, y;
+        hvd_status st =
+            hvd_allreduce("ad.np", &x, &y, 1, HVD_FLOAT32, HVD_ADASUM);
+        if (st != HVD_ERR_UNSUPPORTED ||
+            strstr(hvd_last_error(), "power-of-two") == NULL)
+            fail("Adasum on %d ranks: %s: %s", g_size, status_name(st),
+                 hvd_last_error());
+        return;
+    }
+    int32_t i = 1, o;
+    hvd_status st = hvd_allreduce("ad.int", &i, &o, 1, HVD_INT32, HVD_ADASUM);
+    if (st != HVD_ERR_UNSUPPORTED)
+        fail("Adasum of int32: %s", status_name(st));
+    for (size_t d = 0; d < sizeof(dts) / sizeof(*dts); d++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++)
+            for (int pattern = 0; pattern < 3; pattern++) {
+                hvd_dtype dt = dts[d];
+                size_t n = counts[c], es = hvd_dtype_size(dt);
+                uint8_t *send = xmalloc(n * es), *recv = xmalloc(n * es);
+                double *want = xmalloc((n ? n : 1) * sizeof(double));
+                for (size_t j = 0; j < n; j++) {
+                    double v = ad_input(pattern, g_rank, j);
+                    if (dt == HVD_FLOAT64)
+                        ((double *)send)[j] = v;
+                    else if (dt == HVD_FLOAT32)
+                        ((float *)send)[j] = (float)v;
+                    else
+                        put_value(dt, send, j, (long)v); /* patterns 0, 1 */
+                }
+                if (dt == HVD_FLOAT16 && pattern == 2) {
+                    free(send);
+                    free(recv);
+                    free(want);
+                    continue; /* its quarters are not integers */
+                }
+                ad_reference(pattern, n, want);
+                snprintf(name, sizeof(name), "ad.%zu.%zu.%d", d, c, pattern);
+                /* Twice: the second from the response cache. */
+                for (int round = 0; round < 2; round++) {
+                    expect_ok(
+                        hvd_allreduce(name, send, recv, n, dt, HVD_ADASUM),
+                        name);
+                    for (size_t j = 0; j < n; j++) {
+                        double got = ad_get(dt, recv, j);
+                        double tol = pattern < 2 ? 0
+                                     : dt == HVD_FLOAT32
+                                         ? 1e-5 * (fabs(want[j]) + 1)
+                                         : 1e-12 * (fabs(want[j]) + 1);
+                        if (fabs(got - want[j]) > tol)
+                            fail("'%s' (%s, pattern %d, %zu elements) "
+                                 "element %zu: %.17g, expected %.17g",
+                                 name,
+                                 dt == HVD_FLOAT16   ? "float16"
+                                 : dt == HVD_FLOAT32 ? "float32"
+                                                     : "float64",
+                                 pattern, n, j, got, want[j]);
+                    }
+                }
+                free(send);
+                free(recv);
+                free(want);
+            }
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
 } subtests[] = {
+    {"adasum", test_adasum},
     {"alltoall", test_alltoall},
     {"reducescatter", test_reducescatter},
 };
@@ -390,7 +521,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], subtests[k].name) == 0)
             break;
     if (argc != 2 || k == NSUBTESTS) {
-        fprintf(stderr, "usage: %s alltoall|reducescatter\n", argv[0]);
+        fprintf(stderr, "usage: %s alltoall|reducescatter|adasum\n", argv[0]);
         return 2;
     }
     g_subtest = subtests[k].name;

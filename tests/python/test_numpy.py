@@ -346,8 +346,9 @@ def test_bad_arguments():
         hvd.broadcast(np.ones(2), n + 3, name="badroot")
     with pytest.raises(ValueError):
         hvd.allreduce(np.ones(2), op=17)
+    # Adasum of integers (or on a rank count not a power of two).
     with pytest.raises(NotImplementedError):
-        hvd.allreduce(np.ones(2), op=hvd.Adasum)
+        hvd.allreduce(np.ones(2, dtype=np.int32), op=hvd.Adasum)
 
 
 def test_read_only_array():

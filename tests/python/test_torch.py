@@ -547,9 +547,9 @@ def test_distributed_optimizer_argument_checks():
         hvd.DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.1),
             named_parameters=[("w", model.weight)])
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="process sets"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 op=hvd.Adasum)
+                                 op=hvd.Adasum, process_set=object())
 
 
 def test_broadcast_optimizer_state():
@@ -771,3 +771,51 @@ def test_sparse_gradients(dense):
                                 (n,)), name="sparse.direct", op=hvd.Sum)
     got = hvd.synchronize(handle).to_dense()
     same(got, torch.full((n,), 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32,
+                                   torch.float64], ids=dname)
+def test_adasum(dtype):
+    """op=hvd.Adasum: equal tensors give themselves, orthogonal ones their
+    sum (both exact); not a power of two of ranks: Horovod's
+    NotImplementedError; reducescatter refuses it (RuntimeError)."""
+    r, n = hvd.rank(), hvd.size()
+    if n & (n - 1):
+        with pytest.raises(NotImplementedError, match="power of 2"):
+            hvd.allreduce(torch.ones(3, dtype=dtype), op=hvd.Adasum)
+        return
+    x = (torch.arange(6) % 5 - 2).to(dtype)
+    same(hvd.allreduce(x, op=hvd.Adasum, name="ad.eq.%s" % dname(dtype)), x)
+    y = torch.zeros(2 * n, dtype=dtype)
+    y[r] = r + 1
+    want = torch.zeros(2 * n, dtype=dtype)
+    want[:n] = torch.arange(1, n + 1).to(dtype)
+    same(hvd.allreduce(y, op=hvd.Adasum, name="ad.orth.%s" % dname(dtype)),
+         want)
+    with pytest.raises(RuntimeError, match="allreduce only"):
+        hvd.reducescatter(torch.ones(n, dtype=dtype), op=hvd.Adasum)
+
+
+def test_adasum_optimizer():
+    """DistributedOptimizer(op=Adasum): with the same gradients on every
+    rank, the combined step is that step (Adasum of equal deltas)."""
+    n = hvd.size()
+    if n & (n - 1):
+        return
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.arange(6.0).reshape(2, 3) / 8)
+        model.bias.zero_()
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters(),
+                                   op=hvd.Adasum)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    inp = torch.ones(4, 3)
+    for m, o in ((model, opt), (ref, ref_opt)):
+        o.zero_grad()
+        m(inp).sum().backward()
+        o.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)

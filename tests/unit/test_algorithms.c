@@ -233,6 +233,7 @@ static const hvd_transport_ops fake_ops = {
 
 static double value(int r, size_t i, hvd_op op, int p) {
     switch (op) {
+    case HVD_ADASUM: /* not used here */
     case HVD_SUM:
         return (double)((i * 7 + (size_t)r * 3) % 5);
     case HVD_AVERAGE:
@@ -251,6 +252,7 @@ static double expected(size_t i, hvd_op op, int p) {
     for (int r = 1; r < p; r++) {
         double v = value(r, i, op, p);
         switch (op) {
+        case HVD_ADASUM: /* not used here */
         case HVD_SUM:
         case HVD_AVERAGE:
             acc += v;

@@ -125,6 +125,7 @@ static MPI_Op mpi_op(hvd_op op) {
     case HVD_PRODUCT:
         return MPI_PROD;
     case HVD_AVERAGE:
+    case HVD_ADASUM:
         break;
     }
     return MPI_OP_NULL;

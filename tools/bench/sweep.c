@@ -106,6 +106,7 @@ static long input_value(enum coll coll, hvd_op op, int r, size_t i) {
     switch (coll) {
     case COLL_ALLREDUCE:
         switch (op) {
+        case HVD_ADASUM: /* not used here */
         case HVD_SUM:
             return (long)((i + ur) % 3);
         case HVD_AVERAGE:
@@ -138,6 +139,7 @@ static long allreduce_expected(hvd_op op, size_t i) {
         long v = input_value(COLL_ALLREDUCE, op, r, i);
 
         switch (op) {
+        case HVD_ADASUM: /* not used here */
         case HVD_SUM:
         case HVD_AVERAGE:
             acc += v;

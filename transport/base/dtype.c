@@ -23,6 +23,8 @@ int hvd_op_valid(hvd_op op) {
     case HVD_MAX:
     case HVD_PRODUCT:
         return 1;
+    case HVD_ADASUM:
+        return 0;
     }
     return 0;
 }
@@ -51,6 +53,8 @@ const char *hvd_dtype_name(hvd_dtype dtype) {
 
 const char *hvd_op_name(hvd_op op) {
     switch (op) {
+    case HVD_ADASUM:
+        return "adasum";
     case HVD_SUM:
         return "sum";
     case HVD_AVERAGE:

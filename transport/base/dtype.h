@@ -10,7 +10,9 @@
 
 #include "hvd/hvd.h"
 
-/* Returns 1 if dtype/op are valid values of their enums, else 0. */
+/* Returns 1 if dtype/op are valid values of their enums, else 0;
+ * hvd_op_valid: the element-wise reductions (not HVD_ADASUM, which is an
+ * allreduce of its own, collectives/adasum.c). */
 int hvd_dtype_valid(hvd_dtype dtype);
 int hvd_op_valid(hvd_op op);
 /* Lower-case names ("float16", "sum"); "invalid" for an invalid value,

@@ -69,8 +69,19 @@ typedef enum {
 } hvd_dtype;
 
 /** Reduction operations. HVD_AVERAGE divides the sum by hvd_size()
- *  (integer types: truncating division). */
-typedef enum { HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT } hvd_op;
+ *  (integer types: truncating division). HVD_ADASUM, for allreduce only,
+ *  combines the ranks' tensors by adaptive summation as Horovod's Adasum
+ *  (equal tensors average, orthogonal ones add): float16, float32 and
+ *  float64 in host memory on a power-of-two number of ranks, else
+ *  HVD_ERR_UNSUPPORTED with a sentence. */
+typedef enum {
+    HVD_SUM,
+    HVD_AVERAGE,
+    HVD_MIN,
+    HVD_MAX,
+    HVD_PRODUCT,
+    HVD_ADASUM
+} hvd_op;
 
 /** An operation in flight, returned by the _async forms. */
 typedef struct hvd_request *hvd_handle;

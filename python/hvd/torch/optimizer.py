@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from hvd.torch.compression import Compression
-from hvd.torch.mpi_ops import (Average, allreduce_async_, resolve_op,
+from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, resolve_op,
                                sparse_allreduce_async,
                                synchronize)
 
@@ -208,6 +208,49 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """op=Adasum, as Horovod's: each rank takes its optimizer's step with
+    its own gradients, and the steps (the parameters' deltas) are combined
+    across ranks by Adasum, then applied from where the step started."""
+
+    def __init__(self, params, named_parameters, compression):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            names = {v: k for k, v in named_parameters}
+        else:
+            names = {}
+        self._names = {}
+        for gi, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                self._names[p] = names.get(p, "adasum.noname.%d.%d" % (gi, i))
+
+    def synchronize(self):
+        pass
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        yield
+
+    def step(self, closure=None):
+        params = [p for g in self.param_groups for p in g["params"]
+                  if p.grad is not None]
+        starts = [p.detach().clone() for p in params]
+        loss = super(self.__class__, self).step(closure)
+        handles = []
+        with torch.no_grad():
+            for p, start in zip(params, starts):
+                delta = p.detach() - start
+                compressed, ctx = self._compression.compress(delta)
+                handles.append((p, start, ctx, allreduce_async_(
+                    compressed, name="adasum.%s" % self._names[p],
+                    op=Adasum)))
+            for p, start, ctx, h in handles:
+                delta = self._compression.decompress(synchronize(h), ctx)
+                p.copy_(start + delta)
+        return loss
+
+
 def _find_duplicates(lst):
     seen, dups = set(), set()
     for el in lst:
@@ -231,7 +274,9 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     compression: Compression.none or Compression.fp16.
     backward_passes_per_step: backward passes accumulated locally before
     the allreduce (divide the loss by it to average them).
-    op: Average (default), Sum, Min, Max or Product.
+    op: Average (default), Sum, Min, Max, Product, or Adasum (each rank
+    steps with its own gradients and the steps are combined by Adasum, as
+    Horovod's Adasum optimizer).
     gradient_predivide_factor: with Average, the gradients are multiplied
     by 1/f before the sum and by f/size after it.
     num_groups/groups (fusing gradients into explicit groups) are
@@ -239,6 +284,14 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     defaults.
     """
     op = resolve_op(op, None)
+    if op == Adasum:
+        if process_set is not None:
+            raise NotImplementedError("Adasum does not support non-global "
+                                      "process sets yet.")
+        ns = {k: v for k, v in _DistributedAdasumOptimizer.__dict__.items()
+              if k not in ("__dict__", "__weakref__")}
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), ns)
+        return cls(optimizer.param_groups, named_parameters, compression)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with "
                          "op != Average")
