@@ -89,8 +89,7 @@ static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
 
     *ok = eng->size > 1 && req->desc.kind == HVD_KIND_ALLREDUCE &&
           req->desc.op != HVD_ADASUM && req->desc.mem == HVD_MEM_HOST &&
-          req->n == 1 &&
-          bytes <= eng->cfg.fusion_tensor_max &&
+          req->n == 1 && bytes <= eng->cfg.fusion_tensor_max &&
           used + pad8(bytes) <= eng->cfg.step_carry_bytes;
     return *ok ? pad8(bytes) : 0;
 }
