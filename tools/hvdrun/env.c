@@ -17,16 +17,14 @@
 #include "transport/base/log.h"
 
 /* Variables hvdrun sets for each rank; -x cannot override them. */
-const char *const job_vars[] = {"HVD_RANK",
-                                "HVD_SIZE",
-                                "HVD_LOCAL_RANK",
-                                "HVD_LOCAL_SIZE",
-                                "HVD_CROSS_RANK",
-                                "HVD_CROSS_SIZE",
-                                "HVD_RENDEZVOUS_ADDR",
-                                "HVD_RENDEZVOUS_PORT",
-                                "HVD_SECRET",
-                                "HVD_JOB_ID"};
+const char *const job_vars[] = {
+    "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK", "HVD_LOCAL_SIZE",
+    "HVD_CROSS_RANK", "HVD_CROSS_SIZE", "HVD_RENDEZVOUS_ADDR",
+    "HVD_RENDEZVOUS_PORT", "HVD_SECRET", "HVD_JOB_ID",
+    /* What horovodrun (Gloo) sets, for
+     * scripts and tests that read it. */
+    "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+    "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
 
 /* Variables of other launchers that the library would otherwise read. */
 const char *const foreign_vars[] = {"PMI_RANK", "PMI_SIZE", "SLURM_PROCID",

@@ -191,7 +191,7 @@ void free_options(struct options *opt);
 /* ---- env.c: the ranks' environment and --config-file ---- */
 
 /* Variables hvdrun sets for each rank; -x cannot override them. */
-extern const char *const job_vars[10];
+extern const char *const job_vars[16];
 
 /* Variables of other launchers that the library would otherwise read. */
 extern const char *const foreign_vars[5];

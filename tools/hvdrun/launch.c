@@ -347,7 +347,12 @@ int spawn_rank(struct job *job, struct rank *r) {
         env_set_int(&job->env, "HVD_LOCAL_RANK", r->local_rank) != 0 ||
         env_set_int(&job->env, "HVD_LOCAL_SIZE", r->local_size) != 0 ||
         env_set_int(&job->env, "HVD_CROSS_RANK", r->cross_rank) != 0 ||
-        env_set_int(&job->env, "HVD_CROSS_SIZE", r->cross_size) != 0) {
+        env_set_int(&job->env, "HVD_CROSS_SIZE", r->cross_size) != 0 ||
+        env_set_int(&job->env, "HOROVOD_RANK", r->index) != 0 ||
+        env_set_int(&job->env, "HOROVOD_LOCAL_RANK", r->local_rank) != 0 ||
+        env_set_int(&job->env, "HOROVOD_LOCAL_SIZE", r->local_size) != 0 ||
+        env_set_int(&job->env, "HOROVOD_CROSS_RANK", r->cross_rank) != 0 ||
+        env_set_int(&job->env, "HOROVOD_CROSS_SIZE", r->cross_size) != 0) {
         say("cannot start rank %d: out of memory", r->index);
         return -1;
     }

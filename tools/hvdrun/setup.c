@@ -380,6 +380,7 @@ int job_setup(struct job *job, struct host *hosts, int nhosts) {
              job->bind_addr, port, np, job_hex);
 
     if (env_set_int(&job->env, "HVD_SIZE", np) != 0 ||
+        env_set_int(&job->env, "HOROVOD_SIZE", np) != 0 ||
         env_set(&job->env, "HVD_RENDEZVOUS_ADDR", job->bind_addr) != 0 ||
         env_set_int(&job->env, "HVD_RENDEZVOUS_PORT", port) != 0 ||
         env_set(&job->env, "HVD_SECRET", job->secret) != 0 ||
