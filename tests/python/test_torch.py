@@ -819,3 +819,31 @@ def test_adasum_optimizer():
         o.step()
     for a, b in zip(model.parameters(), ref.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_optimizer_two_groups_without_names():
+    """As Horovod's test_optimizer_no_named_parameters: two param groups
+    and no named_parameters get unique names, the same on every rank."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(
+        [{"params": model[0].parameters()},
+         {"params": model[1].parameters()}], lr=0.1))
+    names = opt._parameter_names
+    assert len(names) == len(set(names.values())) == 4
+    everyone = hvd.allgather_object(sorted(names.values()))
+    assert all(n == everyone[0] for n in everyone)
+
+
+def test_broadcast_optimizer_state_without_state():
+    """As Horovod's test_broadcast_state_no_grad: an optimizer without
+    state gets it from one zero-gradient step of the wrapped optimizer (no
+    allreduce), so that every trainable parameter has a gradient after."""
+    model = torch.nn.Linear(2, 2)
+    model.bias.requires_grad_(False)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    same(model.weight.grad, torch.zeros(2, 2))
+    assert model.bias.grad is None
+    assert len(opt.state_dict()["state"]) == 1

@@ -29,16 +29,38 @@ def broadcast_parameters(params, root_rank):
         synchronize(handle)
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Makes every rank's optimizer state (its per-parameter state and its
     param_groups' options, e.g. lr) root_rank's.
 
-    The state_dict of root_rank is pickled, broadcast, and loaded on the
-    other ranks with load_state_dict(), which casts it to their parameters'
+    As Horovod's: an optimizer without state yet gets it first, from one
+    step with zero gradients (sparse ones for SparseAdam, and for SGD on
+    the parameters of model's sparse embeddings), taken by the wrapped
+    optimizer alone when it is a DistributedOptimizer (no allreduce). Then
+    root_rank's state_dict is pickled, broadcast, and loaded on the other
+    ranks with load_state_dict(), which casts it to their parameters'
     dtype and device.
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if len(optimizer.state_dict()["state"]) == 0:
+        sparse = set()
+        if model is not None:
+            for m in model.modules():
+                if isinstance(m, torch.nn.Embedding) and m.sparse:
+                    sparse.update(id(p) for p in m.parameters())
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    p.grad = p.data.new(p.size()).zero_()
+                    if isinstance(optimizer, torch.optim.SparseAdam) or \
+                            (isinstance(optimizer, torch.optim.SGD) and
+                             id(p) in sparse):
+                        p.grad = p.grad.to_sparse()
+        if type(optimizer).__module__ == "hvd.torch.optimizer":
+            super(type(optimizer), optimizer).step()
+        else:
+            optimizer.step()
     state = _core.broadcast_object(
         optimizer.state_dict() if rank() == root_rank else None, root_rank,
         name="optimizer_state")

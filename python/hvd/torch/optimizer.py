@@ -31,9 +31,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
+            # Numbered by group and place, as Horovod's (unique across
+            # several param groups).
             named_parameters = [
-                ("allreduce.noname.%s" % i, v)
-                for param_group in self.param_groups
+                ("allreduce.noname.%d.%d" % (gi, i), v)
+                for gi, param_group in enumerate(self.param_groups)
                 for i, v in enumerate(param_group["params"])]
         if any(not isinstance(p, tuple) for p in named_parameters):
             raise ValueError("named_parameters should be a sequence of "
