@@ -244,8 +244,12 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
         const char *step = kind == HVD_COLL_ALLREDUCE
                                ? hvd_engine_step_path(g.engine, bytes)
                                : NULL;
-        hvd_coll_plan(hvd_engine_data(g.engine), (hvd_coll_kind)kind, bytes,
-                      dtype, &plan);
+        if (own != NULL)
+            hvd_coll_plan_scatter(hvd_engine_data(g.engine), bytes, dtype,
+                                  &plan);
+        else
+            hvd_coll_plan(hvd_engine_data(g.engine), (hvd_coll_kind)kind, bytes,
+                          dtype, &plan);
         if (step != NULL)
             snprintf(out, outlen, "%s/step/%zu", step,
                      g.job.cfg.step_carry_bytes);
@@ -253,10 +257,7 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
             snprintf(out, outlen, "local");
         else if (own != NULL)
             snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
-                     plan.algo == HVD_ALGO_DIRECT && hvd_comm_can_get(plan.comm)
-                         ? "direct"
-                         : own,
-                     plan.chunk);
+                     plan.algo == HVD_ALGO_DIRECT ? "direct" : own, plan.chunk);
         else
             snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
                      hvd_algo_name(plan.algo), plan.chunk);

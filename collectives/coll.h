@@ -43,12 +43,15 @@ hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
  * out of the peers' sendbufs (hvd_direct_alltoall); else pairwise
  * exchange: every receive posted, then the sends in the order rank + 1,
  * rank + 2, ..., so that no two ranks send to the same peer first. This
- * rank's own part is a copy.
+ * rank's own part is a copy. The path is chosen by agreed_bytes, which
+ * every rank must pass the same (what ranks send differs: each deciding
+ * by its own would let two ranks take different paths).
  */
 hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                              const size_t *sendbytes, const size_t *sdispls,
                              void *recvbuf, const size_t *recvbytes,
-                             const size_t *rdispls, const size_t *peer_offs);
+                             const size_t *rdispls, const size_t *peer_offs,
+                             size_t agreed_bytes);
 
 /* How a collective of bytes will run on comm: which communicator (comm
  * itself, or one of its paths), algorithm (AUTO: one rank, nothing to do)
@@ -61,6 +64,11 @@ typedef struct hvd_plan {
 
 void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
                    hvd_dtype dtype, hvd_plan *out);
+/* The plan of a reduce-scatter or alltoall of bytes: the transport of an
+ * allgather of that size, and its direct path from 64 KiB on (algo DIRECT;
+ * else RING, which for an alltoall means pairwise). */
+void hvd_coll_plan_scatter(hvd_comm *comm, size_t bytes, hvd_dtype dtype,
+                           hvd_plan *plan);
 /* "tcp", "shm", "mpi", "shm+tcp" (hier) or "local". */
 const char *hvd_plan_transport(const hvd_plan *plan);
 

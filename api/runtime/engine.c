@@ -443,7 +443,7 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
         calloc((size_t)(cfg->cache_capacity > 0 ? cfg->cache_capacity : 1),
                sizeof(*eng->inval));
     eng->a2a = calloc(8 * (size_t)size, sizeof(*eng->a2a));
-    eng->a2a_msg = calloc(4 * (size_t)size, sizeof(*eng->a2a_msg));
+    eng->a2a_msg = calloc(6 * (size_t)size, sizeof(*eng->a2a_msg));
     if (eng->ports == NULL || eng->inval == NULL || eng->a2a == NULL ||
         eng->a2a_msg == NULL || hvd_eng_step_init(eng) != 0 ||
         (rank == 0 &&

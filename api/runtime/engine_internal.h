@@ -210,7 +210,7 @@ struct hvd_engine {
     void *fusion;
     size_t fusion_cap;
     size_t *a2a;       /* an alltoall's byte counts and offsets: 8 * size */
-    uint64_t *a2a_msg; /* what ranks tell each other of it: 4 * size */
+    uint64_t *a2a_msg; /* what ranks tell each other of it: 6 * size */
     hvd_timeline *timeline;
     int mark_cycles; /* CYCLE_START marks in the timeline */
     /* A timeline to switch to (hvd_engine_set_timeline), under the lock. */

@@ -393,10 +393,11 @@ static hvd_status run_carried(hvd_engine *eng, const resp *r) {
 }
 
 /*
- * An alltoall. Each rank knows what it sends; what it receives, and where
- * its part starts in each peer's sendbuf, it learns first, in a pairwise
- * exchange of two numbers per pair. A receive buffer too small for what
- * comes fails this rank's request (*outcome, with a sentence) but the
+ * An alltoall. Each rank knows what it sends; what it receives, where its
+ * part starts in each peer's sendbuf, and how much every rank sends in all
+ * (which picks the path the same way everywhere), it learns first, in a
+ * pairwise exchange of three numbers per pair. A receive buffer too small for
+ * what comes fails this rank's request (*outcome, with a sentence) but the
  * exchange still runs, into the fusion buffer, so that no other rank
  * waits for it.
  */
@@ -405,27 +406,31 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
     size_t p = (size_t)eng->size, es = hvd_dtype_size(r->desc.dtype);
     size_t *sb = eng->a2a, *sd = sb + p, *rb = sd + p, *rd = rb + p;
     size_t *po = rd + p, *hb = po + p, *hd = hb + p, *hp = hd + p;
-    uint64_t *tell = eng->a2a_msg, *told = tell + 2 * p;
-    size_t sent = 0, got = 0;
+    uint64_t *tell = eng->a2a_msg, *told = tell + 3 * p;
+    size_t sent = 0, got = 0, everyone = 0;
     void *recvbuf = req->recv[0];
     hvd_status st;
 
     for (size_t k = 0; k < p; k++) {
         sb[k] = (size_t)req->counts[k] * es;
         sd[k] = sent;
-        tell[2 * k] = sb[k];    /* what rank k gets from this rank */
-        tell[2 * k + 1] = sent; /* and where it starts here */
+        tell[3 * k] = sb[k];    /* what rank k gets from this rank */
+        tell[3 * k + 1] = sent; /* and where it starts here */
         sent += sb[k];
-        hb[k] = 2 * sizeof(uint64_t);
+        hb[k] = 3 * sizeof(uint64_t);
         hd[k] = k * hb[k];
         hp[k] = (size_t)eng->rank * hb[k];
     }
-    st = hvd_coll_alltoall(eng->data, tell, hb, hd, told, hb, hd, hp);
+    for (size_t k = 0; k < p; k++)
+        tell[3 * k + 2] = sent; /* all this rank sends */
+    st =
+        hvd_coll_alltoall(eng->data, tell, hb, hd, told, hb, hd, hp, hb[0] * p);
     if (st != HVD_OK)
         return st;
     for (size_t k = 0; k < p; k++) {
-        rb[k] = (size_t)told[2 * k];
-        po[k] = (size_t)told[2 * k + 1];
+        rb[k] = (size_t)told[3 * k];
+        po[k] = (size_t)told[3 * k + 1];
+        everyone += (size_t)told[3 * k + 2];
         rd[k] = got;
         got += rb[k];
     }
@@ -440,8 +445,9 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
             "%llu: pass a larger recvcap (the data was dropped)",
             r->name, got / es, eng->rank, (unsigned long long)req->recv_cap);
     }
-    st =
-        hvd_coll_alltoall(eng->data, req->send[0], sb, sd, recvbuf, rb, rd, po);
+    /* The path: by what a rank sends on average, the same everywhere. */
+    st = hvd_coll_alltoall(eng->data, req->send[0], sb, sd, recvbuf, rb, rd, po,
+                           everyone / p);
     if (st == HVD_OK && *outcome == HVD_OK && req->recv_counts != NULL)
         for (size_t k = 0; k < p; k++)
             req->recv_counts[k] = rb[k] / es;
