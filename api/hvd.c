@@ -182,6 +182,8 @@ hvd_status hvd_stop_timeline(void) {
     return st;
 }
 
+int hvd_nccl_version(void) { return hvd_gpu_nccl_version(); }
+
 int hvd_built(const char *part) {
     if (part == NULL)
         return 0;

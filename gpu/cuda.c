@@ -584,6 +584,8 @@ hvd_status hvd_gpu_poll(hvd_gpu *g, uint64_t *done_out) {
 
 int hvd_gpu_nccl_built(void) { return 1; }
 
+int hvd_gpu_nccl_version(void) { return hvd_nccl_header_version(); }
+
 int hvd_gpu_nccl_usable(char *why, size_t whylen) {
     return hvd_nccl_load(why, whylen) != NULL;
 }
@@ -778,6 +780,8 @@ hvd_status hvd_gpu_nccl_allgather(hvd_gpu *g, const void *sendbuf,
 #else /* CUDA without NCCL */
 
 int hvd_gpu_nccl_built(void) { return 0; }
+
+int hvd_gpu_nccl_version(void) { return 0; }
 
 int hvd_gpu_nccl_usable(char *why, size_t whylen) {
     snprintf(why, whylen, "this hvd was built without NCCL");

@@ -57,6 +57,9 @@ int hvd_gpu_built(void);
  * the transport count as reading device memory, to test the direct path. */
 int hvd_gpu_simulated(void);
 int hvd_gpu_nccl_built(void);
+/* NCCL_VERSION_CODE of the nccl.h this hvd was built with (21805 for
+ * 2.18.5), 0 without NCCL. */
+int hvd_gpu_nccl_version(void);
 
 /*
  * Whether NCCL can be used on this rank: built in, libnccl loadable (it is

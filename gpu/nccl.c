@@ -10,6 +10,8 @@
 
 #define MIN_VERSION NCCL_VERSION(2, 14, 0)
 
+int hvd_nccl_header_version(void) { return NCCL_VERSION_CODE; }
+
 static struct {
     pthread_once_t once;
     int ok;

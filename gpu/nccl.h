@@ -43,6 +43,9 @@ typedef struct hvd_nccl_api {
  * Loads once per process; thread-safe. */
 const hvd_nccl_api *hvd_nccl_load(char *why, size_t whylen);
 
+/* NCCL_VERSION_CODE of the header hvd was built with. */
+int hvd_nccl_header_version(void);
+
 /* rc as an hvd_status, with "call failed: NCCL's text (its last error)"
  * as the sentence. comm may be NULL. */
 hvd_status hvd_nccl_error(const hvd_nccl_api *api, ncclResult_t rc,

@@ -20,6 +20,8 @@ int hvd_gpu_simulated(void) { return 0; }
 
 int hvd_gpu_nccl_built(void) { return 0; }
 
+int hvd_gpu_nccl_version(void) { return 0; }
+
 int hvd_gpu_nccl_usable(char *why, size_t whylen) {
     snprintf(why, whylen, "this hvd was built without CUDA and NCCL");
     return 0;

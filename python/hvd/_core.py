@@ -142,8 +142,9 @@ def gloo_built():
 
 
 def nccl_built():
-    """True if libhvd was built with NCCL (loaded at run time)."""
-    return _built("nccl")
+    """As Horovod's: the NCCL version code libhvd was built with (21805 for
+    2.18.5; NCCL is loaded at run time), 0 without NCCL."""
+    return int(L.lib().hvd_nccl_version())
 
 
 def cuda_built():

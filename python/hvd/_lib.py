@@ -182,6 +182,7 @@ def _declare(lib):
         "hvd_join": (c_int, [ctypes.POINTER(c_int)]),
         "hvd_dtype_size": (c_size, [c_int]),
         "hvd_built": (c_int, [c_char_p]),
+        "hvd_nccl_version": (c_int, []),
         "hvd_is_homogeneous": (c_int, []),
         "hvd_start_timeline": (c_int, [c_char_p, c_int]),
         "hvd_stop_timeline": (c_int, []),

@@ -62,6 +62,8 @@ int hvd_gpu_simulated(void) { return 1; }
 
 int hvd_gpu_nccl_built(void) { return 0; }
 
+int hvd_gpu_nccl_version(void) { return 0; }
+
 int hvd_gpu_nccl_usable(char *why, size_t whylen) {
     snprintf(why, whylen, "a simulated GPU has no NCCL");
     return 0;

@@ -71,7 +71,13 @@ static void bad_requests(void **state) {
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
     assert_non_null(strstr(hvd_error_get(), "dtype 99"));
     q = request();
-    q.op = 5;
+    q.op = 6;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    /* Adasum: an allreduce's op only. */
+    q = request();
+    q.op = HVD_ADASUM;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    q.kind = HVD_KIND_REDUCESCATTER;
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
     q = request();
     q.n_counts = 0;

@@ -326,6 +326,11 @@ HVD_EXPORT hvd_status hvd_on_done(hvd_handle handle, hvd_done_fn fn, void *arg);
  */
 HVD_EXPORT int hvd_built(const char *part);
 
+/** NCCL_VERSION_CODE of the NCCL headers this libhvd was built with (21805
+ *  for 2.18.5), 0 if it was built without NCCL (as Horovod's
+ *  nccl_built() returns). */
+HVD_EXPORT int hvd_nccl_version(void);
+
 /**
  * 1 if every host of the job runs the same number of ranks, 0 if not, -1
  * before hvd_init(). Every rank gets the same answer.
