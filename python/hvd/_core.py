@@ -745,8 +745,15 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
                            (what, rows, nranks))
         splits = [rows // nranks] * nranks
     else:
+        kind = str(getattr(splits, "dtype", "int"))
+        if "int" not in kind:
+            raise _invalid("%s: alltoall expects splits to contain 32-bit "
+                           "integer elements, got %s" % (what, kind))
         if hasattr(splits, "tolist"):
             splits = splits.tolist()
+        if any(isinstance(v, float) for v in splits):
+            raise _invalid("%s: alltoall expects splits to contain 32-bit "
+                           "integer elements, got %s" % (what, splits))
         splits = [int(v) for v in splits]
         if len(splits) != nranks:
             raise _invalid("%s: Number of entries in splits (%d) does not "

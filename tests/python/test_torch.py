@@ -254,6 +254,8 @@ def test_alltoall_equal_and_async_and_errors():
         hvd.alltoall(torch.zeros(n), splits=[1] * (n + 1), name="a2a.bad2")
     with pytest.raises(ValueError, match="greater than"):
         hvd.alltoall(torch.zeros(n), splits=[2] * n, name="a2a.bad3")
+    with pytest.raises(ValueError, match="integer"):
+        hvd.alltoall(torch.zeros(n), splits=torch.ones(n), name="a2a.bad4")
     # Ranks disagreeing on the other dimensions: every rank is told.
     if n > 1:
         y = torch.zeros(n, 2 if r == 0 else 3)
