@@ -849,3 +849,34 @@ def test_broadcast_optimizer_state_without_state():
     same(model.weight.grad, torch.zeros(2, 2))
     assert model.bias.grad is None
     assert len(opt.state_dict()["state"]) == 1
+
+
+@pytest.mark.parametrize("groups", [2, "lists"], ids=["number", "lists"])
+def test_distributed_optimizer_groups(groups):
+    """groups= (Horovod's): the gradients of a group go as one grouped
+    allreduce; the averaged gradients are those of the ungrouped path."""
+    r = hvd.rank()
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.copy_(torch.arange(p.numel(), dtype=torch.float32)
+                    .reshape(p.shape) / (8 + i))
+    if groups == "lists":
+        groups = [[model[0].weight, model[1].weight]]  # the biases alone
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(),
+                                                   lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   groups=groups)
+    inp = torch.full((2, 3), float(r + 1))
+    model(inp).sum().backward()
+    opt.synchronize()
+    got = [p.grad.clone() for p in model.parameters()]
+    # The same, ungrouped, by hand.
+    for p in model.parameters():
+        p.grad = None
+    model(inp).sum().backward()
+    for i, (p, g) in enumerate(zip(model.parameters(), got)):
+        want = hvd.allreduce(p.grad, name="groups.check.%d" % i)
+        assert torch.allclose(g, want, atol=1e-6)
+    with opt.skip_synchronize():
+        opt.step()

@@ -15,7 +15,8 @@ import warnings
 import torch
 
 from hvd.torch.compression import Compression
-from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, resolve_op,
+from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_,
+                               grouped_allreduce_async_, resolve_op,
                                sparse_allreduce_async,
                                synchronize)
 
@@ -68,9 +69,45 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
+        self._p_to_group = self._make_groups(groups)
+        self._group_ready = {g: set() for g in set(self._p_to_group.values())}
         # Horovod skips the hooks on one rank (and allreduces everything in
         # step()); hvd keeps them, so that one rank runs the same path.
         self._register_hooks()
+
+    def _make_groups(self, groups):
+        """Parameter -> its group (a tuple, reduced as one grouped
+        allreduce once all of its gradients are ready), as Horovod's
+        groups=: a number of groups the trainable parameters are cut into
+        in order, or lists of parameters (the others stay alone)."""
+        if groups is None:
+            return {}
+        trainable = [p for g in self.param_groups for p in g["params"]
+                     if p.requires_grad]
+        if isinstance(groups, list):
+            seen, cut = set(), []
+            for group in groups:
+                for p in group:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must consist of "
+                                         "torch.Tensor.")
+                    if id(p) in seen:
+                        raise ValueError("A parameter can only appear once "
+                                         "in groups.")
+                    seen.add(id(p))
+                cut.append(tuple(group))
+        elif isinstance(groups, int) and groups > 0:
+            n = min(groups, len(trainable)) or 1
+            size, extra = divmod(len(trainable), n)
+            cut, at = [], 0
+            for i in range(n):
+                k = size + (i < extra)
+                cut.append(tuple(trainable[at:at + k]))
+                at += k
+        else:
+            raise ValueError("groups should be a non-negative integer or a "
+                             "list of list of torch.Tensor.")
+        return {p: group for group in cut if group for p in group}
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
@@ -122,6 +159,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                   postscale_factor=postscale_factor)
         return handle, ctx
 
+    def _grouped_allreduce_grad_async(self, group):
+        """One grouped allreduce of a group's gradients (named by its
+        first parameter's name)."""
+        tensors, ctxs = zip(*[self._compression.compress(q.grad)
+                              for q in group])
+        if self.op == Average:
+            pre = 1.0 / self.gradient_predivide_factor
+            post = self.gradient_predivide_factor
+        else:
+            pre = post = 1.0
+        handle = grouped_allreduce_async_(
+            list(tensors), name="group.%s" % self._parameter_names[group[0]],
+            op=self.op, prescale_factor=pre, postscale_factor=post)
+        return handle, ctxs
+
+    def _group_done(self, p):
+        """p's gradient is ready: its group goes when all of them are."""
+        group = self._p_to_group[p]
+        ready = self._group_ready[group]
+        ready.add(p)
+        if len(ready) == len(group):
+            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            for q in group:
+                self._handles.pop(q, None)
+            ready.clear()
+
     def _make_hook(self, p):
         def hook(*ignore):
             if p in self._handles and self._handles[p][0] is not None:
@@ -135,6 +198,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             assert self._allreduce_delay[p] > 0
             handle, ctx = None, None
             self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0 and p in self._p_to_group and \
+                    not p.grad.is_sparse:
+                self._group_done(p)
+                return
             if self._allreduce_delay[p] == 0:
                 handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
@@ -143,12 +210,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook
         has not run: a parameter this rank did not use gets zeros)."""
-        missing_p = self._requires_update - set(self._handles.keys())
+        done = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        missing_p = self._requires_update - done
         for p in sorted(missing_p, key=lambda q: self._parameter_names[q]):
             if p.grad is None:
                 # Another rank may have computed it (dynamic graphs): it
                 # still needs this rank's contribution.
                 p.grad = p.data.new(p.size()).zero_()
+            if p in self._p_to_group and not p.grad.is_sparse:
+                self._group_done(p)
+                continue
             handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
 
@@ -158,6 +231,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = (handle, ctx)
         try:
             for p, (handle, ctx) in self._handles.items():
+                if isinstance(p, tuple):  # a group
+                    outputs = synchronize(handle)
+                    with torch.no_grad():
+                        for q, out, qctx in zip(p, outputs, ctx):
+                            self._allreduce_delay[q] = \
+                                self.backward_passes_per_step
+                            q.grad.set_(self._compression.decompress(out,
+                                                                     qctx))
+                    continue
                 output = synchronize(handle)
                 self._allreduce_delay[p] = self.backward_passes_per_step
                 with torch.no_grad():
@@ -281,9 +363,10 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     Horovod's Adasum optimizer).
     gradient_predivide_factor: with Average, the gradients are multiplied
     by 1/f before the sum and by f/size after it.
-    num_groups/groups (fusing gradients into explicit groups) are
-    Horovod's; hvd fuses small allreduces itself and accepts only their
-    defaults.
+    groups: as Horovod's, a number of groups the trainable parameters are
+    cut into (in order), or lists of parameters; each group's gradients go
+    as one grouped allreduce once all of them are ready (num_groups is the
+    deprecated name). hvd fuses small allreduces by itself either way.
     """
     op = resolve_op(op, None)
     if op == Adasum:
@@ -297,10 +380,11 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with "
                          "op != Average")
-    if num_groups or groups is not None:
-        raise NotImplementedError("hvd: num_groups/groups are not "
-                                  "supported; hvd's engine fuses small "
-                                  "allreduces by itself")
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` "
+                      "and will be removed", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
     if process_set is not None:
         raise NotImplementedError("hvd: process sets are not supported")
     if backward_passes_per_step < 1:
