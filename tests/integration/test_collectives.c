@@ -674,10 +674,12 @@ static void test_barriers(void) {
 
 static void usage(const char *prog) {
     fprintf(stderr,
-            "usage: %s [--max-count N] [--quick]\n"
+            "usage: %s [--max-count N] [--quick] [--restarts N]\n"
             "  --max-count N  skip counts above N elements (default %zu;\n"
             "                 K, M, G suffixes multiply by 1024)\n"
-            "  --quick        counts up to %zu only\n",
+            "  --quick        counts up to %zu only\n"
+            "  --restarts N   then hvd_init again after hvd_shutdown N\n"
+            "                 times, an allreduce in each\n",
             prog, DEFAULT_MAX_COUNT, QUICK_MAX_COUNT);
 }
 
@@ -719,6 +721,7 @@ static int parse_count(const char *s, size_t *count_out) {
 int main(int argc, char **argv) {
     size_t max_count = DEFAULT_MAX_COUNT;
     const char *env_rank = getenv("HVD_RANK");
+    int restarts = 0;
     size_t c;
     int i;
 
@@ -734,6 +737,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--quick") == 0) {
             if (max_count > QUICK_MAX_COUNT)
                 max_count = QUICK_MAX_COUNT;
+        } else if (strcmp(argv[i], "--restarts") == 0 && i + 1 < argc) {
+            restarts = atoi(argv[++i]);
         } else {
             usage(argv[0]);
             return 2;
@@ -783,10 +788,10 @@ int main(int argc, char **argv) {
                     "HVD_ERR_NOT_INITIALIZED or HVD_ERR_SHUTDOWN");
     }
 
-    /* hvd_init after hvd_shutdown starts the job again in this process
-     * (Horovod's Gloo-flavoured suite and elastic training do), a few
-     * times, each with a name of the last generation and a new one. */
-    for (int gen = 1; gen <= 3; gen++) {
+    /* --restarts: hvd_init after hvd_shutdown starts the job again in
+     * this process (Horovod's Gloo-flavoured suite and elastic training
+     * do), each time with a name of the last start and a new one. */
+    for (int gen = 1; gen <= restarts; gen++) {
         char name[32];
         float x = (float)(g_rank + gen), sum = 0.0f;
         float want = (float)(g_size * gen + g_size * (g_size - 1) / 2);
