@@ -880,3 +880,35 @@ def test_distributed_optimizer_groups(groups):
         assert torch.allclose(g, want, atol=1e-6)
     with opt.skip_synchronize():
         opt.step()
+
+
+def test_sync_batch_norm():
+    """hvd.SyncBatchNorm on each rank's slice of a batch gives what
+    torch's BatchNorm gives on the whole batch in one process: the output,
+    the input's gradient (through the global statistics), the weight's and
+    bias's gradients summed over the ranks, and the running statistics."""
+    r, n = hvd.rank(), hvd.size()
+    torch.manual_seed(7)
+    full = torch.randn(4 * n, 3, 5, dtype=torch.float64)
+    mine = full[4 * r:4 * r + 4].clone().requires_grad_(True)
+    bn = hvd.SyncBatchNorm(3).double()
+    ref = torch.nn.BatchNorm1d(3).double()
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.0, 2.0, 3.0]))
+        ref.weight.copy_(bn.weight)
+    out = bn(mine)
+    whole = full.clone().requires_grad_(True)
+    want = ref(whole)
+    weights = torch.arange(4 * n * 3 * 5, dtype=torch.float64).reshape(
+        4 * n, 3, 5) / 100
+    (out * weights[4 * r:4 * r + 4]).sum().backward()
+    (want * weights).sum().backward()
+    assert torch.allclose(out, want[4 * r:4 * r + 4], atol=1e-10)
+    assert torch.allclose(mine.grad, whole.grad[4 * r:4 * r + 4], atol=1e-10)
+    wgrad = hvd.allreduce(bn.weight.grad, op=hvd.Sum, name="sbn.wgrad")
+    assert torch.allclose(wgrad, ref.weight.grad, atol=1e-10)
+    assert torch.allclose(bn.running_mean, ref.running_mean, atol=1e-12)
+    assert torch.allclose(bn.running_var, ref.running_var, atol=1e-12)
+    bn.eval()
+    ref.eval()
+    assert torch.allclose(bn(mine.detach()), ref(mine.detach()), atol=1e-12)

@@ -39,6 +39,7 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,
                                is_initialized, join, local_rank, local_size,
                                poll, rank, shutdown, size, synchronize)
 from hvd.torch.optimizer import DistributedOptimizer
+from hvd.torch.sync_batch_norm import SyncBatchNorm
 
 
 __all__ = [
@@ -59,5 +60,5 @@ __all__ = [
     "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "sparse_allreduce_async", "mpi_enabled",
-    "gloo_enabled",
+    "gloo_enabled", "SyncBatchNorm",
 ]
