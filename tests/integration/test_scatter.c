@@ -66,20 +66,10 @@ static void *xmalloc(size_t bytes) {
     return p;
 }
 
-static const hvd_dtype all_dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
-                                       HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
-                                       HVD_FLOAT32, HVD_FLOAT64};
-static const hvd_op all_ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
-                                 HVD_PRODUCT};
+static const hvd_dtype all_dtypes[] = HVD_TEST_DTYPES;
+static const hvd_op all_ops[] = HVD_TEST_OPS;
 #define NDTYPES (sizeof(all_dtypes) / sizeof(*all_dtypes))
 #define NOPS (sizeof(all_ops) / sizeof(*all_ops))
-
-static int holds(hvd_dtype dt, const void *buf, size_t i, long v) {
-    uint64_t bits = encode(dt, v);
-    size_t es = hvd_dtype_size(dt);
-
-    return memcmp((const unsigned char *)buf + i * es, &bits, es) == 0;
-}
 
 static void expect_ok(hvd_status st, const char *what) {
     if (st != HVD_OK)
@@ -285,18 +275,10 @@ static void test_alltoall(void) {
 /* ------------------------------------------------------------------ */
 /* reducescatter                                                       */
 
-/* Element j of rank's input: exact in every dtype for every op, times the
- * job size for an average (as test_steps.c). */
+/* Element j of rank's input (testutil.h's exact_input). */
 static long rs_input(hvd_dtype dt, hvd_op op, int rank, int index, size_t j) {
-    size_t h = j * 7 + (size_t)index * 5 + (size_t)rank;
-    long v;
-
-    if (op == HVD_PRODUCT)
-        v = dt == HVD_UINT8 ? (long)(h % 2) + 1
-                            : (long)(h % 4) - 2 + (h % 4 >= 2);
-    else
-        v = dt == HVD_UINT8 ? (long)(h % 9) : (long)(h % 9) - 4;
-    return op == HVD_AVERAGE ? v * g_size : v;
+    return exact_input(dt, op, g_size,
+                       j * 7 + (size_t)index * 5 + (size_t)rank);
 }
 
 static long rs_expected(hvd_dtype dt, hvd_op op, int index, size_t j) {

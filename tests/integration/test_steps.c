@@ -68,39 +68,18 @@ static void *xmalloc(size_t bytes) {
 /* ------------------------------------------------------------------ */
 /* Exact values in every dtype                                         */
 
-static const hvd_dtype all_dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
-                                       HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
-                                       HVD_FLOAT32, HVD_FLOAT64};
-static const hvd_op all_ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX,
-                                 HVD_PRODUCT};
+static const hvd_dtype all_dtypes[] = HVD_TEST_DTYPES;
+static const hvd_op all_ops[] = HVD_TEST_OPS;
 #define NDTYPES (sizeof(all_dtypes) / sizeof(*all_dtypes))
 #define NOPS (sizeof(all_ops) / sizeof(*all_ops))
 
-/* 1 if element i of buf holds exactly v. */
-static int holds(hvd_dtype dt, const void *buf, size_t i, long v) {
-    uint64_t bits = encode(dt, v);
-    size_t es = hvd_dtype_size(dt);
-
-    return memcmp((const unsigned char *)buf + i * es, &bits, es) == 0;
-}
-
-/*
- * Element j of name `index` in round `round` on `rank`: in [-4, 4] (in [0,
- * 8] for uint8), in {-2, -1, 1, 2} for a product ({1, 2} for uint8: no
- * zero, whose sign a float product keeps), times the job size for an
- * average (so that it is exact).
- */
+/* Element j of name `index` in round `round` on `rank` (testutil.h's
+ * exact_input). */
 static long input(hvd_dtype dt, hvd_op op, int rank, int round, int index,
                   size_t j) {
-    size_t h = j * 7 + (size_t)index * 5 + (size_t)round * 3 + (size_t)rank;
-    long v;
-
-    if (op == HVD_PRODUCT)
-        v = dt == HVD_UINT8 ? (long)(h % 2) + 1
-                            : (long)(h % 4) - 2 + (h % 4 >= 2); /* no 0 */
-    else
-        v = dt == HVD_UINT8 ? (long)(h % 9) : (long)(h % 9) - 4;
-    return op == HVD_AVERAGE ? v * g_size : v;
+    return exact_input(dt, op, g_size,
+                       j * 7 + (size_t)index * 5 + (size_t)round * 3 +
+                           (size_t)rank);
 }
 
 /* The result of element j over the ranks in [0, n). */

@@ -132,6 +132,40 @@ static inline void put_value(hvd_dtype dtype, void *buf, size_t i, long v) {
     memcpy((unsigned char *)buf + i * es, &bits, es);
 }
 
+/* 1 if element i of buf holds exactly integer v in dtype. */
+static inline int holds(hvd_dtype dtype, const void *buf, size_t i, long v) {
+    uint64_t bits = encode(dtype, v);
+    size_t es = hvd_dtype_size(dtype);
+
+    return memcmp((const unsigned char *)buf + i * es, &bits, es) == 0;
+}
+
+/* Every dtype and every element-wise op, for the tests that run them all. */
+#define HVD_TEST_DTYPES                                                        \
+    {                                                                          \
+        HVD_UINT8, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_BFLOAT16,  \
+            HVD_FLOAT32, HVD_FLOAT64                                           \
+    }
+#define HVD_TEST_OPS                                                           \
+    { HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT }
+
+/*
+ * An input exact in every dtype for every op, from a hash h of (rank,
+ * element, ...): in [-4, 4] (in [0, 8] for uint8), in {-2, -1, 1, 2} for a
+ * product ({1, 2} for uint8: no zero, whose sign a float product keeps),
+ * times the job size for an average (so that it is exact).
+ */
+static inline long exact_input(hvd_dtype dtype, hvd_op op, int size, size_t h) {
+    long v;
+
+    if (op == HVD_PRODUCT)
+        v = dtype == HVD_UINT8 ? (long)(h % 2) + 1
+                               : (long)(h % 4) - 2 + (h % 4 >= 2);
+    else
+        v = dtype == HVD_UINT8 ? (long)(h % 9) : (long)(h % 9) - 4;
+    return op == HVD_AVERAGE ? v * size : v;
+}
+
 /* a op b on the integers of the tests' formulas (an average sums: the
  * division by the ranks comes once, at the end). */
 static inline long combine(hvd_op op, long a, long b) {
