@@ -371,7 +371,14 @@ def synchronize_request(handle):
 def poll(handle):
     """True once the operation of handle has finished (synchronize() then
     returns at once; it raises the operation's error if it failed)."""
-    req = _lookup(handle)
+    return _poll(_lookup(handle))
+
+
+def _poll(req):
+    # A group (grouped_async): finished when every part is.
+    if isinstance(req.keep, list) and req.keep and \
+            all(isinstance(r, _Request) for r in req.keep):
+        return req.then is None or all(_poll(r) for r in req.keep)
     if req.ready is not None and not req.ready.is_set():
         return False
     lib = L.lib()

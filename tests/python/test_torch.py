@@ -912,3 +912,22 @@ def test_sync_batch_norm():
     bn.eval()
     ref.eval()
     assert torch.allclose(bn(mine.detach()), ref(mine.detach()), atol=1e-12)
+
+
+def test_grouped_poll_does_not_block():
+    """poll() of a grouped allgather only looks: while one rank holds back
+    its part, the other's poll says False instead of waiting for it."""
+    r = hvd.rank()
+    if hvd.size() < 2:
+        return
+    if r == 0:
+        h = hvd.grouped_allgather_async([torch.ones(2), torch.ones(3)],
+                                        name="gpoll")
+        assert hvd.poll(h) is False  # rank 1 has not submitted yet
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.grouped_allgather_async([torch.ones(2), torch.ones(3)],
+                                        name="gpoll")
+    outs = hvd.synchronize(h)
+    assert [o.shape[0] for o in outs] == [2 * hvd.size(), 3 * hvd.size()]
