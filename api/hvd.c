@@ -37,6 +37,8 @@ static struct {
     hvd_setup job; /* api/runtime/setup.h */
     hvd_engine *engine;
     uint64_t unnamed[HVD_KIND_COUNT]; /* counters naming NULL-named ops */
+    uint64_t *ps_unnamed; /* and in process sets: HVD_KIND_COUNT per id */
+    int nps_unnamed;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER, .job.gpu_device = -1};
 
 const char *hvd_strerror(hvd_status status) {
@@ -102,6 +104,9 @@ hvd_status hvd_init(void) {
     if (st != HVD_OK)
         goto fail;
     memset(g.unnamed, 0, sizeof(g.unnamed));
+    free(g.ps_unnamed);
+    g.ps_unnamed = NULL;
+    g.nps_unnamed = 0;
     g.initialized = 1;
     goto out;
 fail:
@@ -271,14 +276,16 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
 /* ------------------------------------------------------------------ */
 /* What submission needs of the job (api/job.h)                        */
 
+static uint64_t unnamed_in_set(int ps, hvd_kind kind);
+
 /*
  * Builds a request of kind for n buffers. A NULL name gets
  * "hvd.<kind>.<k>" for the k-th unnamed operation of its kind, which
  * matches the k-th of every rank. The caller fills in the rest.
  */
 hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
-                           int n, hvd_request **req_out) {
-    char auto_name[64];
+                           int ps, int n, hvd_request **req_out) {
+    char auto_name[64], *key = NULL;
     hvd_request *req;
 
     pthread_mutex_lock(&g.lock);
@@ -290,18 +297,106 @@ hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
                              fn, name != NULL ? name : "");
     }
     if (name == NULL) {
+        /* A set's members count its unnamed operations among themselves. */
+        uint64_t k = ps == 0 ? g.unnamed[kind]++ : unnamed_in_set(ps, kind);
         snprintf(auto_name, sizeof(auto_name), "hvd.%s.%llu",
-                 hvd_kind_name(kind), (unsigned long long)g.unnamed[kind]++);
+                 hvd_kind_name(kind), (unsigned long long)k);
         name = auto_name;
     }
-    req = hvd_request_new(name, n);
+    if (ps != 0) {
+        /* Names are per set (as in Horovod): the set is part of the key
+         * the ranks match requests by. */
+        size_t len = strlen(name) + 32;
+        key = malloc(len);
+        if (key != NULL)
+            snprintf(key, len, "%s (process set %d)", name, ps);
+    }
+    req = ps != 0 && key == NULL ? NULL
+                                 : hvd_request_new(key != NULL ? key : name, n);
     pthread_mutex_unlock(&g.lock);
+    free(key);
     if (req == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory", fn,
                              name != NULL ? name : "");
     req->desc.kind = kind;
+    req->desc.pset = ps;
     *req_out = req;
     return HVD_OK;
+}
+
+hvd_status hvd_job_pset(const char *fn, const char *name, int ps, int *size,
+                        int *index) {
+    hvd_status st;
+
+    pthread_mutex_lock(&g.lock);
+    st = g.initialized ? hvd_engine_pset(g.engine, ps, size, index, NULL, 0)
+                       : HVD_ERR_NOT_INITIALIZED;
+    pthread_mutex_unlock(&g.lock);
+    if (st == HVD_ERR_NOT_INITIALIZED)
+        return hvd_error_set(st,
+                             "%s('%s'): hvd is not initialized: call "
+                             "hvd_init() first",
+                             fn, name != NULL ? name : "");
+    if (st != HVD_OK)
+        return hvd_error_set(st,
+                             "%s('%s'): there is no process set %d (it was "
+                             "removed, or never created)",
+                             fn, name != NULL ? name : "", ps);
+    if (*index < 0)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): rank %d is not a member of process "
+                             "set %d: only its members call its collectives",
+                             fn, name != NULL ? name : "", g.job.info.rank, ps);
+    return HVD_OK;
+}
+
+/* The counter of unnamed operations of kind in set ps (under g.lock). */
+static uint64_t unnamed_in_set(int ps, hvd_kind kind) {
+    if (ps >= g.nps_unnamed) {
+        int n = ps + 16;
+        uint64_t *v =
+            realloc(g.ps_unnamed, (size_t)n * HVD_KIND_COUNT * sizeof(*v));
+        if (v == NULL)
+            return (uint64_t)-1; /* hvd_request_new fails alike */
+        memset(v + (size_t)g.nps_unnamed * HVD_KIND_COUNT, 0,
+               (size_t)(n - g.nps_unnamed) * HVD_KIND_COUNT * sizeof(*v));
+        g.ps_unnamed = v;
+        g.nps_unnamed = n;
+    }
+    return g.ps_unnamed[(size_t)ps * HVD_KIND_COUNT + kind]++;
+}
+
+int hvd_process_set_size(int id) {
+    int size = -1, index = -1;
+
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized ||
+        hvd_engine_pset(g.engine, id, &size, &index, NULL, 0) != HVD_OK)
+        size = -1;
+    pthread_mutex_unlock(&g.lock);
+    return size;
+}
+
+int hvd_process_set_rank(int id) {
+    int size = -1, index = -1;
+
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized ||
+        hvd_engine_pset(g.engine, id, &size, &index, NULL, 0) != HVD_OK)
+        index = -1;
+    pthread_mutex_unlock(&g.lock);
+    return index;
+}
+
+int hvd_process_set_ranks(int id, int *ranks, int cap) {
+    int size = -1, index = -1;
+
+    pthread_mutex_lock(&g.lock);
+    if (!g.initialized || hvd_engine_pset(g.engine, id, &size, &index, ranks,
+                                          ranks != NULL ? cap : 0) != HVD_OK)
+        size = -1;
+    pthread_mutex_unlock(&g.lock);
+    return size;
 }
 
 /* Hands a filled request to the engine; on failure it is freed here. */

@@ -10,13 +10,23 @@
 #include "hvd/hvd.h"
 
 /*
- * A request of kind for n buffers, for fn: HVD_ERR_NOT_INITIALIZED before
- * hvd_init. A NULL name gets "hvd.<kind>.<k>" for the k-th unnamed
- * operation of its kind, which matches the k-th of every rank. The caller
- * fills in the rest.
+ * A request of kind for n buffers in process set ps (0: the job), for fn:
+ * HVD_ERR_NOT_INITIALIZED before hvd_init. A NULL name gets
+ * "hvd.<kind>.<k>" for the k-th unnamed operation of its kind (in its
+ * set), which matches the k-th of every rank (of the set). In a set, the
+ * request's name is "<name> (process set <ps>)": names are the set's own.
+ * The caller fills in the rest.
  */
 hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
-                           int n, hvd_request **req_out);
+                           int ps, int n, hvd_request **req_out);
+
+/*
+ * Process set ps for fn's call: its members (*size) and this rank's place
+ * among them (*index), or a sentence if there is no such set or this rank
+ * is not in it.
+ */
+hvd_status hvd_job_pset(const char *fn, const char *name, int ps, int *size,
+                        int *index);
 
 /* Hands a filled request to the engine; on failure it is freed here. */
 hvd_status hvd_job_hand_over(const char *fn, hvd_request *req, hvd_handle *out);

@@ -24,6 +24,33 @@
 
 #define NAME(n) ((n) != NULL ? (n) : "")
 
+/* The process set of the call being submitted (0: the job), set by the
+ * hvd_ps_* forms around the job's form of the same call, with its size
+ * and this rank's place in it. */
+static _Thread_local int t_ps, t_ps_size, t_ps_index;
+
+/* The ranks the call being submitted runs among. */
+static int call_size(void) {
+    if (t_ps != 0)
+        return t_ps_size;
+    return hvd_size() > 0 ? hvd_size() : 1;
+}
+
+/* Enters process set ps for fn's call (a sentence if this rank cannot
+ * submit in it); leave_set() after the call, whatever the outcome. */
+static hvd_status enter_set(const char *fn, const char *name, int ps) {
+    hvd_status st = HVD_OK;
+
+    t_ps = 0;
+    if (ps != 0)
+        st = hvd_job_pset(fn, name, ps, &t_ps_size, &t_ps_index);
+    if (st == HVD_OK)
+        t_ps = ps;
+    return st;
+}
+
+static void leave_set(void) { t_ps = 0; }
+
 static hvd_status check_buffers(const char *fn, const char *name,
                                 const void *sendbuf, const void *recvbuf,
                                 size_t count, hvd_dtype dtype) {
@@ -108,6 +135,12 @@ static hvd_status locate(const char *fn, const char *name, int n,
                                  fn, NAME(name), first_what, a,
                                  hvd_job_gpu_device(), first.device);
     }
+    if (first.type == HVD_MEM_DEVICE && t_ps != 0)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "%s('%s'): GPU memory in a process set other "
+                             "than the job's (0) is not supported yet: pass "
+                             "host memory",
+                             fn, NAME(name));
     *mem_out = first.type;
     return HVD_OK;
 }
@@ -185,7 +218,7 @@ static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
     if (st == HVD_OK)
         st = locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem);
     if (st == HVD_OK)
-        st = hvd_job_request(fn, name, kind, 1, &req);
+        st = hvd_job_request(fn, name, kind, t_ps, 1, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
@@ -206,14 +239,15 @@ static hvd_status adasum_check(const char *fn, const char *name,
                                hvd_dtype dtype) {
     hvd_meminfo mi;
 
-    int size = hvd_size() > 0 ? hvd_size() : 1;
+    int size = call_size();
 
     if (!hvd_adasum_supports(size, HVD_FLOAT32))
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "%s('%s'): op=HVD_ADASUM runs on a power-of-two "
-                             "number of ranks, and this job has %d; use "
+                             "number of ranks, and this %s has %d; use "
                              "HVD_AVERAGE",
-                             fn, NAME(name), size);
+                             fn, NAME(name), t_ps ? "process set" : "job",
+                             size);
     if (!hvd_adasum_supports(size, dtype))
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "%s('%s'): op=HVD_ADASUM reduces float16, "
@@ -299,7 +333,7 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
     if (st == HVD_OK)
         st = locate(fn, name, n, sendbufs, recvbufs, counts, &mem);
     if (st == HVD_OK)
-        st = hvd_job_request(fn, name, HVD_KIND_ALLREDUCE, n, &req);
+        st = hvd_job_request(fn, name, HVD_KIND_ALLREDUCE, t_ps, n, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
@@ -313,6 +347,19 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
     return hand_over(fn, req, out);
 }
 
+/* 1 if rank r is a member of process set ps. */
+static int in_set(int ps, int r) {
+    int ranks[64], *v = ranks, n = hvd_process_set_ranks(ps, ranks, 64), in = 0;
+
+    if (n > 64 && (v = malloc((size_t)n * sizeof(*v))) != NULL)
+        n = hvd_process_set_ranks(ps, v, n);
+    for (int i = 0; v != NULL && i < n; i++)
+        in |= v[i] == r;
+    if (v != ranks)
+        free(v);
+    return in;
+}
+
 /* A broadcast, with its shape (ndim >= 2) or without (ndim 0). */
 static hvd_status broadcast_async(const char *fn, const char *name, void *buf,
                                   size_t count, int ndim, const int64_t *shape,
@@ -322,6 +369,12 @@ static hvd_status broadcast_async(const char *fn, const char *name, void *buf,
                              "%s('%s'): root %d is not a rank of this job of "
                              "%d",
                              fn, NAME(name), root, hvd_size());
+    if (t_ps != 0 && !in_set(t_ps, root))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s('%s'): root %d is not a member of process "
+                             "set %d (the root is a rank of the job, as in "
+                             "Horovod)",
+                             fn, NAME(name), root, t_ps);
     return submit_one(fn, name, HVD_KIND_BROADCAST, buf, buf, count, ndim,
                       shape, dtype, (hvd_op)0, root, out);
 }
@@ -357,7 +410,7 @@ hvd_status hvd_alltoall_async(const char *name, const void *sendbuf,
                               size_t *recvcounts_out, hvd_dtype dtype,
                               hvd_handle *out) {
     static const char fn[] = "hvd_alltoall";
-    int p = hvd_size();
+    int p = call_size();
     size_t sum = 0;
     hvd_memtype mem = HVD_MEM_HOST, rmem = HVD_MEM_HOST;
     hvd_request *req;
@@ -393,7 +446,7 @@ hvd_status hvd_alltoall_async(const char *name, const void *sendbuf,
                            "yet: pass host memory",
                            fn, NAME(name));
     if (st == HVD_OK)
-        st = hvd_job_request(fn, name, HVD_KIND_ALLTOALL, p > 0 ? p : 1, &req);
+        st = hvd_job_request(fn, name, HVD_KIND_ALLTOALL, t_ps, p, &req);
     if (st != HVD_OK)
         return st;
     size_t off = 0, es = hvd_dtype_size(dtype);
@@ -565,7 +618,7 @@ hvd_status hvd_barrier(void) {
     static const char fn[] = "hvd_barrier";
     hvd_request *req;
     hvd_handle h;
-    hvd_status st = hvd_job_request(fn, NULL, HVD_KIND_BARRIER, 1, &req);
+    hvd_status st = hvd_job_request(fn, NULL, HVD_KIND_BARRIER, t_ps, 1, &req);
 
     t_blocking = 1;
     if (st == HVD_OK)
@@ -580,7 +633,7 @@ hvd_status hvd_join(int *last_rank_out) {
     hvd_handle h;
     int last = -1;
     /* One join in flight per rank; the coordinator knows it by this name. */
-    hvd_status st = hvd_job_request(fn, "hvd.join", HVD_KIND_JOIN, 1, &req);
+    hvd_status st = hvd_job_request(fn, "hvd.join", HVD_KIND_JOIN, 0, 1, &req);
 
     if (st == HVD_OK)
         st = hand_over(fn, req, &h);
@@ -595,7 +648,7 @@ hvd_status hvd_internal_call(const char *name, hvd_engine_fn fn, void *arg) {
     hvd_request *req;
     hvd_handle h;
     hvd_status st =
-        hvd_job_request("hvd_internal_call", name, HVD_KIND_CALL, 1, &req);
+        hvd_job_request("hvd_internal_call", name, HVD_KIND_CALL, 0, 1, &req);
 
     if (st != HVD_OK)
         return st;
@@ -603,4 +656,222 @@ hvd_status hvd_internal_call(const char *name, hvd_engine_fn fn, void *arg) {
     req->fn_arg = arg;
     st = hand_over("hvd_internal_call", req, &h);
     return st != HVD_OK ? st : wait_named("hvd_internal_call", h, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Process sets                                                        */
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+hvd_status hvd_process_set_create(const int *ranks, int n, int *id_out) {
+    static const char fn[] = "hvd_process_set_create";
+    int size = hvd_size(), last = -1;
+    hvd_request *req = NULL;
+    hvd_handle h;
+    hvd_status st = HVD_OK;
+    int *sorted;
+
+    if (ranks == NULL || id_out == NULL || n < 1 || (size > 0 && n > size))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s: needs 1 to %d ranks (got %d) and non-NULL "
+                             "ranks and id_out",
+                             fn, size, n);
+    sorted = malloc((size_t)n * sizeof(*sorted));
+    if (sorted == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "%s: out of memory", fn);
+    memcpy(sorted, ranks, (size_t)n * sizeof(*sorted));
+    qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
+    for (int i = 0; i < n && st == HVD_OK; i++) {
+        if (sorted[i] < 0 || (size > 0 && sorted[i] >= size))
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "%s: rank %d is not a rank of this job of %d",
+                               fn, sorted[i], size);
+        else if (i > 0 && sorted[i] == sorted[i - 1])
+            st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                               "%s: rank %d is listed twice", fn, sorted[i]);
+    }
+    /* Every rank of the job asks, with the same ranks: rank 0 gives the
+     * set its id, and every rank registers it in the same cycle. */
+    if (st == HVD_OK)
+        st = hvd_job_request(fn, NULL, HVD_KIND_PSET, 0, n, &req);
+    if (st == HVD_OK) {
+        req->desc.op = (hvd_op)HVD_PSET_CREATE;
+        for (int i = 0; i < n; i++)
+            req->counts[i] = (uint64_t)sorted[i];
+        t_blocking = 1;
+        st = hand_over(fn, req, &h);
+        t_blocking = 0;
+        if (st == HVD_OK)
+            st = wait_named(fn, h, &last);
+    }
+    free(sorted);
+    if (st == HVD_OK)
+        *id_out = last;
+    return st;
+}
+
+hvd_status hvd_process_set_remove(int id) {
+    static const char fn[] = "hvd_process_set_remove";
+    hvd_request *req;
+    hvd_handle h;
+    hvd_status st;
+
+    if (id <= 0)
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "%s(%d): %s", fn, id,
+                             id == 0 ? "the job's process set (0) cannot be "
+                                       "removed"
+                                     : "not a process set id");
+    st = hvd_job_request(fn, NULL, HVD_KIND_PSET, 0, 1, &req);
+    if (st != HVD_OK)
+        return st;
+    req->desc.op = (hvd_op)HVD_PSET_REMOVE;
+    req->desc.root = id;
+    req->counts[0] = 0;
+    t_blocking = 1;
+    st = hand_over(fn, req, &h);
+    t_blocking = 0;
+    return st != HVD_OK ? st : wait_named(fn, h, NULL);
+}
+
+/*
+ * The collectives in a process set: each enters the set, then runs the
+ * job's form of the same call (which reads the set from t_ps).
+ */
+#define IN_SET(fn, name, ps, call)                                             \
+    do {                                                                       \
+        hvd_status st_ = enter_set(fn, name, ps);                              \
+        if (st_ == HVD_OK)                                                     \
+            st_ = call;                                                        \
+        leave_set();                                                           \
+        return st_;                                                            \
+    } while (0)
+
+hvd_status hvd_ps_allreduce(int ps, const char *name, const void *sendbuf,
+                            void *recvbuf, size_t count, hvd_dtype dtype,
+                            hvd_op op) {
+    IN_SET("hvd_allreduce", name, ps,
+           hvd_allreduce(name, sendbuf, recvbuf, count, dtype, op));
+}
+
+hvd_status hvd_ps_allreduce_async(int ps, const char *name, const void *sendbuf,
+                                  void *recvbuf, size_t count, hvd_dtype dtype,
+                                  hvd_op op, hvd_handle *out) {
+    IN_SET("hvd_allreduce", name, ps,
+           hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, out));
+}
+
+hvd_status hvd_ps_allreduce_shaped_async(int ps, const char *name,
+                                         const void *sendbuf, void *recvbuf,
+                                         int ndim, const int64_t *shape,
+                                         hvd_dtype dtype, hvd_op op,
+                                         hvd_handle *out) {
+    IN_SET("hvd_allreduce", name, ps,
+           hvd_allreduce_shaped_async(name, sendbuf, recvbuf, ndim, shape,
+                                      dtype, op, out));
+}
+
+hvd_status hvd_ps_grouped_allreduce(int ps, const char *name, int n,
+                                    const void *const *sendbufs,
+                                    void *const *recvbufs, const size_t *counts,
+                                    hvd_dtype dtype, hvd_op op) {
+    IN_SET(
+        "hvd_grouped_allreduce", name, ps,
+        hvd_grouped_allreduce(name, n, sendbufs, recvbufs, counts, dtype, op));
+}
+
+hvd_status hvd_ps_grouped_allreduce_async(int ps, const char *name, int n,
+                                          const void *const *sendbufs,
+                                          void *const *recvbufs,
+                                          const size_t *counts, hvd_dtype dtype,
+                                          hvd_op op, hvd_handle *out) {
+    IN_SET("hvd_grouped_allreduce", name, ps,
+           hvd_grouped_allreduce_async(name, n, sendbufs, recvbufs, counts,
+                                       dtype, op, out));
+}
+
+hvd_status hvd_ps_broadcast(int ps, const char *name, void *buf, size_t count,
+                            hvd_dtype dtype, int root) {
+    IN_SET("hvd_broadcast", name, ps,
+           hvd_broadcast(name, buf, count, dtype, root));
+}
+
+hvd_status hvd_ps_broadcast_async(int ps, const char *name, void *buf,
+                                  size_t count, hvd_dtype dtype, int root,
+                                  hvd_handle *out) {
+    IN_SET("hvd_broadcast", name, ps,
+           hvd_broadcast_async(name, buf, count, dtype, root, out));
+}
+
+hvd_status hvd_ps_broadcast_shaped_async(int ps, const char *name, void *buf,
+                                         int ndim, const int64_t *shape,
+                                         hvd_dtype dtype, int root,
+                                         hvd_handle *out) {
+    IN_SET(
+        "hvd_broadcast", name, ps,
+        hvd_broadcast_shaped_async(name, buf, ndim, shape, dtype, root, out));
+}
+
+hvd_status hvd_ps_allgather(int ps, const char *name, const void *sendbuf,
+                            void *recvbuf, size_t count, hvd_dtype dtype) {
+    IN_SET("hvd_allgather", name, ps,
+           hvd_allgather(name, sendbuf, recvbuf, count, dtype));
+}
+
+hvd_status hvd_ps_allgather_async(int ps, const char *name, const void *sendbuf,
+                                  void *recvbuf, size_t count, hvd_dtype dtype,
+                                  hvd_handle *out) {
+    IN_SET("hvd_allgather", name, ps,
+           hvd_allgather_async(name, sendbuf, recvbuf, count, dtype, out));
+}
+
+hvd_status hvd_ps_alltoall(int ps, const char *name, const void *sendbuf,
+                           size_t count, const size_t *sendcounts,
+                           void *recvbuf, size_t recvcap,
+                           size_t *recvcounts_out, hvd_dtype dtype) {
+    IN_SET("hvd_alltoall", name, ps,
+           hvd_alltoall(name, sendbuf, count, sendcounts, recvbuf, recvcap,
+                        recvcounts_out, dtype));
+}
+
+hvd_status hvd_ps_alltoall_async(int ps, const char *name, const void *sendbuf,
+                                 size_t count, const size_t *sendcounts,
+                                 void *recvbuf, size_t recvcap,
+                                 size_t *recvcounts_out, hvd_dtype dtype,
+                                 hvd_handle *out) {
+    IN_SET("hvd_alltoall", name, ps,
+           hvd_alltoall_async(name, sendbuf, count, sendcounts, recvbuf,
+                              recvcap, recvcounts_out, dtype, out));
+}
+
+hvd_status hvd_ps_reducescatter(int ps, const char *name, const void *sendbuf,
+                                void *recvbuf, size_t count, hvd_dtype dtype,
+                                hvd_op op) {
+    IN_SET("hvd_reducescatter", name, ps,
+           hvd_reducescatter(name, sendbuf, recvbuf, count, dtype, op));
+}
+
+hvd_status hvd_ps_reducescatter_async(int ps, const char *name,
+                                      const void *sendbuf, void *recvbuf,
+                                      size_t count, hvd_dtype dtype, hvd_op op,
+                                      hvd_handle *out) {
+    IN_SET(
+        "hvd_reducescatter", name, ps,
+        hvd_reducescatter_async(name, sendbuf, recvbuf, count, dtype, op, out));
+}
+
+hvd_status hvd_ps_reducescatter_shaped_async(int ps, const char *name,
+                                             const void *sendbuf, void *recvbuf,
+                                             int ndim, const int64_t *shape,
+                                             hvd_dtype dtype, hvd_op op,
+                                             hvd_handle *out) {
+    IN_SET("hvd_reducescatter", name, ps,
+           hvd_reducescatter_shaped_async(name, sendbuf, recvbuf, ndim, shape,
+                                          dtype, op, out));
+}
+
+hvd_status hvd_ps_barrier(int ps) {
+    IN_SET("hvd_barrier", NULL, ps, hvd_barrier());
 }

@@ -110,6 +110,13 @@ hvd_status hvd_comm_create_sub(int rank, int size, const int *map,
         return st;
     }
     comm->map = copy;
+    /* A transport's own collectives (MPI's) span all its ranks, not a
+     * subset: a sub-communicator runs hvd's algorithms. */
+    comm->cfg.native = 0;
+    if (comm->cfg.allreduce_algo == HVD_ALGO_NATIVE)
+        comm->cfg.allreduce_algo = HVD_ALGO_AUTO;
+    if (comm->cfg.bcast_algo == HVD_ALGO_NATIVE)
+        comm->cfg.bcast_algo = HVD_ALGO_AUTO;
     *out = comm;
     return HVD_OK;
 }

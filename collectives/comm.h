@@ -77,7 +77,8 @@ hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
 
 /*
  * A communicator over a subset of tp's ranks: comm rank i is transport rank
- * map[i] (size entries, copied); this rank is comm rank rank.
+ * map[i] (size entries, copied); this rank is comm rank rank. It never uses
+ * the transport's native collectives (they span all of its ranks).
  */
 hvd_status hvd_comm_create_sub(int rank, int size, const int *map,
                                hvd_transport *tp, int channel,

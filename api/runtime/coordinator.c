@@ -31,7 +31,25 @@ struct hvd_coord {
     int count;
     unsigned char *stopped; /* per rank: it called hvd_shutdown */
     int nstopped;
+    /* Process sets by id (0, the job, is implicit): members[id] flags
+     * each rank, NULL once removed; nmembers[id] counts them. */
+    unsigned char **members;
+    int *nmembers;
+    int nsets; /* ids given so far, 0 included */
 };
+
+/* 1 if rank r belongs to process set id (which exists). */
+static int member(const hvd_coord *c, int id, int r) {
+    return id == 0 || c->members[id][r];
+}
+
+/* The members of set id, or 0 if there is no such set. */
+static int set_size(const hvd_coord *c, int id) {
+    if (id == 0)
+        return c->size;
+    return id > 0 && id < c->nsets && c->members[id] != NULL ? c->nmembers[id]
+                                                             : 0;
+}
 
 static void entry_free(hvd_coord *c, centry *e) {
     for (int r = 0; r < c->size; r++)
@@ -70,6 +88,7 @@ hvd_status hvd_coord_create(int size, double stall_check_s,
     c->size = size;
     c->stall_check_s = stall_check_s;
     c->stall_shutdown_s = stall_shutdown_s;
+    c->nsets = 1;
     hvd_namemap_init(&c->by_name);
     *out = c;
     return HVD_OK;
@@ -81,6 +100,10 @@ void hvd_coord_destroy(hvd_coord *c) {
     while (c->head != NULL)
         entry_unlink(c, c->head);
     hvd_namemap_destroy(&c->by_name);
+    for (int i = 1; c->members != NULL && i < c->nsets; i++)
+        free(c->members[i]);
+    free(c->members);
+    free(c->nmembers);
     free(c->stopped);
     free(c);
 }
@@ -151,15 +174,17 @@ oom:
     return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory in the coordinator");
 }
 
-/* "1,3,4" (at most a few dozen, then "..."). */
-static void rank_list(const centry *e, int want_reported, int size,
+/* "1,3,4" (at most a few dozen, then "..."): the members of e's set that
+ * have (want_reported) or have not asked for it. */
+static void rank_list(const hvd_coord *c, const centry *e, int want_reported,
                       const unsigned char *skip, char *out, size_t outlen) {
     size_t off = 0;
-    int n = 0;
+    int n = 0, id = e->desc[e->last_rank].pset;
 
     out[0] = '\0';
-    for (int r = 0; r < size && off + 16 < outlen; r++) {
-        if (!!e->reported[r] != want_reported || (skip != NULL && skip[r]))
+    for (int r = 0; r < c->size && off + 16 < outlen; r++) {
+        if (!!e->reported[r] != want_reported || (skip != NULL && skip[r]) ||
+            (set_size(c, id) > 0 && !member(c, id, r)))
             continue;
         off +=
             (size_t)snprintf(out + off, outlen - off, "%s%d", n ? "," : "", r);
@@ -185,6 +210,7 @@ new_response(const centry *e, int rank, hvd_status status, const char *error) {
     r->op = d->op;
     r->root = d->root;
     r->mem = d->mem;
+    r->process_set = (uint32_t)d->pset;
     r->n_counts = d->ncounts;
     r->counts = malloc((d->ncounts ? d->ncounts : 1) * sizeof(uint64_t));
     r->n_shape = (size_t)d->ndims;
@@ -246,9 +272,12 @@ static void gone_text(const hvd_coord *c, const centry *e,
     int n = 0, is_join = strcmp(e->name, JOIN_NAME) == 0;
     char ranks[128];
 
+    int id = e->desc[e->last_rank].pset;
+
     ranks[0] = '\0';
     for (int r = 0; r < c->size && off + 16 < sizeof(ranks); r++)
         if (c->stopped[r] && !e->reported[r] &&
+            (set_size(c, id) == 0 || member(c, id, r)) &&
             (joined == NULL || !joined[r] || is_join))
             off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%d",
                                     n++ ? "," : "", r);
@@ -261,6 +290,74 @@ static void gone_text(const hvd_coord *c, const centry *e,
         snprintf(out, outlen,
                  "'%s': rank(s) %s called hvd_shutdown without submitting it",
                  e->name, ranks);
+}
+
+/*
+ * Every rank asked to create or remove a process set (the same one): the
+ * response that does it, registered here (a new set gets the next id, in
+ * the response's created_set), or an error response.
+ */
+static Hvd__Engine__Response *pset_decide(hvd_coord *c, const centry *e,
+                                          int first, char *text,
+                                          size_t textlen) {
+    const hvd_opdesc *d = &e->desc[first];
+    Hvd__Engine__Response *r;
+
+    if ((int)d->op == HVD_PSET_REMOVE) {
+        int id = d->root;
+        if (set_size(c, id) == 0) {
+            snprintf(text, textlen, "there is no process set %d to remove", id);
+            return new_response(e, first, HVD_ERR_INVALID_ARG, text);
+        }
+        free(c->members[id]);
+        c->members[id] = NULL;
+        r = new_response(e, first, HVD_OK, NULL);
+        if (r != NULL)
+            r->contributors = (uint32_t)c->size;
+        return r;
+    }
+    if (d->ncounts == (size_t)c->size) {
+        snprintf(text, textlen,
+                 "a process set of these ranks exists already (id 0: every "
+                 "rank of the job)");
+        return new_response(e, first, HVD_ERR_INVALID_ARG, text);
+    }
+    for (int id = 1; id < c->nsets; id++) {
+        int same = c->members[id] != NULL && c->nmembers[id] == (int)d->ncounts;
+        for (size_t i = 0; same && i < d->ncounts; i++)
+            same = c->members[id][d->counts[i]];
+        if (same) {
+            snprintf(text, textlen,
+                     "a process set of these ranks exists already (id %d)", id);
+            return new_response(e, first, HVD_ERR_INVALID_ARG, text);
+        }
+    }
+    unsigned char **m =
+        realloc(c->members, (size_t)(c->nsets + 1) * sizeof(*m));
+    if (m != NULL) {
+        m[0] = NULL; /* the job: every rank */
+        c->members = m;
+    }
+    int *n = realloc(c->nmembers, (size_t)(c->nsets + 1) * sizeof(*n));
+    if (n != NULL)
+        c->nmembers = n;
+    unsigned char *flags = calloc((size_t)c->size, 1);
+    if (m == NULL || n == NULL || flags == NULL) {
+        free(flags);
+        return NULL;
+    }
+    for (size_t i = 0; i < d->ncounts; i++)
+        flags[d->counts[i]] = 1;
+    r = new_response(e, first, HVD_OK, NULL);
+    if (r == NULL) {
+        free(flags);
+        return NULL;
+    }
+    c->members[c->nsets] = flags;
+    c->nmembers[c->nsets] = (int)d->ncounts;
+    r->created_set = (uint32_t)c->nsets++;
+    r->contributors = (uint32_t)c->size;
+    return r;
 }
 
 hvd_status hvd_coord_collect(hvd_coord *c, double now,
@@ -277,7 +374,21 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
         next = e->next;
         if (e == join)
             continue;
+        int id = e->desc[e->last_rank].pset;
+        if (set_size(c, id) == 0) {
+            snprintf(text, sizeof(text),
+                     "'%s': process set %d does not exist (it was removed, "
+                     "or never created)",
+                     e->name, id);
+            r = new_response(e, e->last_rank, HVD_ERR_INVALID_ARG, text);
+            if (r == NULL || append(list, r) != 0)
+                goto oom;
+            entry_unlink(c, e);
+            continue;
+        }
         for (int k = 0; k < c->size; k++) {
+            if (!member(c, id, k))
+                continue;
             if (e->reported[k]) {
                 if (first < 0)
                     first = k;
@@ -291,7 +402,10 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
             }
         }
         hvd_kind kind = e->desc[first].kind;
-        int neutral_ok = kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BARRIER;
+        /* A joined rank contributes a neutral element to the job's
+         * allreduces and barriers; a process set waits for its members. */
+        int neutral_ok =
+            id == 0 && (kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BARRIER);
 
         if (gone > 0) {
             /* A rank that called hvd_shutdown submits nothing more. */
@@ -302,16 +416,18 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
             r = new_response(e, first, HVD_ERR_MISMATCH, text);
         } else if (missing == 0 && joined_missing > 0 && !neutral_ok) {
             char ranks[128];
-            rank_list(e, 0, c->size, NULL, ranks, sizeof(ranks));
+            rank_list(c, e, 0, NULL, ranks, sizeof(ranks));
             snprintf(text, sizeof(text),
                      "'%s': a %s cannot complete while rank(s) %s have "
                      "called hvd_join",
                      e->name, hvd_kind_name(kind), ranks);
             r = new_response(e, first, HVD_ERR_INVALID_ARG, text);
+        } else if (missing == 0 && kind == HVD_KIND_PSET) {
+            r = pset_decide(c, e, first, text, sizeof(text));
         } else if (missing == 0) {
             r = new_response(e, first, HVD_OK, NULL);
             if (r != NULL) {
-                r->contributors = (uint32_t)(c->size - joined_missing);
+                r->contributors = (uint32_t)(set_size(c, id) - joined_missing);
                 if (joined_missing > 0) {
                     r->joined =
                         malloc((size_t)joined_missing * sizeof(uint32_t));
@@ -330,7 +446,7 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
             double age = now - e->first_seen;
             if (c->stall_shutdown_s > 0 && age >= c->stall_shutdown_s) {
                 char ranks[128];
-                rank_list(e, 0, c->size, joined, ranks, sizeof(ranks));
+                rank_list(c, e, 0, joined, ranks, sizeof(ranks));
                 snprintf(text, sizeof(text),
                          "'%s' waited %.0f s for rank(s) %s to submit it; "
                          "failing it (HVD_STALL_SHUTDOWN_SECONDS=%g)",
@@ -341,8 +457,8 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
                        (e->warned_at < 0 ||
                         now - e->warned_at >= c->stall_check_s)) {
                 char ranks[128], have[128];
-                rank_list(e, 0, c->size, joined, ranks, sizeof(ranks));
-                rank_list(e, 1, c->size, NULL, have, sizeof(have));
+                rank_list(c, e, 0, joined, ranks, sizeof(ranks));
+                rank_list(c, e, 1, NULL, have, sizeof(have));
                 HVD_WARN("engine",
                          "stall: '%s' waits %.0f s for rank(s) %s (submitted "
                          "by %s): a rank skipped it, submits it later, or "
@@ -356,8 +472,7 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
         if (r == NULL || append(list, r) != 0) {
             if (r != NULL)
                 hvd__engine__response__free_unpacked(r, NULL);
-            return hvd_error_set(HVD_ERR_NO_MEMORY,
-                                 "out of memory in the coordinator");
+            goto oom;
         }
         entry_unlink(c, e);
     }
@@ -390,6 +505,8 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
         entry_unlink(c, join);
     }
     return HVD_OK;
+oom:
+    return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory in the coordinator");
 }
 
 void hvd_coord_free_responses(Hvd__Engine__ResponseList *list) {

@@ -16,9 +16,9 @@ enum {
 /* The fields a Request and a Response share. */
 static hvd_status check_op(const char *what, const char *name, uint32_t kind,
                            uint32_t dtype, uint32_t op, int32_t root,
-                           uint32_t mem, size_t ncounts, const uint64_t *counts,
-                           size_t nshape, const int64_t *shape, int size,
-                           hvd_opdesc *out) {
+                           uint32_t mem, uint32_t pset, size_t ncounts,
+                           const uint64_t *counts, size_t nshape,
+                           const int64_t *shape, int size, hvd_opdesc *out) {
     uint64_t total = 0;
     size_t esize;
 
@@ -41,8 +41,31 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     if (ncounts < 1 || ncounts > HVD_CTRL_MAX_COUNTS)
         return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with %zu buffers",
                              what, name, ncounts);
-    /* An alltoall has a count for each rank (the sender's). */
-    if (kind == HVD_KIND_ALLTOALL && ncounts != (size_t)size)
+    if (pset > INT32_MAX ||
+        (pset != 0 && (kind == HVD_KIND_PSET || kind == HVD_KIND_JOIN ||
+                       kind == HVD_KIND_CALL)))
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "%s '%s' of a %s in process set %u", what, name,
+                             hvd_kind_name((hvd_kind)kind), pset);
+    if (kind == HVD_KIND_PSET) {
+        /* A new set's ranks, ascending; or the id of the one removed. */
+        for (size_t i = 0; op == HVD_PSET_CREATE && i < ncounts; i++)
+            if (counts[i] >= (uint64_t)size ||
+                (i > 0 && counts[i] <= counts[i - 1]))
+                return hvd_error_set(HVD_ERR_TRANSPORT,
+                                     "%s '%s' creates a process set whose "
+                                     "ranks are not ascending ranks of the job",
+                                     what, name);
+        if ((op != HVD_PSET_CREATE && op != HVD_PSET_REMOVE) ||
+            (op == HVD_PSET_REMOVE && root <= 0) || (size_t)size < ncounts ||
+            nshape > 0)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "%s '%s': a malformed process set operation",
+                                 what, name);
+    }
+    /* An alltoall has a count for each rank of its set (the sender's). */
+    if (kind == HVD_KIND_ALLTOALL &&
+        (pset == 0 ? ncounts != (size_t)size : ncounts > (size_t)size))
         return hvd_error_set(HVD_ERR_TRANSPORT,
                              "%s '%s' for an alltoall of %d ranks with %zu "
                              "counts",
@@ -90,6 +113,7 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     out->op = (hvd_op)op;
     out->root = root;
     out->mem = (hvd_memtype)mem;
+    out->pset = (int)pset;
     out->ncounts = ncounts;
     out->counts = counts;
     out->ndims = (int)nshape;
@@ -101,8 +125,8 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
 hvd_status hvd_ctrl_check_request(const Hvd__Engine__Request *req, int size,
                                   hvd_opdesc *desc_out) {
     return check_op("request", req->name, req->kind, req->dtype, req->op,
-                    req->root, req->mem, req->n_counts, req->counts,
-                    req->n_shape, req->shape, size, desc_out);
+                    req->root, req->mem, req->process_set, req->n_counts,
+                    req->counts, req->n_shape, req->shape, size, desc_out);
 }
 
 hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
@@ -110,8 +134,8 @@ hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
     hvd_opdesc d;
     hvd_status st =
         check_op("response", resp->name, resp->kind, resp->dtype, resp->op,
-                 resp->root, resp->mem, resp->n_counts, resp->counts,
-                 resp->n_shape, resp->shape, size, &d);
+                 resp->root, resp->mem, resp->process_set, resp->n_counts,
+                 resp->counts, resp->n_shape, resp->shape, size, &d);
 
     if (st != HVD_OK)
         return st;

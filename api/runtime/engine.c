@@ -395,6 +395,7 @@ static void engine_free(hvd_engine *eng) {
     free(eng->fusion);
     free(eng->a2a);
     free(eng->a2a_msg);
+    hvd_eng_pset_free(eng);
     free(eng);
 }
 
@@ -434,7 +435,8 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     if (st != HVD_OK)
         goto fail;
     eng->data->paths = paths;
-    if (hvd_cache_init(&eng->cache, cfg->cache_capacity) != 0) {
+    if (hvd_eng_pset_init(eng) != 0 ||
+        hvd_cache_init(&eng->cache, cfg->cache_capacity) != 0) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }

@@ -153,6 +153,15 @@ hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
 void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
                              int mark_cycles);
 
+/*
+ * Process set id as this rank's engine knows it now: its members (*size),
+ * this rank's place among them (*index, -1: not a member) and the first
+ * cap of their ranks (ranks may be NULL). HVD_ERR_INVALID_ARG (no
+ * sentence) if there is no such set. Any thread.
+ */
+hvd_status hvd_engine_pset(hvd_engine *eng, int id, int *size, int *index,
+                           int *ranks, int cap);
+
 /* *done = 1 if req has finished; returns its status then. */
 hvd_status hvd_engine_test(hvd_request *req, int *done);
 

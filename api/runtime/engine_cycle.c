@@ -77,7 +77,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         r->hash = cache->slots[s].hash;
         r->desc = cache->slots[s].desc;
         r->status = HVD_OK;
-        r->contributors = eng->size;
+        r->contributors = hvd_eng_pset_size(eng, r->desc.pset);
         r->cached = 1;
         if (eng->carried_all[i])
             r->parts = &eng->parts[i * (size_t)eng->size];
@@ -102,6 +102,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         r->error = g->error;
         r->contributors = (int)g->contributors;
         r->last_joined = g->last_joined;
+        r->created_set = (int)g->created_set;
         r->self_joined = in_list(g->joined, g->n_joined, eng->rank);
         /* The collective runs over this rank's buffers, sized by its own
          * request: rank 0 must have decided the same operation. */
@@ -130,7 +131,8 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     for (size_t i = 0; i < nresp; i++) {
         resp *r = &eng->resps[i];
         if (r->cached || r->status != HVD_OK || r->desc.kind == HVD_KIND_JOIN ||
-            r->desc.kind == HVD_KIND_CALL || r->contributors != eng->size ||
+            r->desc.kind == HVD_KIND_CALL || r->desc.kind == HVD_KIND_PSET ||
+            r->contributors != hvd_eng_pset_size(eng, r->desc.pset) ||
             cache->capacity == 0)
             continue;
         int s = hvd_cache_put(cache, r->name, &r->desc, c->number);
@@ -222,6 +224,7 @@ static hvd_status send_update(hvd_engine *eng, int stop) {
             it->op = req->desc.op;
             it->root = req->desc.root;
             it->mem = req->desc.mem;
+            it->process_set = (uint32_t)req->desc.pset;
             it->n_counts = req->desc.ncounts;
             it->counts = req->counts;
             it->n_shape = (size_t)req->desc.ndims;

@@ -12,7 +12,9 @@
  *  engine_step.c  a step: every rank's part of it to every rank, and
  *                 what they decide together;
  *  engine_cycle.c running a cycle on every rank, rank 0's decisions,
- *                 and the engine thread's loop.
+ *                 and the engine thread's loop;
+ *  engine_pset.c  process sets: every rank's table of them and their
+ *                 communicators.
  * Nothing outside api/runtime/engine*.c includes this.
  */
 #ifndef HVD_API_ENGINE_INTERNAL_H
@@ -120,6 +122,19 @@ typedef struct ctrl_port {
     step_msg step[2]; /* by step number parity */
 } ctrl_port;
 
+/*
+ * A process set, registered by every rank when the cycle that creates it
+ * runs (so the table is the same everywhere at every cycle). Set 0 is the
+ * job. Changed under hvd_eng_lock (other threads read it through
+ * hvd_engine_pset), by the thread that runs the engine.
+ */
+typedef struct pset {
+    int size;       /* members; 0: removed (ids are not reused) */
+    int index;      /* this rank's place among them; -1: not a member */
+    int *ranks;     /* the members, ascending (NULL for the job) */
+    hvd_comm *comm; /* over the members; this rank's, if it is one */
+} pset;
+
 /* A response of the current cycle, pointing into the cache or into the
  * cycle's message; nothing is copied. */
 typedef struct resp {
@@ -131,6 +146,7 @@ typedef struct resp {
     int contributors;
     int self_joined;
     int last_joined;
+    int created_set; /* a process set's creation: its id */
     int cached;
     /* Carried in every rank's step message: each rank's data, in rank
      * order (then it is reduced here, with no collective); else NULL. */
@@ -209,6 +225,8 @@ struct hvd_engine {
     size_t resps_cap;
     void *fusion;
     size_t fusion_cap;
+    pset *psets; /* by id; psets[0] is the job */
+    int npsets;
     size_t *a2a;       /* an alltoall's byte counts and offsets: 8 * size */
     uint64_t *a2a_msg; /* what ranks tell each other of it: 6 * size */
     hvd_timeline *timeline;
@@ -308,6 +326,21 @@ int hvd_eng_peer_started(const hvd_engine *eng);
 hvd_status hvd_eng_step_start(hvd_engine *eng);
 int hvd_eng_step_complete(hvd_engine *eng);
 hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last);
+
+/* engine_pset.c */
+int hvd_eng_pset_init(hvd_engine *eng);
+void hvd_eng_pset_free(hvd_engine *eng);
+/* Set id, or NULL if there is none (removed, or never created). */
+const pset *hvd_eng_pset(const hvd_engine *eng, int id);
+/* Members of set id (0 if there is none). */
+int hvd_eng_pset_size(const hvd_engine *eng, int id);
+/* 1 if rank r is a member of set id (or there is no such set). */
+int hvd_eng_pset_has(const hvd_engine *eng, int id, int r);
+/* The communicator of d's set if this rank is a member, else NULL. */
+hvd_comm *hvd_eng_pset_comm(const hvd_engine *eng, const hvd_opdesc *d);
+/* Runs a process-set response every rank asked for: creates (id) or
+ * removes the set, on every rank alike. */
+hvd_status hvd_eng_pset_run(hvd_engine *eng, const hvd_opdesc *d, int id);
 
 /* engine_cycle.c */
 hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c);

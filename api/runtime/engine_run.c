@@ -28,12 +28,12 @@ static int64_t stamp(const hvd_engine *eng) {
 
 /* Timeline args of a collective: where it runs and how (the selector's
  * plan for it, which is what hvd_coll_* then runs). */
-static void collective_args(hvd_engine *eng, char *out, size_t outlen,
+static void collective_args(hvd_comm *comm, char *out, size_t outlen,
                             hvd_coll_kind kind, hvd_dtype dtype, int ntensors,
                             size_t bytes) {
     hvd_plan plan;
 
-    hvd_coll_plan(eng->data, kind, bytes, dtype, &plan);
+    hvd_coll_plan(comm, kind, bytes, dtype, &plan);
     snprintf(out, outlen,
              "\"transport\": \"%s\", \"algorithm\": \"%s\", "
              "\"chunk\": %zu, \"tensors\": %d, \"bytes\": %zu",
@@ -247,11 +247,11 @@ static hvd_status run_device_other(hvd_engine *eng, const resp *r,
 }
 
 /* The allreduce of op: Adasum's own algorithm, or the selector's. */
-static hvd_status allreduce_op(hvd_engine *eng, const void *send, void *recv,
+static hvd_status allreduce_op(hvd_comm *comm, const void *send, void *recv,
                                size_t count, hvd_dtype dtype, hvd_op op) {
     if (op == HVD_ADASUM)
-        return hvd_adasum_allreduce(eng->data, send, recv, count, dtype);
-    return hvd_coll_allreduce(eng->data, send, recv, count, dtype, op);
+        return hvd_adasum_allreduce(comm, send, recv, count, dtype);
+    return hvd_coll_allreduce(comm, send, recv, count, dtype, op);
 }
 
 /*
@@ -261,6 +261,7 @@ static hvd_status allreduce_op(hvd_engine *eng, const void *send, void *recv,
 static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
                                 size_t last) {
     const resp *r0 = &rs[first];
+    hvd_comm *comm = hvd_eng_pset_comm(eng, &r0->desc);
     hvd_dtype dtype = r0->desc.dtype;
     size_t esize = hvd_dtype_size(dtype);
     /* With ranks joined, they contribute the neutral element, and an
@@ -284,7 +285,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
 
     /* The path is the selector's choice for this size (what the timeline
      * shows before the collective runs). */
-    collective_args(eng, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
+    collective_args(comm, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
                     (int)ntensors, total * esize);
     if (ntensors == 1 && !r0->self_joined) {
         hvd_request *req = hvd_namemap_get_h(&eng->by_name, r0->name, r0->hash);
@@ -294,7 +295,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
                                  eng->rank, r0->name);
         void *recv = req->recv[0];
         hvd_timeline_begin(eng->timeline, r0->name, "ALLREDUCE", t, args);
-        st = allreduce_op(eng, req->send[0], recv, total, dtype, op);
+        st = allreduce_op(comm, req->send[0], recv, total, dtype, op);
         t = hvd_now_ns();
         hvd_timeline_end(eng->timeline, r0->name, t);
         eng->n_collectives++;
@@ -329,7 +330,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     t = stamp(eng);
     for (size_t i = first; i < last; i++)
         hvd_timeline_begin(eng->timeline, rs[i].name, "ALLREDUCE", t, args);
-    st = allreduce_op(eng, fb, fb, total, dtype, op);
+    st = allreduce_op(comm, fb, fb, total, dtype, op);
     eng->n_collectives++;
     t = stamp(eng);
     for (size_t i = first; i < last; i++)
@@ -401,9 +402,9 @@ static hvd_status run_carried(hvd_engine *eng, const resp *r) {
  * exchange still runs, into the fusion buffer, so that no other rank
  * waits for it.
  */
-static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
-                               hvd_status *outcome) {
-    size_t p = (size_t)eng->size, es = hvd_dtype_size(r->desc.dtype);
+static hvd_status run_alltoall(hvd_engine *eng, hvd_comm *comm, const resp *r,
+                               hvd_request *req, hvd_status *outcome) {
+    size_t p = (size_t)comm->size, es = hvd_dtype_size(r->desc.dtype);
     size_t *sb = eng->a2a, *sd = sb + p, *rb = sd + p, *rd = rb + p;
     size_t *po = rd + p, *hb = po + p, *hd = hb + p, *hp = hd + p;
     uint64_t *tell = eng->a2a_msg, *told = tell + 3 * p;
@@ -419,12 +420,11 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
         sent += sb[k];
         hb[k] = 3 * sizeof(uint64_t);
         hd[k] = k * hb[k];
-        hp[k] = (size_t)eng->rank * hb[k];
+        hp[k] = (size_t)comm->rank * hb[k];
     }
     for (size_t k = 0; k < p; k++)
         tell[3 * k + 2] = sent; /* all this rank sends */
-    st =
-        hvd_coll_alltoall(eng->data, tell, hb, hd, told, hb, hd, hp, hb[0] * p);
+    st = hvd_coll_alltoall(comm, tell, hb, hd, told, hb, hd, hp, hb[0] * p);
     if (st != HVD_OK)
         return st;
     for (size_t k = 0; k < p; k++) {
@@ -446,7 +446,7 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
             r->name, got / es, eng->rank, (unsigned long long)req->recv_cap);
     }
     /* The path: by what a rank sends on average, the same everywhere. */
-    st = hvd_coll_alltoall(eng->data, req->send[0], sb, sd, recvbuf, rb, rd, po,
+    st = hvd_coll_alltoall(comm, req->send[0], sb, sd, recvbuf, rb, rd, po,
                            everyone / p);
     if (st == HVD_OK && *outcome == HVD_OK && req->recv_counts != NULL)
         for (size_t k = 0; k < p; k++)
@@ -456,8 +456,8 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
 
 /* A reduce-scatter: the whole count is reduced in the fusion buffer and
  * this rank's block copied out. */
-static hvd_status run_reducescatter(hvd_engine *eng, const resp *r,
-                                    hvd_request *req) {
+static hvd_status run_reducescatter(hvd_engine *eng, hvd_comm *comm,
+                                    const resp *r, hvd_request *req) {
     size_t count = (size_t)r->desc.counts[0];
     size_t unit = (size_t)hvd_opdesc_unit(&r->desc);
     size_t bytes = count * hvd_dtype_size(r->desc.dtype);
@@ -465,15 +465,28 @@ static hvd_status run_reducescatter(hvd_engine *eng, const resp *r,
 
     if (st != HVD_OK)
         return st;
-    return hvd_coll_reducescatter(eng->data, req->send[0], req->recv[0],
-                                  eng->fusion, count, unit > 0 ? unit : 1,
-                                  r->desc.dtype, r->desc.op);
+    return hvd_coll_reducescatter(comm, req->send[0], req->recv[0], eng->fusion,
+                                  count, unit > 0 ? unit : 1, r->desc.dtype,
+                                  r->desc.op);
 }
 
-/* Runs one broadcast, allgather, alltoall, reducescatter, barrier, join or
- * call response. */
+/* A broadcast's root (a rank of the job): its place in r's set. */
+static int pset_index(const hvd_engine *eng, const resp *r) {
+    const pset *p = hvd_eng_pset(eng, r->desc.pset);
+
+    if (r->desc.pset == 0 || p == NULL)
+        return r->desc.root;
+    for (int i = 0; i < p->size; i++)
+        if (p->ranks[i] == r->desc.root)
+            return i;
+    return -1;
+}
+
+/* Runs one broadcast, allgather, alltoall, reducescatter, barrier, join,
+ * call or process-set response. */
 static hvd_status run_other(hvd_engine *eng, const resp *r) {
     hvd_request *req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
+    hvd_comm *comm = hvd_eng_pset_comm(eng, &r->desc);
     hvd_status st = HVD_OK, outcome = HVD_OK;
     int64_t t = hvd_now_ns();
     char args[256], why[HVD_ERROR_MAX] = "";
@@ -493,23 +506,24 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         return run_device_other(eng, r, req);
     switch (r->desc.kind) {
     case HVD_KIND_BROADCAST:
-        st = hvd_coll_broadcast(eng->data, req->recv[0], req->counts[0],
-                                r->desc.dtype, r->desc.root);
+        /* The root is a rank of the job: its place in the set. */
+        st = hvd_coll_broadcast(comm, req->recv[0], req->counts[0],
+                                r->desc.dtype, pset_index(eng, r));
         eng->n_collectives++;
         break;
     case HVD_KIND_ALLGATHER:
-        st = hvd_coll_allgather(eng->data, req->send[0], req->recv[0],
+        st = hvd_coll_allgather(comm, req->send[0], req->recv[0],
                                 req->counts[0], r->desc.dtype);
         eng->n_collectives++;
         break;
     case HVD_KIND_ALLTOALL:
-        st = run_alltoall(eng, r, req, &outcome);
+        st = run_alltoall(eng, comm, r, req, &outcome);
         if (outcome != HVD_OK)
             snprintf(why, sizeof(why), "%s", hvd_error_get());
         eng->n_collectives++;
         break;
     case HVD_KIND_REDUCESCATTER:
-        st = run_reducescatter(eng, r, req);
+        st = run_reducescatter(eng, comm, r, req);
         eng->n_collectives++;
         break;
     case HVD_KIND_CALL:
@@ -517,6 +531,11 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         break;
     case HVD_KIND_JOIN:
         req->last_rank = r->last_joined;
+        break;
+    case HVD_KIND_PSET:
+        st = hvd_eng_pset_run(eng, &r->desc, r->created_set);
+        req->last_rank =
+            (int)r->desc.op == HVD_PSET_CREATE ? r->created_set : 0;
         break;
     default: /* barrier: that every rank asked is the barrier */
         break;
@@ -527,10 +546,10 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         r->desc.kind == HVD_KIND_ALLGATHER) {
         size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype);
         int bc = r->desc.kind == HVD_KIND_BROADCAST;
-        collective_args(eng, args, sizeof(args),
+        collective_args(comm, args, sizeof(args),
                         bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER,
                         r->desc.dtype, 1,
-                        bc ? bytes : bytes * (size_t)eng->size);
+                        bc ? bytes : bytes * (size_t)comm->size);
         hvd_timeline_begin(eng->timeline, r->name,
                            r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST"
                                                               : "ALLGATHER",
@@ -558,7 +577,8 @@ static int fuses(const hvd_engine *eng, const resp *rs, size_t first, size_t i,
     return b->status == HVD_OK && b->parts == NULL &&
            b->desc.kind == HVD_KIND_ALLREDUCE && b->desc.op != HVD_ADASUM &&
            b->desc.dtype == a->desc.dtype && b->desc.op == a->desc.op &&
-           b->desc.mem == a->desc.mem && b->contributors == a->contributors &&
+           b->desc.mem == a->desc.mem && b->desc.pset == a->desc.pset &&
+           b->contributors == a->contributors &&
            b->self_joined == a->self_joined &&
            bytes <= eng->cfg.fusion_tensor_max &&
            group_bytes + bytes <= eng->cfg.fusion_threshold;
@@ -574,7 +594,8 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
         if (req != NULL) {
             hvd_timeline_end(eng->timeline, rs[i].name, t); /* NEGOTIATE */
             hvd_timeline_begin(eng->timeline, rs[i].name, "QUEUE", t, NULL);
-        } else if (rs[i].status == HVD_OK) {
+        } else if (rs[i].status == HVD_OK &&
+                   hvd_eng_pset_comm(eng, &rs[i].desc) != NULL) {
             /* A joined rank: give it a row all the same. */
             hvd_timeline_begin(eng->timeline, rs[i].name, "QUEUE", t, NULL);
         }
@@ -590,6 +611,11 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
                 hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
                 hvd_eng_complete(eng, req, r->status, r->error);
             }
+            i++;
+            continue;
+        }
+        if (hvd_eng_pset_comm(eng, &r->desc) == NULL) {
+            /* An operation of a process set this rank is not in. */
             i++;
             continue;
         }

@@ -88,8 +88,9 @@ static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
         (size_t)hvd_opdesc_total(&req->desc) * hvd_dtype_size(req->desc.dtype);
 
     *ok = eng->size > 1 && req->desc.kind == HVD_KIND_ALLREDUCE &&
-          req->desc.op != HVD_ADASUM && req->desc.mem == HVD_MEM_HOST &&
-          req->n == 1 && bytes <= eng->cfg.fusion_tensor_max &&
+          req->desc.pset == 0 && req->desc.op != HVD_ADASUM &&
+          req->desc.mem == HVD_MEM_HOST && req->n == 1 &&
+          bytes <= eng->cfg.fusion_tensor_max &&
           used + pad8(bytes) <= eng->cfg.step_carry_bytes;
     return *ok ? pad8(bytes) : 0;
 }
@@ -290,8 +291,12 @@ hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last) {
     for (size_t i = 0; i < dec->n_erase; i++)
         if (dec->erase[i] < (uint32_t)ns)
             eng->offers[dec->erase[i]] = 0;
+    /* A slot runs once every member of its process set offers it (every
+     * rank, for the job's operations). */
     for (int s = 0; s < ns && !dec->paused; s++) {
-        if (eng->offers[s] == eng->size) {
+        if (eng->offers[s] > 0 &&
+            eng->offers[s] ==
+                hvd_eng_pset_size(eng, eng->cache.slots[s].desc.pset)) {
             eng->run[nrun++] = (uint32_t)s;
             eng->run_index[s] = (int)nrun;
         }

@@ -147,10 +147,12 @@ hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
 static void voters(const hvd_engine *eng, int slot, int want, char *out,
                    size_t outlen) {
     size_t off = 0;
+    int id = eng->cache.slots[slot].desc.pset;
 
     out[0] = '\0';
     for (int r = 0; r < eng->size && off + 16 < outlen; r++)
-        if (eng->vt.votes[(size_t)r * (size_t)eng->vt.capacity +
+        if (hvd_eng_pset_has(eng, id, r) &&
+            eng->vt.votes[(size_t)r * (size_t)eng->vt.capacity +
                           (size_t)slot] == want)
             off += (size_t)snprintf(out + off, outlen - off, "%s%d",
                                     off ? "," : "", r);
@@ -164,7 +166,9 @@ double hvd_eng_vote_deadline(const hvd_engine *eng) {
 
     for (int s = 0; s < eng->cache.nslots; s++) {
         double t = -1;
-        if (vt->count[s] == 0 || vt->count[s] == eng->size)
+        if (vt->count[s] == 0 ||
+            vt->count[s] ==
+                hvd_eng_pset_size(eng, eng->cache.slots[s].desc.pset))
             continue;
         if (eng->cfg.stall_check_s > 0)
             t = (vt->warned[s] < 0 ? vt->first[s] : vt->warned[s]) +
@@ -193,6 +197,7 @@ failed_response(const hvd_cache_entry *e, hvd_status status, const char *text) {
     r->op = e->desc.op;
     r->root = e->desc.root;
     r->mem = e->desc.mem;
+    r->process_set = (uint32_t)e->desc.pset;
     r->counts = malloc(e->desc.ncounts * sizeof(uint64_t));
     r->shape =
         malloc((e->desc.ndims ? (size_t)e->desc.ndims : 1) * sizeof(int64_t));
@@ -225,14 +230,15 @@ hvd_status hvd_eng_vote_stalls(hvd_engine *eng, double now,
         const hvd_cache_entry *e = &eng->cache.slots[s];
         double age;
 
-        if (vt->count[s] == 0 || vt->count[s] == eng->size || e->name == NULL)
+        if (vt->count[s] == 0 || e->name == NULL ||
+            vt->count[s] == hvd_eng_pset_size(eng, e->desc.pset))
             continue;
         age = now - vt->first[s];
         voters(eng, s, 0, missing, sizeof(missing));
         voters(eng, s, 1, have, sizeof(have));
         int gone = 0;
         for (int r = 0; r < eng->size; r++)
-            gone |= vt->stop[r] &&
+            gone |= vt->stop[r] && hvd_eng_pset_has(eng, e->desc.pset, r) &&
                     !vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)s];
         if (gone || (eng->cfg.stall_shutdown_s > 0 &&
                      age >= eng->cfg.stall_shutdown_s)) {

@@ -15,6 +15,7 @@ const char *hvd_kind_name(hvd_kind kind) {
         [HVD_KIND_CALL] = "call",
         [HVD_KIND_ALLTOALL] = "alltoall",
         [HVD_KIND_REDUCESCATTER] = "reducescatter",
+        [HVD_KIND_PSET] = "process set",
     };
     return (unsigned)kind < HVD_KIND_COUNT ? names[kind] : "unknown";
 }
@@ -31,7 +32,9 @@ static int has_dtype(hvd_kind kind) {
 
 /* Equal but for the counts' values. */
 static int same_kind_of_op(const hvd_opdesc *a, const hvd_opdesc *b) {
-    if (a->kind != b->kind || a->ncounts != b->ncounts)
+    if (a->kind != b->kind || a->ncounts != b->ncounts || a->pset != b->pset)
+        return 0;
+    if (a->kind == HVD_KIND_PSET && (a->op != b->op || a->root != b->root))
         return 0;
     if (hvd_kind_reduces(a->kind) && a->op != b->op)
         return 0;
@@ -113,6 +116,20 @@ void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
         n = snprintf(out, outlen, "reducescatter %s %s",
                      hvd_dtype_name(d->dtype), hvd_op_name(d->op));
         break;
+    case HVD_KIND_PSET:
+        if ((int)d->op == HVD_PSET_REMOVE) {
+            snprintf(out, outlen, "remove process set %d", d->root);
+            return;
+        }
+        n = snprintf(out, outlen, "create process set of ranks");
+        for (size_t i = 0; n > 0 && (size_t)n < outlen && i < d->ncounts; i++) {
+            int m = snprintf(out + n, outlen - (size_t)n, "%s%llu",
+                             i ? "," : " ", (unsigned long long)d->counts[i]);
+            if (m < 0)
+                return;
+            n += m;
+        }
+        return;
     default:
         snprintf(out, outlen, "%s", hvd_kind_name(d->kind));
         return;
@@ -121,6 +138,13 @@ void hvd_opdesc_format(const hvd_opdesc *d, char *out, size_t outlen) {
         return;
     if (d->mem == HVD_MEM_DEVICE) {
         int m = snprintf(out + n, outlen - (size_t)n, " on the GPU");
+        if (m < 0 || (size_t)(n + m) >= outlen)
+            return;
+        n += m;
+    }
+    if (d->pset != 0) {
+        int m = snprintf(out + n, outlen - (size_t)n, " in process set %d",
+                         d->pset);
         if (m < 0 || (size_t)(n + m) >= outlen)
             return;
         n += m;

@@ -22,17 +22,24 @@ typedef enum {
      * them, and tell each other when it runs */
     HVD_KIND_ALLTOALL,
     HVD_KIND_REDUCESCATTER, /* dims[0] rows are cut, else elements */
+    /* internal, every rank of the job: op HVD_PSET_CREATE (counts: the
+     * set's ranks, ascending) or HVD_PSET_REMOVE (root: the set's id) */
+    HVD_KIND_PSET,
     HVD_KIND_COUNT
 } hvd_kind;
 
 enum { HVD_DESC_MAX_DIMS = 8 };
 
+/* The op of an HVD_KIND_PSET request. */
+enum { HVD_PSET_CREATE = 0, HVD_PSET_REMOVE = 1 };
+
 typedef struct hvd_opdesc {
     hvd_kind kind;
     hvd_dtype dtype;
     hvd_op op;
-    int root;
-    size_t ncounts;         /* buffers: 1, or n for a grouped allreduce */
+    int root;       /* a broadcast's root: a rank of the job, in any set */
+    int pset;       /* the process set it runs in; 0: every rank */
+    size_t ncounts; /* buffers: 1, or n for a grouped allreduce */
     const uint64_t *counts; /* elements per buffer; owned by the holder */
     /* Where the buffers are (all of them; host for barrier, join, call):
      * ranks must agree, since host and device tensors take different

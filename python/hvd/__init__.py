@@ -24,6 +24,8 @@ from hvd._core import (Adasum, Average, Max, Min, Product, Sum,
                        mpi_built, mpi_threads_supported, nccl_built, poll,
                        rank, resolve_op, rocm_built, shutdown, size,
                        start_timeline, stop_timeline, synchronize)
+from hvd.process_sets import (ProcessSet, add_process_set,
+                              global_process_set, remove_process_set)
 from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
                       InvalidArgumentError, MismatchError, UnsupportedError,
                       library_path)
@@ -43,7 +45,8 @@ __all__ = [
     "UnsupportedError", "HvdMemoryError", "library_path", "mpi_threads_supported",
     "mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built",
     "ddl_built", "ccl_built", "is_homogeneous", "start_timeline",
-    "stop_timeline",
+    "stop_timeline", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
 ]
 
 
@@ -57,127 +60,151 @@ def _np():
 # returns a new array, an in-place op (trailing _) writes into its array.
 
 
+def _ps(process_set):
+    from hvd.process_sets import ps_id
+    return ps_id(process_set)
+
+
 def allreduce_async(array, average=None, name=None, op=None,
-                    prescale_factor=1.0, postscale_factor=1.0):
+                    prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None):
     return _core.allreduce_async(_np(), array, name,
                                  resolve_op(op, average), prescale_factor,
-                                 postscale_factor, False)
+                                 postscale_factor, False, _ps(process_set))
 
 
 def allreduce_async_(array, average=None, name=None, op=None,
-                     prescale_factor=1.0, postscale_factor=1.0):
+                     prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None):
     return _core.allreduce_async(_np(), array, name,
                                  resolve_op(op, average), prescale_factor,
-                                 postscale_factor, True)
+                                 postscale_factor, True, _ps(process_set))
 
 
 def allreduce(array, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0):
+              postscale_factor=1.0, process_set=None):
     """Reduces array across ranks (default op: Average, as Horovod's)."""
     return synchronize(allreduce_async(array, average, name, op,
-                                       prescale_factor, postscale_factor))
+                                       prescale_factor, postscale_factor,
+                                       process_set))
 
 
 def allreduce_(array, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0):
+               postscale_factor=1.0, process_set=None):
     return synchronize(allreduce_async_(array, average, name, op,
-                                        prescale_factor, postscale_factor))
+                                        prescale_factor, postscale_factor,
+                                        process_set))
 
 
 def grouped_allreduce_async(arrays, average=None, name=None, op=None,
-                            prescale_factor=1.0, postscale_factor=1.0):
+                            prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None):
     return _core.grouped_allreduce_async(_np(), list(arrays), name,
                                          resolve_op(op, average),
                                          prescale_factor, postscale_factor,
-                                         False)
+                                         False, _ps(process_set))
 
 
 def grouped_allreduce_async_(arrays, average=None, name=None, op=None,
-                             prescale_factor=1.0, postscale_factor=1.0):
+                             prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=None):
     return _core.grouped_allreduce_async(_np(), list(arrays), name,
                                          resolve_op(op, average),
                                          prescale_factor, postscale_factor,
-                                         True)
+                                         True, _ps(process_set))
 
 
 def grouped_allreduce(arrays, average=None, name=None, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0):
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=None):
     return synchronize(grouped_allreduce_async(arrays, average, name, op,
                                                prescale_factor,
-                                               postscale_factor))
+                                               postscale_factor, process_set))
 
 
 def grouped_allreduce_(arrays, average=None, name=None, op=None,
-                       prescale_factor=1.0, postscale_factor=1.0):
+                       prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None):
     return synchronize(grouped_allreduce_async_(arrays, average, name, op,
                                                 prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor,
+                                                process_set))
 
 
-def allgather_async(array, name=None):
-    return _core.allgather_async(_np(), array, name)
+def allgather_async(array, name=None, process_set=None):
+    return _core.allgather_async(_np(), array, name, ps=_ps(process_set))
 
 
-def allgather(array, name=None):
+def allgather(array, name=None, process_set=None):
     """Concatenates every rank's array along the first dimension (which
     may differ between ranks)."""
-    return synchronize(_core.allgather_async(_np(), array, name, False))
+    return synchronize(_core.allgather_async(_np(), array, name, False,
+                                             _ps(process_set)))
 
 
-def broadcast_async(array, root_rank, name=None):
-    return _core.broadcast_async(_np(), array, root_rank, name, False)
+def broadcast_async(array, root_rank, name=None, process_set=None):
+    return _core.broadcast_async(_np(), array, root_rank, name, False,
+                                 _ps(process_set))
 
 
-def broadcast_async_(array, root_rank, name=None):
-    return _core.broadcast_async(_np(), array, root_rank, name, True)
+def broadcast_async_(array, root_rank, name=None, process_set=None):
+    return _core.broadcast_async(_np(), array, root_rank, name, True,
+                                 _ps(process_set))
 
 
-def broadcast(array, root_rank, name=None):
-    return synchronize(broadcast_async(array, root_rank, name))
+def broadcast(array, root_rank, name=None, process_set=None):
+    """root_rank's array on every rank (of process_set; root_rank is a
+    rank of the job, as in Horovod)."""
+    return synchronize(broadcast_async(array, root_rank, name, process_set))
 
 
-def broadcast_(array, root_rank, name=None):
-    return synchronize(broadcast_async_(array, root_rank, name))
+def broadcast_(array, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(array, root_rank, name, process_set))
 
 
-def alltoall_async(array, splits=None, name=None):
-    return _core.alltoall_async(_np(), array, splits, name, with_splits=True)
+def alltoall_async(array, splits=None, name=None, process_set=None):
+    return _core.alltoall_async(_np(), array, splits, name, with_splits=True,
+                                ps=_ps(process_set))
 
 
-def alltoall(array, splits=None, name=None):
+def alltoall(array, splits=None, name=None, process_set=None):
     """Sends splits[r] rows of array (first dimension; equal parts without
     splits) to rank r and returns what every rank sent this one, in rank
     order, with splits also the rows received from each rank."""
     out = synchronize(_core.alltoall_async(_np(), array, splits, name,
-                                           eager=False, with_splits=True))
+                                           eager=False, with_splits=True,
+                                           ps=_ps(process_set)))
     return out if splits is not None else out[0]
 
 
 def reducescatter_async(array, name=None, op=Average, prescale_factor=1.0,
-                        postscale_factor=1.0):
+                        postscale_factor=1.0, process_set=None):
     return _core.reducescatter_async(_np(), array, name,
                                      resolve_op(op, None), prescale_factor,
-                                     postscale_factor)
+                                     postscale_factor, _ps(process_set))
 
 
 def reducescatter(array, name=None, op=Average, prescale_factor=1.0,
-                  postscale_factor=1.0):
+                  postscale_factor=1.0, process_set=None):
     """Reduces array across ranks and returns this rank's rows of the
     result (the first ranks get one more when they do not divide)."""
     return synchronize(reducescatter_async(array, name, op, prescale_factor,
-                                           postscale_factor))
+                                           postscale_factor, process_set))
 
 
-def grouped_allgather(arrays, name=None):
+def grouped_allgather(arrays, name=None, process_set=None):
+    ps = _ps(process_set)
     return synchronize(_core.grouped_async(
-        lambda a, n: _core.allgather_async(_np(), a, n), arrays, name,
+        lambda a, n: _core.allgather_async(_np(), a, n, ps=ps), arrays, name,
         "hvd.grouped_allgather"))
 
 
-def grouped_reducescatter(arrays, name=None, op=Average):
+def grouped_reducescatter(arrays, name=None, op=Average, process_set=None):
     op = resolve_op(op, None)
+    ps = _ps(process_set)
     return synchronize(_core.grouped_async(
-        lambda a, n: _core.reducescatter_async(_np(), a, n, op, 1.0, 1.0),
+        lambda a, n: _core.reducescatter_async(_np(), a, n, op, 1.0, 1.0,
+                                               ps),
         arrays, name, "hvd.grouped_reducescatter"))
 
 

@@ -30,6 +30,7 @@ import threading
 import warnings
 
 from hvd import _lib as L
+from hvd import process_sets as _ps
 from hvd._lib import (FLOATING, HvdError, InvalidArgumentError,
                       MismatchError)
 
@@ -79,15 +80,15 @@ _atexit_registered = False
 
 
 def init(comm=None, process_sets=None):
-    """Joins the job (hvd_init). comm and process_sets are Horovod's
-    arguments; hvd supports only their defaults."""
+    """Joins the job (hvd_init), then adds process_sets (a list of
+    hvd.ProcessSet, or "dynamic"), as Horovod's. comm is Horovod's
+    argument; hvd supports only its default."""
     global _atexit_registered
     if comm is not None:
         raise NotImplementedError("hvd.init: comm= is not supported; hvd "
                                   "takes its ranks from its launcher")
-    if process_sets is not None:
-        raise NotImplementedError("hvd.init: process sets are not supported")
     L.check(L.lib().hvd_init())
+    _ps._init_process_sets(process_sets)
     if not _atexit_registered:
         atexit.register(_shutdown_at_exit)
         _atexit_registered = True
@@ -225,9 +226,9 @@ def _require_init(what):
             "%s: hvd is not initialized: call hvd.init() first" % what)
 
 
-def barrier():
-    """Returns once every rank has called it."""
-    L.check(L.lib().hvd_barrier())
+def barrier(process_set=None):
+    """Returns once every rank (of process_set) has called it."""
+    L.check(L.lib().hvd_ps_barrier(_ps.ps_id(process_set)))
 
 
 def join(device=-1):
@@ -267,7 +268,6 @@ class _Request:
 
 _requests = {}
 _handle_ids = itertools.count(1)
-_noname_allgathers = itertools.count()
 _noname_lock = threading.Lock()
 
 
@@ -414,56 +414,81 @@ def _dims(shape):
     return (ctypes.c_int64 * len(shape))(*shape)
 
 
-def _allreduce_c(cname, send, recv, count, code, op, shape=()):
+# Each takes ps, the id of the process set it runs in (0: every rank).
+
+def _allreduce_c(cname, send, recv, count, code, op, shape=(), ps=0):
     """With a shape of two or more dimensions, ranks must agree on it
     (as Horovod checks shapes), not only on the count."""
     h = ctypes.c_void_p()
     if len(shape) >= 2:
-        st = L.lib().hvd_allreduce_shaped_async(cname, send, recv, len(shape),
-                                                _dims(shape), code, op,
-                                                ctypes.byref(h))
+        st = L.lib().hvd_ps_allreduce_shaped_async(
+            ps, cname, send, recv, len(shape), _dims(shape), code, op,
+            ctypes.byref(h))
     else:
-        st = L.lib().hvd_allreduce_async(cname, send, recv, count, code, op,
-                                         ctypes.byref(h))
+        st = L.lib().hvd_ps_allreduce_async(ps, cname, send, recv, count,
+                                            code, op, ctypes.byref(h))
     return _check_handle(st, h)
 
 
-def _grouped_c(cname, sends, recvs, counts, code, op):
+def _grouped_c(cname, sends, recvs, counts, code, op, ps=0):
     n = len(sends)
     h = ctypes.c_void_p()
-    st = L.lib().hvd_grouped_allreduce_async(
-        cname, n, (ctypes.c_void_p * n)(*sends), (ctypes.c_void_p * n)(*recvs),
-        (ctypes.c_size_t * n)(*counts), code, op, ctypes.byref(h))
+    st = L.lib().hvd_ps_grouped_allreduce_async(
+        ps, cname, n, (ctypes.c_void_p * n)(*sends),
+        (ctypes.c_void_p * n)(*recvs), (ctypes.c_size_t * n)(*counts), code,
+        op, ctypes.byref(h))
     return _check_handle(st, h)
 
 
-def _broadcast_c(cname, buf, count, code, root, shape=()):
+def _broadcast_c(cname, buf, count, code, root, shape=(), ps=0):
     h = ctypes.c_void_p()
     if len(shape) >= 2:
-        st = L.lib().hvd_broadcast_shaped_async(cname, buf, len(shape),
-                                                _dims(shape), code, root,
-                                                ctypes.byref(h))
+        st = L.lib().hvd_ps_broadcast_shaped_async(
+            ps, cname, buf, len(shape), _dims(shape), code, root,
+            ctypes.byref(h))
     else:
-        st = L.lib().hvd_broadcast_async(cname, buf, count, code, root,
-                                         ctypes.byref(h))
+        st = L.lib().hvd_ps_broadcast_async(ps, cname, buf, count, code,
+                                            root, ctypes.byref(h))
     return _check_handle(st, h)
 
 
-def _allgather_c(cname, send, recv, count, code):
+def _allgather_c(cname, send, recv, count, code, ps=0):
     h = ctypes.c_void_p()
-    st = L.lib().hvd_allgather_async(cname, send, recv, count, code,
-                                     ctypes.byref(h))
+    st = L.lib().hvd_ps_allgather_async(ps, cname, send, recv, count, code,
+                                        ctypes.byref(h))
     return _check_handle(st, h)
+
+
+def _members(ps):
+    """The number of ranks of set ps (the job's size for 0)."""
+    return size() if ps == 0 else _ps.set_size(ps)
+
+
+def _place(ps):
+    """This rank's place in set ps (its rank for 0)."""
+    return rank() if ps == 0 else _ps.set_rank(ps)
+
+
+_noname_counts = {}
+
+
+def _noname(kind, ps):
+    """"noname.<k>" for the k-th unnamed two-step operation of kind in
+    set ps (the set's members count them among themselves)."""
+    with _noname_lock:
+        k = _noname_counts.get((kind, ps), 0)
+        _noname_counts[(kind, ps)] = k + 1
+    return "noname.%d" % k
 
 
 def _wait_c(h):
     L.check(L.lib().hvd_wait(h))
 
 
-def _c_op(op, spec, what):
+def _c_op(op, spec, what, ps=0):
     """The hvd_op for op on spec's dtype: a bool travels as uint8, where
     max is logical or and min logical and."""
-    if op == Adasum and size() & (size() - 1):
+    if op == Adasum and _members(ps) & (_members(ps) - 1):
         # Horovod's words.
         raise NotImplementedError("Running Adasum with non-power of 2 ranks "
                                   "is not supported yet.")
@@ -523,20 +548,20 @@ class _Reduce:
         return self.out
 
 
-def allreduce_async(B, x, name, op, pre, post, inplace):
+def allreduce_async(B, x, name, op, pre, post, inplace, ps=0):
     what = "hvd.allreduce" + ("_" if inplace else "")
     x = B.input(x, inplace, what)
     spec = B.spec(x, what)
-    cop = _c_op(op, spec, what)
+    cop = _c_op(op, spec, what, ps)
     _check_scale(spec, pre, post, what)
     r = _Reduce(B, x, pre, inplace, what)
     B.ready((x, r.buf))
     h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
-                     r.spec.code, cop, tuple(B.shape(x)))
+                     r.spec.code, cop, tuple(B.shape(x)), ps)
     return _register(_Request([h], r, lambda: r.finish(B, post)))
 
 
-def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
+def grouped_allreduce_async(B, xs, name, op, pre, post, inplace, ps=0):
     """One grouped allreduce per dtype among xs (the C call takes one
     dtype); with several, the name of each gets ".<dtype>"."""
     what = "hvd.grouped_allreduce" + ("_" if inplace else "")
@@ -547,7 +572,7 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
     for x in xs:
         spec = B.spec(x, what)
         _check_scale(spec, pre, post, what)
-        keys.append((spec.code, _c_op(op, spec, what)))
+        keys.append((spec.code, _c_op(op, spec, what, ps)))
     parts = [_Reduce(B, x, pre, inplace, what) for x in xs]
     groups = {}
     for i, key in enumerate(keys):
@@ -564,7 +589,7 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
             handles.append(_grouped_c(cname, [parts[i].send for i in idx],
                                       [B.ptr(parts[i].buf) for i in idx],
                                       [parts[i].count for i in idx], code,
-                                      cop))
+                                      cop, ps))
     except BaseException:
         _release(req)
         raise
@@ -572,7 +597,7 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace):
     return _register(req)
 
 
-def broadcast_async(B, x, root_rank, name, inplace):
+def broadcast_async(B, x, root_rank, name, inplace, ps=0):
     what = "hvd.broadcast" + ("_" if inplace else "")
     x = B.input(x, inplace, what)
     spec = B.spec(x, what)
@@ -590,7 +615,7 @@ def broadcast_async(B, x, root_rank, name, inplace):
             out = B.empty_like(x)
     B.ready((buf,))
     h = _broadcast_c(_cname("broadcast", name), B.ptr(buf), B.numel(buf),
-                     spec.code, int(root_rank), tuple(B.shape(x)))
+                     spec.code, int(root_rank), tuple(B.shape(x)), ps)
 
     def finish():
         if out is not buf:
@@ -625,7 +650,7 @@ def _describe(meta):
                       list(dims))
 
 
-def allgather_async(B, x, name, eager=True):
+def allgather_async(B, x, name, eager=True, ps=0):
     """Gathers x from every rank along its first dimension, which may
     differ between ranks (as in Horovod): a first step gathers every
     rank's shape, the second the data (padded to the largest first
@@ -636,11 +661,10 @@ def allgather_async(B, x, name, eager=True):
     x = B.input(x, False, what)
     spec = B.spec(x, what)
     _require_init(what)
-    nranks = size()
+    nranks = _members(ps)
     shape = tuple(B.shape(x)) or (1,)
     if name is None:
-        with _noname_lock:
-            name = "noname.%d" % next(_noname_allgathers)
+        name = _noname("allgather", ps)
     if B.direct(x, spec):
         src = x
     else:
@@ -649,7 +673,7 @@ def allgather_async(B, x, name, eager=True):
     meta_send = (ctypes.c_int64 * _META)(*_meta_of(shape, spec))
     meta_recv = (ctypes.c_int64 * (_META * nranks))()
     h = _allgather_c(_cname("allgather_shape", name), meta_send, meta_recv,
-                     _META, L.INT64)
+                     _META, L.INT64, ps)
 
     def second(req):
         metas = [list(meta_recv[r * _META:(r + 1) * _META])
@@ -674,7 +698,7 @@ def allgather_async(B, x, name, eager=True):
             B.ready((flat_src, gathered))
             req.handles.append(_allgather_c(cname, B.ptr(flat_src),
                                             B.ptr(gathered), firsts[0] * row,
-                                            spec.code))
+                                            spec.code, ps))
             padded = None
         else:
             most = max(firsts)
@@ -684,7 +708,7 @@ def allgather_async(B, x, name, eager=True):
             B.ready((send, padded))
             req.handles.append(_allgather_c(cname, B.ptr(send),
                                             B.ptr(padded), most * row,
-                                            spec.code))
+                                            spec.code, ps))
             req.keep = (req.keep, send)
         req.keep = (req.keep, gathered, padded, flat_src)
         req.info = firsts
@@ -711,12 +735,12 @@ def allgather_async(B, x, name, eager=True):
     return _register(req)
 
 
-def _alltoall_c(cname, send, count, sendcounts, recv, recvcap, code):
+def _alltoall_c(cname, send, count, sendcounts, recv, recvcap, code, ps=0):
     n = len(sendcounts) if sendcounts is not None else 0
     counts = (ctypes.c_size_t * n)(*sendcounts) if n else None
     h = ctypes.c_void_p()
-    st = L.lib().hvd_alltoall_async(cname, send, count, counts, recv, recvcap,
-                                    None, code, ctypes.byref(h))
+    st = L.lib().hvd_ps_alltoall_async(ps, cname, send, count, counts, recv,
+                                       recvcap, None, code, ctypes.byref(h))
     return _check_handle(st, h)
 
 
@@ -724,10 +748,9 @@ def _invalid(message):
     return InvalidArgumentError(L.HVD_ERR_INVALID_ARG, message)
 
 
-_noname_alltoalls = itertools.count()
 
 
-def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
+def alltoall_async(B, x, splits, name, eager=True, with_splits=False, ps=0):
     """Sends splits[r] rows of x (along its first dimension) to every rank
     r, in rank order, and gathers what every rank sends this one (as
     Horovod's alltoall): a first step tells each rank how many rows come
@@ -739,7 +762,7 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
     x = B.input(x, False, what)
     spec = B.spec(x, what)
     _require_init(what)
-    nranks = size()
+    nranks = _members(ps)
     shape = tuple(B.shape(x))
     if not shape:
         raise _invalid("%s: needs a tensor of at least one dimension" % what)
@@ -774,8 +797,7 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
                            "the first dimension of tensor (%d)" %
                            (what, sum(splits), rows))
     if name is None:
-        with _noname_lock:
-            name = "noname.%d" % next(_noname_alltoalls)
+        name = _noname("alltoall", ps)
     rest = shape[1:]
     row = 1
     for d in rest:
@@ -789,7 +811,8 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
             meta[4:]
     meta_recv = (ctypes.c_int64 * (_META * nranks))()
     h = _alltoall_c(_cname("alltoall_shape", name), meta_send,
-                    _META * nranks, None, meta_recv, _META * nranks, L.INT64)
+                    _META * nranks, None, meta_recv, _META * nranks, L.INT64,
+                    ps)
 
     def second(req):
         metas = [list(meta_recv[r * _META:(r + 1) * _META])
@@ -808,7 +831,8 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
         B.ready((flat_src, out))
         req.handles.append(_alltoall_c(
             _cname("alltoall", name), B.ptr(flat_src), rows * row,
-            [v * row for v in splits], B.ptr(out), total * row, spec.code))
+            [v * row for v in splits], B.ptr(out), total * row, spec.code,
+            ps))
         req.keep = (req.keep, out, flat_src)
         req.info = received
 
@@ -827,25 +851,25 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False):
     return _register(req)
 
 
-def reducescatter_count(rows, rank_):
-    """The rows rank_ gets of a reducescatter of rows (the first ranks one
-    more, as Horovod splits)."""
-    return int(L.lib().hvd_reducescatter_count(rows, size(), rank_))
+def reducescatter_count(rows, rank_, ps=0):
+    """The rows rank_ (a place in set ps) gets of a reducescatter of rows
+    (the first ranks one more, as Horovod splits)."""
+    return int(L.lib().hvd_reducescatter_count(rows, _members(ps), rank_))
 
 
-def reducescatter_async(B, x, name, op, pre, post):
+def reducescatter_async(B, x, name, op, pre, post, ps=0):
     """Reduces x across ranks and leaves each rank its rows of the result
     (its first dimension cut as Horovod cuts it)."""
     what = "hvd.reducescatter"
     x = B.input(x, False, what)
     spec = B.spec(x, what)
-    cop = _c_op(op, spec, what)
+    cop = _c_op(op, spec, what, ps)
     _check_scale(spec, pre, post, what)
     _require_init(what)
     shape = tuple(B.shape(x))
     if not shape:
         raise _invalid("%s: needs a tensor of at least one dimension" % what)
-    mine = (reducescatter_count(shape[0], rank()),) + shape[1:]
+    mine = (reducescatter_count(shape[0], _place(ps), ps),) + shape[1:]
     if B.direct(x, spec) and pre == 1:
         src = x
     else:
@@ -855,8 +879,8 @@ def reducescatter_async(B, x, name, op, pre, post):
     buf = B.empty(mine, spec, like=x)
     B.ready((x, src, buf))
     h = ctypes.c_void_p()
-    st = L.lib().hvd_reducescatter_shaped_async(
-        _cname("reducescatter", name), B.ptr(src), B.ptr(buf), len(shape),
+    st = L.lib().hvd_ps_reducescatter_shaped_async(
+        ps, _cname("reducescatter", name), B.ptr(src), B.ptr(buf), len(shape),
         _dims(shape), spec.code, cop, ctypes.byref(h))
     h = _check_handle(st, h)
 
@@ -915,11 +939,12 @@ def _run(h):
     _wait_c(h)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Pickles obj on root_rank and returns it, unpickled, on every rank.
     (The default name does not depend on obj, which the other ranks often
     pass as None.)"""
     _require_init("hvd.broadcast_object")
+    ps = _ps.ps_id(process_set)
     name = name or "object"
     me = rank()
     if me == root_rank:
@@ -928,36 +953,37 @@ def broadcast_object(obj, root_rank=0, name=None):
     else:
         n = ctypes.c_int64(0)
     _run(_broadcast_c(_cname("broadcast", name + ".sz"), ctypes.byref(n), 1,
-                      L.INT64, int(root_rank)))
+                      L.INT64, int(root_rank), ps=ps))
     if me == root_rank:
         buf = (ctypes.c_char * n.value).from_buffer_copy(data)
     else:
         buf = (ctypes.c_char * n.value)()
     _run(_broadcast_c(_cname("broadcast", name + ".t"), buf, n.value, L.UINT8,
-                      int(root_rank)))
+                      int(root_rank), ps=ps))
     if me == root_rank:
         return obj
     return pickle.loads(bytes(buf))
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None, process_set=None):
     """Pickles obj on every rank; returns the list of every rank's object
     in rank order. The lengths are gathered first, then the bytes padded
     to the longest."""
     _require_init("hvd.allgather_object")
+    ps = _ps.ps_id(process_set)
     name = name or "object"
-    nranks = size()
+    nranks = _members(ps)
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     n = ctypes.c_int64(len(data))
     lengths = (ctypes.c_int64 * nranks)()
     _run(_allgather_c(_cname("allgather", name + ".sz"), ctypes.byref(n),
-                      lengths, 1, L.INT64))
+                      lengths, 1, L.INT64, ps))
     most = max(lengths)
     send = (ctypes.c_char * most)()
     ctypes.memmove(send, data, len(data))
     recv = (ctypes.c_char * (most * nranks))()
     _run(_allgather_c(_cname("allgather", name + ".t"), send, recv, most,
-                      L.UINT8))
+                      L.UINT8, ps))
     raw = bytes(recv)
     return [pickle.loads(raw[r * most:r * most + lengths[r]])
             for r in range(nranks)]

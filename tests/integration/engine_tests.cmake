@@ -73,3 +73,30 @@ foreach(subtest alltoall reducescatter adasum)
     endforeach()
   endif()
 endforeach()
+
+# Process sets (test_psets.c), through hvdrun at np 1-4 and under Open
+# MPI's mpirun over TCP and over the MPI transport.
+add_executable(test_psets ${CMAKE_CURRENT_SOURCE_DIR}/test_psets.c)
+target_link_libraries(test_psets PRIVATE hvd)
+target_include_directories(test_psets PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_psets PRIVATE ${HVD_WARNINGS})
+foreach(subtest shapes concurrent errors)
+  foreach(np 1 2 3 4)
+    set(test_name integration.psets.${subtest}.np${np})
+    add_test(NAME ${test_name}
+             COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_psets> ${subtest})
+    set_tests_properties(${test_name} PROPERTIES
+                         LABELS "integration;engine" TIMEOUT 300)
+  endforeach()
+  if(HVD_WITH_MPI AND MPIEXEC_EXECUTABLE)
+    foreach(case "2;tcp" "3;mpi")
+      list(GET case 0 np)
+      list(GET case 1 transport)
+      set(test_name mpi.psets.${subtest}.np${np}.${transport})
+      add_test(NAME ${test_name}
+               COMMAND ${HVD_MPIRUN} -np ${np} -x HVD_TRANSPORT=${transport}
+                       $<TARGET_FILE:test_psets> ${subtest})
+      set_tests_properties(${test_name} PROPERTIES LABELS mpi TIMEOUT 300)
+    endforeach()
+  endif()
+endforeach()

@@ -284,6 +284,107 @@ HVD_EXPORT hvd_status hvd_broadcast_shaped_async(const char *name, void *buf,
                                                  hvd_dtype dtype, int root,
                                                  hvd_handle *out);
 
+/* ---- Process sets ------------------------------------------------------ */
+
+/**
+ * A process set is a group of the job's ranks whose collectives run among
+ * them alone (model parallelism, pipeline stages, evaluation on a subset),
+ * as Horovod's process sets. Set 0 is the whole job; hvd_process_set_create
+ * gives each new set the next id (ids are not reused).
+ *
+ * Creating and removing a set is itself a collective of the whole job:
+ * every rank calls it, in the same order, with the same ranks (in any
+ * order, each once). A second set of the same ranks, a set of no ranks or
+ * of a rank outside the job is refused with a sentence. Removing a set
+ * fails the operations still waiting in it.
+ *
+ * Every collective has a form in a set: hvd_ps_<call>(ps, <the arguments of
+ * hvd_<call>>). Only the set's members call it; names are the set's own (an
+ * operation "g" in set 1 and one "g" in set 2 are two operations); a
+ * broadcast's root is a rank of the job that is a member of the set (as in
+ * Horovod); an alltoall's sendcounts and recvcounts_out have one entry per
+ * member, in rank order; a reduce-scatter cuts its rows among the members;
+ * an average divides by the set's size. Each set negotiates, fuses and
+ * caches its own operations, and the collectives of disjoint sets run at
+ * the same time. GPU memory is supported in set 0 only for now. A set's
+ * collective fails with HVD_ERR_INVALID_ARG while a member is joined
+ * (hvd_join is the job's).
+ */
+HVD_EXPORT hvd_status hvd_process_set_create(const int *ranks, int n,
+                                             int *id_out);
+HVD_EXPORT hvd_status hvd_process_set_remove(int id);
+/** Members of set id, or -1 if there is none. */
+HVD_EXPORT int hvd_process_set_size(int id);
+/** This rank's place in set id (0 .. size-1), or -1 if it is not a member
+ * or there is no such set. */
+HVD_EXPORT int hvd_process_set_rank(int id);
+/** Writes the first cap ranks of set id (ascending) to ranks; returns its
+ * size, or -1 if there is no such set. */
+HVD_EXPORT int hvd_process_set_ranks(int id, int *ranks, int cap);
+
+HVD_EXPORT hvd_status hvd_ps_allreduce(int ps, const char *name,
+                                       const void *sendbuf, void *recvbuf,
+                                       size_t count, hvd_dtype dtype,
+                                       hvd_op op);
+HVD_EXPORT hvd_status hvd_ps_allreduce_async(int ps, const char *name,
+                                             const void *sendbuf, void *recvbuf,
+                                             size_t count, hvd_dtype dtype,
+                                             hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_allreduce_shaped_async(
+    int ps, const char *name, const void *sendbuf, void *recvbuf, int ndim,
+    const int64_t *shape, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_grouped_allreduce(int ps, const char *name, int n,
+                                               const void *const *sendbufs,
+                                               void *const *recvbufs,
+                                               const size_t *counts,
+                                               hvd_dtype dtype, hvd_op op);
+HVD_EXPORT hvd_status hvd_ps_grouped_allreduce_async(
+    int ps, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hvd_dtype dtype, hvd_op op,
+    hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_broadcast(int ps, const char *name, void *buf,
+                                       size_t count, hvd_dtype dtype, int root);
+HVD_EXPORT hvd_status hvd_ps_broadcast_async(int ps, const char *name,
+                                             void *buf, size_t count,
+                                             hvd_dtype dtype, int root,
+                                             hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_broadcast_shaped_async(int ps, const char *name,
+                                                    void *buf, int ndim,
+                                                    const int64_t *shape,
+                                                    hvd_dtype dtype, int root,
+                                                    hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_allgather(int ps, const char *name,
+                                       const void *sendbuf, void *recvbuf,
+                                       size_t count, hvd_dtype dtype);
+HVD_EXPORT hvd_status hvd_ps_allgather_async(int ps, const char *name,
+                                             const void *sendbuf, void *recvbuf,
+                                             size_t count, hvd_dtype dtype,
+                                             hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_alltoall(int ps, const char *name,
+                                      const void *sendbuf, size_t count,
+                                      const size_t *sendcounts, void *recvbuf,
+                                      size_t recvcap, size_t *recvcounts_out,
+                                      hvd_dtype dtype);
+HVD_EXPORT hvd_status hvd_ps_alltoall_async(int ps, const char *name,
+                                            const void *sendbuf, size_t count,
+                                            const size_t *sendcounts,
+                                            void *recvbuf, size_t recvcap,
+                                            size_t *recvcounts_out,
+                                            hvd_dtype dtype, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_reducescatter(int ps, const char *name,
+                                           const void *sendbuf, void *recvbuf,
+                                           size_t count, hvd_dtype dtype,
+                                           hvd_op op);
+HVD_EXPORT hvd_status hvd_ps_reducescatter_async(int ps, const char *name,
+                                                 const void *sendbuf,
+                                                 void *recvbuf, size_t count,
+                                                 hvd_dtype dtype, hvd_op op,
+                                                 hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_reducescatter_shaped_async(
+    int ps, const char *name, const void *sendbuf, void *recvbuf, int ndim,
+    const int64_t *shape, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_barrier(int ps);
+
 /**
  * Waits for the operation and releases the handle. Returns its status;
  * on failure hvd_last_error() (of the calling thread) gives the sentence.

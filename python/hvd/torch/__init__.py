@@ -39,6 +39,8 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min,
                                is_initialized, join, local_rank, local_size,
                                poll, rank, shutdown, size, synchronize)
 from hvd.torch.optimizer import DistributedOptimizer
+from hvd.process_sets import (ProcessSet, add_process_set,
+                              global_process_set, remove_process_set)
 from hvd.torch.sync_batch_norm import SyncBatchNorm
 
 
@@ -60,5 +62,6 @@ __all__ = [
     "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "sparse_allreduce_async", "mpi_enabled",
-    "gloo_enabled", "SyncBatchNorm",
+    "gloo_enabled", "SyncBatchNorm", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set",
 ]

@@ -70,17 +70,13 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Returns root_rank's obj (any picklable object) on every rank."""
-    if process_set is not None:
-        raise NotImplementedError("hvd: process sets are not supported")
-    return _core.broadcast_object(obj, root_rank, name)
+    return _core.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=None):
     """Returns the list of every rank's obj (any picklable object), in rank
     order; the pickles may have different lengths."""
-    if process_set is not None:
-        raise NotImplementedError("hvd: process sets are not supported")
-    return _core.allgather_object(obj, name)
+    return _core.allgather_object(obj, name, process_set)
 
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state",

@@ -18,6 +18,8 @@ import torch
 
 from hvd import _core
 from hvd import _lib as L
+from hvd.process_sets import (ProcessSet, add_process_set, global_process_set,
+                              ps_id, remove_process_set)
 from hvd._core import (Adasum, Average, Max, Min, Product, Spec, Sum, barrier,
                        cross_rank, cross_size, init, is_initialized,
                        local_rank, local_size, poll, rank, resolve_op,
@@ -174,18 +176,18 @@ def allreduce_async(tensor, average=None, name=None, op=None,
                     process_set=None):
     """Starts an allreduce of tensor into a new tensor; returns a handle
     for synchronize()/poll()."""
-    _no_process_set(process_set)
     return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
-                                 prescale_factor, postscale_factor, False)
+                                 prescale_factor, postscale_factor, False,
+                                 ps_id(process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None,
                      prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
     """Starts an in-place allreduce of tensor; returns a handle."""
-    _no_process_set(process_set)
     return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
-                                 prescale_factor, postscale_factor, True)
+                                 prescale_factor, postscale_factor, True,
+                                 ps_id(process_set))
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -193,20 +195,24 @@ class HorovodAllreduce(torch.autograd.Function):
     allreduced with the same op and factors (as Horovod does)."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
+                process_set=None):
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
         return synchronize(_core.allreduce_async(_B, tensor, name, op,
                                                  prescale_factor,
-                                                 postscale_factor, False))
+                                                 postscale_factor, False,
+                                                 ps_id(process_set)))
 
     @staticmethod
     def backward(ctx, grad_output):
         return (allreduce(grad_output, op=ctx.op,
                           prescale_factor=ctx.prescale_factor,
-                          postscale_factor=ctx.postscale_factor),
-                None, None, None, None)
+                          postscale_factor=ctx.postscale_factor,
+                          process_set=ctx.process_set),
+                None, None, None, None, None)
 
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None,
@@ -214,14 +220,14 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
     """Returns the reduction of tensor across ranks (default op: Average).
     Differentiable. compression (hvd.torch.Compression.fp16) sends the
     tensor in float16 and returns it in its own dtype."""
-    _no_process_set(process_set)
+    ps_id(process_set)
     op = resolve_op(op, average)
     if compression is None:
         return HorovodAllreduce.apply(tensor, name, op, prescale_factor,
-                                      postscale_factor)
+                                      postscale_factor, process_set)
     compressed, ctx = compression.compress(tensor)
     reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor,
-                                     postscale_factor)
+                                     postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -242,54 +248,56 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None,
                             process_set=None):
     """Starts one allreduce of a list of tensors (one negotiation, one
     collective per dtype among them); synchronize() returns the list."""
-    _no_process_set(process_set)
     return _core.grouped_allreduce_async(_B, list(tensors), name,
                                          resolve_op(op, average),
                                          prescale_factor, postscale_factor,
-                                         False)
+                                         False, ps_id(process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
                              prescale_factor=1.0, postscale_factor=1.0,
                              process_set=None):
-    _no_process_set(process_set)
     return _core.grouped_allreduce_async(_B, list(tensors), name,
                                          resolve_op(op, average),
                                          prescale_factor, postscale_factor,
-                                         True)
+                                         True, ps_id(process_set))
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+    def forward(ctx, name, op, prescale_factor, postscale_factor,
+                process_set, *tensors):
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
         return tuple(synchronize(_core.grouped_allreduce_async(
             _B, list(tensors), name, op, prescale_factor, postscale_factor,
-            False)))
+            False, ps_id(process_set))))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         grads = grouped_allreduce(list(grad_outputs), op=ctx.op,
                                   prescale_factor=ctx.prescale_factor,
-                                  postscale_factor=ctx.postscale_factor)
-        return (None, None, None, None) + tuple(grads)
+                                  postscale_factor=ctx.postscale_factor,
+                                  process_set=ctx.process_set)
+        return (None, None, None, None, None) + tuple(grads)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None,
                       op=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=None):
     """Returns the list of the reductions of tensors. Differentiable."""
-    _no_process_set(process_set)
+    ps_id(process_set)
     op = resolve_op(op, average)
     tensors = list(tensors)
     if compression is None:
         return list(HorovodGroupedAllreduce.apply(
-            name, op, prescale_factor, postscale_factor, *tensors))
+            name, op, prescale_factor, postscale_factor, process_set,
+            *tensors))
     pairs = [compression.compress(t) for t in tensors]
     reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor,
-                                            postscale_factor,
+                                            postscale_factor, process_set,
                                             *[p[0] for p in pairs])
     return [compression.decompress(t, p[1]) for t, p in zip(reduced, pairs)]
 
@@ -310,8 +318,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None,
 def allgather_async(tensor, name=None, process_set=None):
     """Starts an allgather along the first dimension, whose size may differ
     between ranks; returns a handle."""
-    _no_process_set(process_set)
-    return _core.allgather_async(_B, tensor, name)
+    return _core.allgather_async(_B, tensor, name, ps=ps_id(process_set))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -319,27 +326,30 @@ class HorovodAllgather(torch.autograd.Function):
     ranks and each rank keeps its own rows (as Horovod does)."""
 
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, process_set=None):
+        ps = ps_id(process_set)
         out, req = _core.synchronize_request(
-            _core.allgather_async(_B, tensor, name, eager=False))
+            _core.allgather_async(_B, tensor, name, eager=False, ps=ps))
         ctx.firsts = req.info
         ctx.shape = tensor.shape
+        ctx.process_set = process_set
+        ctx.me = _core._place(ps)
         return out
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_reduced = allreduce(grad_output, op=Average)
-        me = rank()
-        offset = sum(ctx.firsts[:me])
-        grad = grad_reduced.narrow(0, offset, ctx.firsts[me])
-        return grad.reshape(ctx.shape), None
+        grad_reduced = allreduce(grad_output, op=Average,
+                                 process_set=ctx.process_set)
+        offset = sum(ctx.firsts[:ctx.me])
+        grad = grad_reduced.narrow(0, offset, ctx.firsts[ctx.me])
+        return grad.reshape(ctx.shape), None, None
 
 
 def allgather(tensor, name=None, process_set=None):
     """Returns every rank's tensor concatenated along the first dimension.
     Differentiable."""
-    _no_process_set(process_set)
-    return HorovodAllgather.apply(tensor, name)
+    ps_id(process_set)
+    return HorovodAllgather.apply(tensor, name, process_set)
 
 
 # ---------------------------------------------------------------------
@@ -348,14 +358,14 @@ def allgather(tensor, name=None, process_set=None):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     """Starts a broadcast of root_rank's tensor into a new tensor."""
-    _no_process_set(process_set)
-    return _core.broadcast_async(_B, tensor, root_rank, name, False)
+    return _core.broadcast_async(_B, tensor, root_rank, name, False,
+                                 ps_id(process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     """Starts a broadcast of root_rank's tensor into tensor on every rank."""
-    _no_process_set(process_set)
-    return _core.broadcast_async(_B, tensor, root_rank, name, True)
+    return _core.broadcast_async(_B, tensor, root_rank, name, True,
+                                 ps_id(process_set))
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -363,23 +373,25 @@ class HorovodBroadcast(torch.autograd.Function):
     ranks and kept on the root only (as Horovod does)."""
 
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
+    def forward(ctx, tensor, root_rank, name, process_set=None):
         ctx.root_rank = root_rank
+        ctx.process_set = process_set
         return synchronize(_core.broadcast_async(_B, tensor, root_rank, name,
-                                                 False))
+                                                 False, ps_id(process_set)))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_reduced = allreduce(grad_output, op=Average)
+        grad_reduced = allreduce(grad_output, op=Average,
+                                 process_set=ctx.process_set)
         if rank() != ctx.root_rank:
             grad_reduced = grad_reduced * 0
-        return grad_reduced, None, None
+        return grad_reduced, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """Returns root_rank's tensor on every rank. Differentiable."""
-    _no_process_set(process_set)
-    return HorovodBroadcast.apply(tensor, root_rank, name)
+    ps_id(process_set)
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -396,8 +408,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Starts an alltoall: splits[r] rows of tensor (first dimension) go
     to rank r (equal parts without splits). synchronize() returns
     (output, received_splits)."""
-    _no_process_set(process_set)
-    return _core.alltoall_async(_B, tensor, splits, name, with_splits=True)
+    return _core.alltoall_async(_B, tensor, splits, name, with_splits=True,
+                                ps=ps_id(process_set))
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -405,10 +417,12 @@ class HorovodAlltoall(torch.autograd.Function):
     alltoall with the received splits (as Horovod does)."""
 
     @staticmethod
-    def forward(ctx, tensor, splits, name):
+    def forward(ctx, tensor, splits, name, process_set=None):
         output, received = synchronize(_core.alltoall_async(
-            _B, tensor, splits, name, eager=False, with_splits=True))
+            _B, tensor, splits, name, eager=False, with_splits=True,
+            ps=ps_id(process_set)))
         ctx.recvsplits = received
+        ctx.process_set = process_set
         if splits is None:
             return output
         ctx.mark_non_differentiable(received)
@@ -416,8 +430,9 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *dead_gradients):
-        grad, _ = alltoall(grad_output, splits=ctx.recvsplits)
-        return grad, None, None
+        grad, _ = alltoall(grad_output, splits=ctx.recvsplits,
+                           process_set=ctx.process_set)
+        return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -426,16 +441,16 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     rank sends this one, in rank order. Returns the output, and with
     splits also the rows received from each rank (int32). Differentiable.
     """
-    _no_process_set(process_set)
-    return HorovodAlltoall.apply(tensor, splits, name)
+    ps_id(process_set)
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts a reducescatter; returns a handle."""
-    _no_process_set(process_set)
     return _core.reducescatter_async(_B, tensor, name, resolve_op(op, None),
-                                     prescale_factor, postscale_factor)
+                                     prescale_factor, postscale_factor,
+                                     ps_id(process_set))
 
 
 class HorovodReducescatter(torch.autograd.Function):
@@ -444,22 +459,27 @@ class HorovodReducescatter(torch.autograd.Function):
     are taken as averaged over the ranks)."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
+                process_set=None):
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
         return synchronize(_core.reducescatter_async(
-            _B, tensor, name, op, prescale_factor, postscale_factor))
+            _B, tensor, name, op, prescale_factor, postscale_factor,
+            ps_id(process_set)))
 
     @staticmethod
     def backward(ctx, grad_output):
         if ctx.op == Sum:
-            grad_output = grad_output * size()
+            grad_output = grad_output * _core._members(
+                ps_id(ctx.process_set))
         if ctx.prescale_factor != 1.0:
             grad_output = grad_output * ctx.prescale_factor
         if ctx.postscale_factor != 1.0:
             grad_output = grad_output * ctx.postscale_factor
-        return allgather(grad_output), None, None, None, None
+        return (allgather(grad_output, process_set=ctx.process_set), None,
+                None, None, None, None)
 
 
 def reducescatter(tensor, name=None, compression=None, op=Average,
@@ -468,33 +488,35 @@ def reducescatter(tensor, name=None, compression=None, op=Average,
     """Reduces tensor across ranks and returns this rank's rows of the
     result (its first dimension cut as Horovod cuts it: the first ranks
     one row more). Differentiable."""
-    _no_process_set(process_set)
+    ps_id(process_set)
     op = resolve_op(op, None)
     if compression is None:
         return HorovodReducescatter.apply(tensor, name, op, prescale_factor,
-                                          postscale_factor)
+                                          postscale_factor, process_set)
     compressed, ctx = compression.compress(tensor)
     return compression.decompress(HorovodReducescatter.apply(
-        compressed, name, op, prescale_factor, postscale_factor), ctx)
+        compressed, name, op, prescale_factor, postscale_factor, process_set),
+        ctx)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Starts an allgather of each tensor as one operation; synchronize()
     returns the list."""
-    _no_process_set(process_set)
+    ps = ps_id(process_set)
     return _core.grouped_async(
-        lambda t, n: _core.allgather_async(_B, t, n), tensors, name,
+        lambda t, n: _core.allgather_async(_B, t, n, ps=ps), tensors, name,
         "hvd.grouped_allgather")
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
     """allgather of each tensor, as one operation. Differentiable."""
-    _no_process_set(process_set)
+    ps_id(process_set)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("hvd.grouped_allgather: needs at least one tensor")
     return [allgather(t, None if name is None else
-                      "%s_%dof%d" % (name, i + 1, len(tensors)))
+                      "%s_%dof%d" % (name, i + 1, len(tensors)),
+                      process_set)
             for i, t in enumerate(tensors)]
 
 
@@ -502,11 +524,11 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
                                 process_set=None, prescale_factor=1.0,
                                 postscale_factor=1.0):
     """Starts a reducescatter of each tensor as one operation."""
-    _no_process_set(process_set)
+    ps = ps_id(process_set)
     op = resolve_op(op, None)
     return _core.grouped_async(
         lambda t, n: _core.reducescatter_async(_B, t, n, op, prescale_factor,
-                                               postscale_factor),
+                                               postscale_factor, ps),
         tensors, name, "hvd.grouped_reducescatter")
 
 
@@ -514,14 +536,14 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average,
                           process_set=None, prescale_factor=1.0,
                           postscale_factor=1.0):
     """reducescatter of each tensor, as one operation. Differentiable."""
-    _no_process_set(process_set)
+    ps_id(process_set)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("hvd.grouped_reducescatter: needs at least one "
                          "tensor")
     return [reducescatter(t, None if name is None else
                           "%s_%dof%d" % (name, i + 1, len(tensors)),
-                          compression, op, None, prescale_factor,
+                          compression, op, process_set, prescale_factor,
                           postscale_factor)
             for i, t in enumerate(tensors)]
 
@@ -531,16 +553,18 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     allgathered (every rank's entries, duplicates summed when the tensor is
     used), the values divided by the size for Average. Returns a callable
     handle: synchronize(handle) (or handle()) gives the sparse result."""
-    _no_process_set(process_set)
+    n = _core._members(ps_id(process_set))
     t = tensor
     indices = allgather_async(t._indices().transpose(0, 1).contiguous(),
-                              name="%s.indices" % name)
-    values = allgather_async(t._values(), name="%s.values" % name)
+                              name="%s.indices" % name,
+                              process_set=process_set)
+    values = allgather_async(t._values(), name="%s.values" % name,
+                             process_set=process_set)
 
     def handle():
         v = synchronize(values)
         i = synchronize(indices)
-        v = v / size() if op == Average else v
+        v = v / n if op == Average else v
         if i.dim() == 0 or v.dim() == 0:
             return t.new().resize_as_(t)
         return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())
@@ -580,12 +604,6 @@ def gloo_enabled():
     return False
 
 
-def _no_process_set(process_set):
-    if process_set is not None:
-        raise NotImplementedError("hvd: process sets are not supported; "
-                                  "every operation spans all ranks")
-
-
 __all__ = [
     "Adasum", "Average", "Max", "Min", "Product", "Sum", "barrier",
     "cross_rank", "cross_size", "init", "is_initialized", "local_rank",
@@ -600,5 +618,6 @@ __all__ = [
     "reducescatter", "reducescatter_async", "HorovodReducescatter",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "sparse_allreduce_async", "mpi_enabled",
-    "gloo_enabled",
+    "gloo_enabled", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
 ]

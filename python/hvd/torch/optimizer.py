@@ -25,9 +25,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression,
                  backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None,
-                 sparse_as_dense=False):
+                 sparse_as_dense=False, process_set=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
+        self.process_set = process_set
 
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -72,8 +73,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._p_to_group = self._make_groups(groups)
         self._group_ready = {g: set() for g in set(self._p_to_group.values())}
         # Horovod skips the hooks on one rank (and allreduces everything in
-        # step()); hvd keeps them, so that one rank runs the same path.
-        self._register_hooks()
+        # step()); hvd keeps them, so that one rank runs the same path. A
+        # rank outside the process set steps with its own gradients.
+        if process_set is None or process_set.included():
+            self._register_hooks()
 
     def _make_groups(self, groups):
         """Parameter -> its group (a tuple, reduced as one grouped
@@ -142,8 +145,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if tensor.is_sparse:
             if not self.sparse_as_dense:
                 # As Horovod: the indices and values are allgathered.
-                return sparse_allreduce_async(tensor, name=name,
-                                              op=self.op), None
+                return sparse_allreduce_async(
+                    tensor, name=name, op=self.op,
+                    process_set=self.process_set), None
             tensor = tensor.to_dense()
         if self.op == Average:
             # Split the average between the factors; libhvd divides by
@@ -156,7 +160,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor_compressed, ctx = self._compression.compress(tensor)
         handle = allreduce_async_(tensor_compressed, name=name, op=self.op,
                                   prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor)
+                                  postscale_factor=postscale_factor,
+                                  process_set=self.process_set)
         return handle, ctx
 
     def _grouped_allreduce_grad_async(self, group):
@@ -171,7 +176,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             pre = post = 1.0
         handle = grouped_allreduce_async_(
             list(tensors), name="group.%s" % self._parameter_names[group[0]],
-            op=self.op, prescale_factor=pre, postscale_factor=post)
+            op=self.op, prescale_factor=pre, postscale_factor=post,
+            process_set=self.process_set)
         return handle, ctxs
 
     def _group_done(self, p):
@@ -210,6 +216,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook
         has not run: a parameter this rank did not use gets zeros)."""
+        if self.process_set is not None and not self.process_set.included():
+            self._synchronized = True
+            return
         done = set()
         for key in self._handles:
             done.update(key if isinstance(key, tuple) else (key,))
@@ -367,6 +376,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     cut into (in order), or lists of parameters; each group's gradients go
     as one grouped allreduce once all of them are ready (num_groups is the
     deprecated name). hvd fuses small allreduces by itself either way.
+    process_set: the gradients are averaged among its ranks only (call
+    the optimizer's step on its members).
     """
     op = resolve_op(op, None)
     if op == Adasum:
@@ -385,8 +396,6 @@ def DistributedOptimizer(optimizer, named_parameters=None,
                       "and will be removed", DeprecationWarning)
         if groups is None:
             groups = num_groups
-    if process_set is not None:
-        raise NotImplementedError("hvd: process sets are not supported")
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be at least 1")
     ns = {k: v for k, v in _DistributedOptimizer.__dict__.items()
@@ -394,4 +403,4 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), ns)
     return cls(optimizer.param_groups, named_parameters, compression,
                backward_passes_per_step, op, gradient_predivide_factor,
-               groups, sparse_as_dense)
+               groups, sparse_as_dense, process_set)
