@@ -555,3 +555,31 @@ def test_grouped_allgather_and_reducescatter():
                                      op=hvd.Sum, name="grs")
     assert np.array_equal(outs[0], np.full((1, 2), float(n)))
     assert np.array_equal(outs[1], np.full((1,), float(n)))
+
+
+def test_process_sets():
+    """hvd (numpy) takes process_set= as hvd.torch does."""
+    r, n = hvd.rank(), hvd.size()
+    if n == 1:
+        return
+    even = hvd.add_process_set([k for k in range(n) if k % 2 == 0])
+    odd = hvd.add_process_set([k for k in range(n) if k % 2 == 1])
+    mine = even if r % 2 == 0 else odd
+    m = mine.size()
+    out = hvd.allreduce(np.array([r, 1], dtype=np.int32), op=hvd.Sum,
+                        name="ps.np", process_set=mine)
+    assert out.tolist() == [sum(mine.ranks), m]
+    g = hvd.allgather(np.full((1, 2), r), name="ps.np.ag", process_set=mine)
+    assert g[:, 0].tolist() == mine.ranks
+    b = hvd.broadcast(np.array([r]), mine.ranks[-1], name="ps.np.bc",
+                      process_set=mine)
+    assert b.tolist() == [mine.ranks[-1]]
+    out, received = hvd.alltoall(np.arange(m) + 10 * r, splits=[1] * m,
+                                 name="ps.np.a2a", process_set=mine)
+    assert out.tolist() == [10 * q + mine.rank() for q in mine.ranks]
+    assert list(received) == [1] * m
+    rs = hvd.reducescatter(np.ones((m, 3)), op=hvd.Sum, name="ps.np.rs",
+                           process_set=mine)
+    assert rs.tolist() == [[m] * 3]
+    hvd.barrier(process_set=mine)
+    assert hvd.remove_process_set(even) and hvd.remove_process_set(odd)

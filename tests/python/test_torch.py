@@ -931,3 +931,164 @@ def test_grouped_poll_does_not_block():
                                         name="gpoll")
     outs = hvd.synchronize(h)
     assert [o.shape[0] for o in outs] == [2 * hvd.size(), 3 * hvd.size()]
+
+
+# ---------------------------------------------------------------------
+# Process sets
+
+
+def _even_odd():
+    n = hvd.size()
+    even = hvd.add_process_set([k for k in range(n) if k % 2 == 0])
+    odd = hvd.add_process_set([k for k in range(n) if k % 2 == 1])
+    return even, odd
+
+
+def test_process_sets_every_op():
+    r, n = hvd.rank(), hvd.size()
+    if n == 1:
+        # The only set of one rank is the job's own.
+        with pytest.raises(ValueError, match="duplicate"):
+            hvd.add_process_set([0])
+        same(hvd.allreduce(torch.ones(2), op=hvd.Sum,
+                           process_set=hvd.global_process_set),
+             torch.ones(2))
+        return
+    even, odd = _even_odd()
+    mine, other = (even, odd) if r % 2 == 0 else (odd, even)
+    members = mine.ranks
+    k, m = mine.rank(), mine.size()
+    assert mine.included() and not other.included()
+    assert m == len(members) and members[k] == r
+    assert hvd.global_process_set.ranks == list(range(n))
+    # Allreduce: sum and average, exact.
+    x = torch.arange(5, dtype=torch.float64) + 10 * r
+    want = sum(torch.arange(5, dtype=torch.float64) + 10 * q for q in members)
+    same(hvd.allreduce(x, op=hvd.Sum, name="ps.ar", process_set=mine), want)
+    same(hvd.allreduce(x * m, name="ps.avg", process_set=mine), want)
+    # The same name in both sets: two operations.
+    same(hvd.allreduce(torch.tensor([r]), op=hvd.Sum, name="ps.shared",
+                       process_set=mine), torch.tensor([sum(members)]))
+    # Allgather of uneven first dimensions.
+    g = hvd.allgather(torch.full((r + 1, 2), r), name="ps.ag",
+                      process_set=mine)
+    same(g, torch.cat([torch.full((q + 1, 2), q) for q in members]))
+    # Broadcast from every member (a rank of the job).
+    for root in members:
+        b = hvd.broadcast(torch.tensor([r, r]), root, name="ps.bc.%d" % root,
+                          process_set=mine)
+        same(b, torch.tensor([root, root]))
+    # Alltoall: (k + d) % 3 rows to member d.
+    splits = [(k + d) % 3 for d in range(m)]
+    rows = [[r, d, j] for d in range(m) for j in range(splits[d])]
+    t = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), 3)
+    out, received = hvd.alltoall(t, splits=torch.tensor(splits),
+                                 name="ps.a2a", process_set=mine)
+    assert received.tolist() == [(s + k) % 3 for s in range(m)]
+    want_rows = [[members[s], k, j] for s in range(m)
+                 for j in range((s + k) % 3)]
+    same(out, torch.tensor(want_rows, dtype=torch.int64).reshape(-1, 3))
+    # Reducescatter: the first rows % m members one more row.
+    rs = hvd.reducescatter(torch.ones(2 * m + 1, 2) * (r + 1), op=hvd.Sum,
+                           name="ps.rs", process_set=mine)
+    mine_rows = 3 if k == 0 else 2
+    same(rs, torch.ones(mine_rows, 2) * sum(q + 1 for q in members))
+    # Grouped forms, barrier, objects.
+    ga = hvd.grouped_allreduce([torch.tensor([r]), torch.tensor([2.0 * r])],
+                               op=hvd.Sum, name="ps.gar", process_set=mine)
+    same(ga[0], torch.tensor([sum(members)]))
+    gg = hvd.grouped_allgather([torch.tensor([r]), torch.tensor([[r, r]])],
+                               name="ps.gag", process_set=mine)
+    same(gg[0], torch.tensor(members))
+    grs = hvd.grouped_reducescatter([torch.ones(m, 1)], op=hvd.Sum,
+                                    name="ps.grs", process_set=mine)
+    same(grs[0], torch.ones(1, 1) * m)
+    hvd.barrier(process_set=mine)
+    assert hvd.broadcast_object({"from": r} if r == members[-1] else None,
+                                root_rank=members[-1],
+                                process_set=mine) == {"from": members[-1]}
+    assert hvd.allgather_object(r, process_set=mine) == members
+    # Unnamed operations are counted per set.
+    for i in range(3):
+        same(hvd.allreduce(torch.tensor([i]), op=hvd.Sum, process_set=mine),
+             torch.tensor([i * m]))
+    # The job's operations go on between the sets'.
+    same(hvd.allreduce(torch.tensor([1]), op=hvd.Sum, name="ps.job"),
+         torch.tensor([n]))
+    assert hvd.remove_process_set(odd) and hvd.remove_process_set(even)
+    assert not hvd.remove_process_set(even)  # no longer added
+    assert not hvd.remove_process_set(hvd.global_process_set)
+
+
+def test_process_sets_autograd_and_errors():
+    r, n = hvd.rank(), hvd.size()
+    if n == 1:
+        return
+    even, odd = _even_odd()
+    mine, other = (even, odd) if r % 2 == 0 else (odd, even)
+    m = mine.size()
+    x = torch.ones(3, requires_grad=True)
+    y = hvd.allreduce(x * (r + 1), op=hvd.Sum, name="ps.grad.ar",
+                      process_set=mine)
+    y.sum().backward()
+    # The output's gradient is summed over the members again (m), then
+    # times this rank's factor.
+    same(x.grad, torch.ones(3) * float((r + 1) * m))
+    z = torch.ones(2, 2, requires_grad=True)
+    g = hvd.allgather(z, name="ps.grad.ag", process_set=mine)
+    g.sum().backward()
+    same(z.grad, torch.ones(2, 2))  # averaged over the set
+    # Errors: a duplicate set, an operation in a set this rank is not in,
+    # a set never added, a root outside the set.
+    with pytest.raises(ValueError, match="duplicate"):
+        hvd.add_process_set(list(even.ranks))  # every rank adds it
+    with pytest.raises(ValueError, match="not a member"):
+        hvd.allreduce(torch.ones(1), name="ps.outsider", process_set=other)
+    with pytest.raises(ValueError, match="has not been added"):
+        hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0]))
+    outside = other.ranks[0]
+    with pytest.raises(ValueError, match="not a member"):
+        hvd.broadcast(torch.ones(1), outside, name="ps.badroot",
+                      process_set=mine)
+    # Members disagreeing: every member is told.
+    t = torch.ones(1 if mine.rank() == 0 else 2)
+    if m > 1:
+        with pytest.raises(RuntimeError, match="disagree"):
+            hvd.allreduce(t, name="ps.mismatch", process_set=mine)
+    hvd.remove_process_set(odd)
+    hvd.remove_process_set(even)
+
+
+def test_process_sets_optimizer_and_init():
+    r, n = hvd.rank(), hvd.size()
+    if n == 1:
+        return
+    even, odd = _even_odd()
+    torch.manual_seed(r)
+    model = torch.nn.Linear(4, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   process_set=even)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    loss = model(torch.randn(8, 4)).pow(2).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    w = hvd.allgather(model.weight.detach().reshape(1, -1), name="ps.opt.w")
+    if len(even.ranks) > 1:
+        # The even ranks stepped with the same averaged gradient.
+        for q in even.ranks[1:]:
+            same(w[q], w[0])
+    hvd.remove_process_set(odd)
+    hvd.remove_process_set(even)
+    # hvd.init(process_sets=...) adds them in order, on every rank.
+    hvd.shutdown()
+    first = hvd.ProcessSet([0])
+    rest = hvd.ProcessSet(range(1, n))
+    hvd.init(process_sets=[first, rest])
+    assert first.process_set_id is not None and rest.process_set_id is not None
+    mine = first if r == 0 else rest
+    same(hvd.allreduce(torch.tensor([1]), op=hvd.Sum, name="ps.init",
+                       process_set=mine), torch.tensor([len(mine.ranks)]))
+    hvd.remove_process_set(first)
+    hvd.remove_process_set(rest)

@@ -177,6 +177,49 @@ static void bad_responses(void **state) {
 
 /* The brief form of a step: what fits it, a round trip, and lengths that
  * do not add up. */
+/* Process sets: an operation carries its set; creating one lists
+ * ascending ranks of the job; join, call and the set operations are the
+ * job's. */
+static void process_sets(void **state) {
+    (void)state;
+    Hvd__Engine__Request q = request();
+    uint64_t ranks[3] = {0, 2, 3}, unsorted[2] = {2, 1}, big[1] = {4};
+    hvd_opdesc d;
+
+    q.process_set = 3;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    assert_int_equal(d.pset, 3);
+    /* An alltoall in a set has a count per member (at most the job's). */
+    q.kind = HVD_KIND_ALLTOALL;
+    q.n_counts = 2;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    q.n_counts = 1;
+    q.process_set = 0;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q = request();
+    q.kind = HVD_KIND_PSET;
+    q.op = HVD_PSET_CREATE;
+    q.n_counts = 3;
+    q.counts = ranks;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    q.process_set = 1; /* the job's own operation */
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.process_set = 0;
+    q.n_counts = 2;
+    q.counts = unsorted;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.n_counts = 1;
+    q.counts = big;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.op = HVD_PSET_REMOVE; /* of no set */
+    q.root = 0;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    q.root = 2;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
+    q.op = 7;
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+}
+
 static void brief_steps(void **state) {
     (void)state;
     uint32_t ready[3] = {4, 0, 9}, carried[1] = {9};
@@ -251,7 +294,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_messages), cmocka_unit_test(bad_requests),
         cmocka_unit_test(bad_responses), cmocka_unit_test(shapes),
-        cmocka_unit_test(brief_steps),
+        cmocka_unit_test(brief_steps), cmocka_unit_test(process_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -264,6 +264,102 @@ static void stopped_rank(void **state) {
     hvd_coord_destroy(c);
 }
 
+/* Process sets: a set's creation is decided when every rank of the job
+ * asks (it gets the next id), refused for ranks a set has already; a set's
+ * operation is decided once its members ask (non-members never do), and
+ * fails with a sentence once the set is removed; a stopped member fails
+ * it naming that member only. */
+static void process_sets(void **state) {
+    (void)state;
+    hvd_coord *c;
+    Hvd__Engine__ResponseList l = HVD__ENGINE__RESPONSE_LIST__INIT;
+    uint64_t members[2] = {0, 2}, other[2] = {1, 2}, n = 4, zero = 0;
+    hvd_opdesc mk = {.kind = HVD_KIND_PSET,
+                     .op = (hvd_op)HVD_PSET_CREATE,
+                     .ncounts = 2,
+                     .counts = members};
+    hvd_opdesc mk2 = mk, rm = {.kind = HVD_KIND_PSET,
+                               .op = (hvd_op)HVD_PSET_REMOVE,
+                               .ncounts = 1,
+                               .counts = &zero};
+    hvd_opdesc d = ar(&n, HVD_FLOAT32, HVD_SUM);
+
+    mk2.counts = other;
+    assert_int_equal(hvd_coord_create(3, 0, 0, &c), HVD_OK);
+    for (int r = 0; r < 3; r++)
+        hvd_coord_add(c, r, "mk.0", &mk, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 1);
+    assert_int_equal(l.responses[0]->status, HVD_OK);
+    assert_int_equal(l.responses[0]->created_set, 1);
+    hvd_coord_free_responses(&l);
+    /* The same ranks again, then other ranks: refused, then id 2. */
+    for (int r = 0; r < 3; r++)
+        hvd_coord_add(c, r, "mk.1", &mk, 0, 0);
+    for (int r = 0; r < 3; r++)
+        hvd_coord_add(c, r, "mk.2", &mk2, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 2);
+    assert_int_equal(find(&l, "mk.1")->status, HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(find(&l, "mk.1")->error, "exists already (id 1)"));
+    assert_int_equal(find(&l, "mk.2")->created_set, 2);
+    hvd_coord_free_responses(&l);
+
+    /* Set 1 is ranks 0 and 2: decided without rank 1. */
+    d.pset = 1;
+    hvd_coord_add(c, 0, "g (process set 1)", &d, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 0);
+    hvd_coord_add(c, 2, "g (process set 1)", &d, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 1);
+    assert_int_equal(l.responses[0]->status, HVD_OK);
+    assert_int_equal(l.responses[0]->contributors, 2);
+    assert_int_equal(l.responses[0]->process_set, 1);
+    hvd_coord_free_responses(&l);
+
+    /* Rank 2 stops: set 1's operation fails naming it, not rank 1. */
+    hvd_coord_add(c, 0, "h (process set 1)", &d, 0, 0);
+    hvd_coord_stopped(c, 1);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 0);
+    hvd_coord_stopped(c, 2);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 1);
+    assert_int_equal(l.responses[0]->status, HVD_ERR_SHUTDOWN);
+    assert_non_null(strstr(l.responses[0]->error, "rank(s) 2 called"));
+    hvd_coord_free_responses(&l);
+    hvd_coord_destroy(c);
+
+    /* Removal: what waits in the set fails; removing it twice too. */
+    assert_int_equal(hvd_coord_create(3, 0, 0, &c), HVD_OK);
+    for (int r = 0; r < 3; r++)
+        hvd_coord_add(c, r, "mk.0", &mk, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    hvd_coord_free_responses(&l);
+    hvd_coord_add(c, 0, "w (process set 1)", &d, 0, 0);
+    rm.root = 1;
+    for (int k = 0; k < 2; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "rm.%d", k);
+        for (int r = 0; r < 3; r++)
+            hvd_coord_add(c, r, name, &rm, 0, 0);
+    }
+    hvd_coord_collect(c, 0, &l);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 3);
+    assert_int_equal(find(&l, "rm.0")->status, HVD_OK);
+    assert_int_equal(find(&l, "rm.1")->status, HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(find(&l, "rm.1")->error, "no process set 1"));
+    assert_int_equal(find(&l, "w (process set 1)")->status,
+                     HVD_ERR_INVALID_ARG);
+    assert_non_null(
+        strstr(find(&l, "w (process set 1)")->error, "does not exist"));
+    assert_int_equal(hvd_coord_pending(c), 0);
+    hvd_coord_free_responses(&l);
+    hvd_coord_destroy(c);
+}
+
 static void stall_inspector(void **state) {
     (void)state;
     hvd_coord *c;
@@ -460,6 +556,7 @@ int main(void) {
         cmocka_unit_test(alltoall_and_reducescatter),
         cmocka_unit_test(join),
         cmocka_unit_test(stopped_rank),
+        cmocka_unit_test(process_sets),
         cmocka_unit_test(stall_inspector),
         cmocka_unit_test(cache_slots_and_updates),
         cmocka_unit_test(cache_is_deterministic),
