@@ -702,6 +702,52 @@ static void expect_all(const char *name, int step, const float *buf,
 }
 
 /*
+ * While rank size-1 is joined, the collectives that need every rank fail
+ * on the others with a sentence naming it and hvd_join, as Horovod's do
+ * (its suite expects the error for a broadcast from a rank that is not
+ * joined too); a barrier completes without it.
+ */
+static void join_refusals(void) {
+    int32_t v[8] = {0}, out[8 * 64];
+    size_t got[64];
+    const char *what[4] = {"broadcast", "allgather", "alltoall",
+                           "reducescatter"};
+
+    if (g_size > 8)
+        return;
+
+    for (int k = 0; k < 4; k++) {
+        char name[NAME_LEN];
+        hvd_status st;
+        snprintf(name, sizeof(name), "join.%s", what[k]);
+        switch (k) {
+        case 0:
+            st = hvd_broadcast(name, v, 1, HVD_INT32, 0);
+            break;
+        case 1:
+            st = hvd_allgather(name, v, out, 1, HVD_INT32);
+            break;
+        case 2:
+            st = hvd_alltoall(name, v, (size_t)g_size, NULL, out,
+                              (size_t)g_size, got, HVD_INT32);
+            break;
+        default:
+            st = hvd_reducescatter(name, v, out, (size_t)g_size, HVD_INT32,
+                                   HVD_SUM);
+        }
+        char rank_text[32];
+        snprintf(rank_text, sizeof(rank_text), "rank(s) %d", g_size - 1);
+        if (st != HVD_ERR_INVALID_ARG ||
+            strstr(hvd_last_error(), "hvd_join") == NULL ||
+            strstr(hvd_last_error(), rank_text) == NULL)
+            fail("%s while rank %d is joined: %s (%s), expected "
+                 "HVD_ERR_INVALID_ARG naming it and hvd_join",
+                 what[k], g_size - 1, status_name(st), hvd_last_error());
+    }
+    expect_ok("barrier while joined", hvd_barrier());
+}
+
+/*
  * Rank size-1 runs JOIN_SHORT_STEPS steps, the others JOIN_LONG_STEPS, each
  * an allreduce sum and average of rank + 1. From step JOIN_SHORT_STEPS on,
  * rank size-1 has joined: only ranks 0..size-2 contribute, so the sum is
@@ -738,6 +784,8 @@ static void test_join(void) {
         expect_all(name, step, recv, sum / (float)g_size);
     }
 
+    if (g_rank != g_size - 1)
+        join_refusals();
     expect_ok("hvd_join", hvd_join(&last));
     /* Ranks 0..size-2 join after rank size-1 has: one of them is last. */
     if (last < 0 || last >= g_size - 1)
