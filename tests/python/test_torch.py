@@ -681,7 +681,7 @@ def test_unsupported_dtype_and_arguments():
         hvd.allreduce([1.0])
     with pytest.raises(ValueError, match="root"):
         hvd.broadcast(torch.ones(2), hvd.size() + 1, name="badroot")
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="ProcessSet"):
         hvd.allreduce(torch.ones(1), process_set=object())
     with pytest.raises(ValueError):
         hvd.synchronize(123456789)
