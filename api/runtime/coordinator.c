@@ -414,9 +414,17 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
         } else if (missing == 0 && !same) {
             describe_ranks(c, e, text, sizeof(text));
             r = new_response(e, first, HVD_ERR_MISMATCH, text);
-        } else if (missing == 0 && joined_missing > 0 && !neutral_ok) {
+        } else if (joined_missing > 0 && !neutral_ok) {
+            /* It cannot complete while they are joined, and the ranks that
+             * asked wait in it instead of joining: fail it at once, on
+             * the ranks that asked (the others fail alike when they ask,
+             * which they may under other names, having skipped a call). */
             char ranks[128];
-            rank_list(c, e, 0, NULL, ranks, sizeof(ranks));
+            size_t off = 0;
+            for (int k = 0; k < c->size && off + 16 < sizeof(ranks); k++)
+                if (joined[k] && !e->reported[k] && member(c, id, k))
+                    off += (size_t)snprintf(ranks + off, sizeof(ranks) - off,
+                                            "%s%d", off ? "," : "", k);
             snprintf(text, sizeof(text),
                      "'%s': a %s cannot complete while rank(s) %s have "
                      "called hvd_join",

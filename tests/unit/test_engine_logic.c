@@ -207,6 +207,14 @@ static void join(void **state) {
     assert_int_equal(find(&l, "bc")->status, HVD_ERR_INVALID_ARG);
     assert_non_null(strstr(find(&l, "bc")->error, "rank(s) 2"));
     hvd_coord_free_responses(&l);
+    /* Nor can it once one rank asks: it fails at once (the other may ask
+     * under another name, having skipped a call, and would wait). */
+    hvd_coord_add(c, 0, "bc2", &bc, 0, 0);
+    hvd_coord_collect(c, 0, &l);
+    assert_int_equal(l.n_responses, 1);
+    assert_int_equal(l.responses[0]->status, HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(l.responses[0]->error, "rank(s) 2 have"));
+    hvd_coord_free_responses(&l);
 
     /* The join completes once all have joined, naming the last. */
     hvd_coord_add(c, 0, "hvd.join", &j, 0, 0);
