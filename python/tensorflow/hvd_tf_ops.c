@@ -1,7 +1,10 @@
 /*
  * TensorFlow ops over libhvd: HvdAllreduce, HvdGroupedAllreduce,
- * HvdBroadcast, HvdAllgather (asynchronous kernels), HvdJoin, HvdBarrier,
- * HvdSize, HvdRank, HvdLocalSize, HvdLocalRank (synchronous ones).
+ * HvdBroadcast, HvdAllgather, HvdAlltoall, HvdReducescatter,
+ * HvdGroupedReducescatter (asynchronous kernels), HvdJoin, HvdBarrier,
+ * HvdSize, HvdRank, HvdLocalSize, HvdLocalRank (synchronous ones). The
+ * collectives take a process_set_id attr (0, every rank, by default) and
+ * call libhvd's hvd_ps_ forms.
  *
  * Written against TensorFlow's C API only (tensorflow/c/kernels.h,
  * tensorflow/c/ops.h), so one source builds for any TensorFlow 2 with
@@ -15,8 +18,9 @@
  * (through python/tensorflow/keep_done.cc). TensorFlow's executor runs other
  * ops meanwhile, so every gradient of a step is in flight at once and the
  * engine fuses them. Work that is more than a few instructions (the second
- * step of an allgather, copying a padded allgather into place) is not
- * done on the engine thread but on this library's one helper thread.
+ * step of an allgather or an alltoall, copying a padded allgather into
+ * place) is not done on the engine thread but on this library's one helper
+ * thread.
  *
  * A failure ends the kernel with a TensorFlow error whose message is
  * "hvd <op> '<name>' on rank R: <libhvd's sentence> [HVD_ERR_...]".
@@ -217,6 +221,7 @@ typedef struct kernel {
     char name[NAME_MAX_LEN]; /* the tensor_name attr: "" means unnamed */
     int reduce_op;
     int root_rank;
+    int ps;     /* the process_set_id attr: 0 is every rank */
     int on_gpu; /* a GPU kernel: its tensors are in device memory */
 } kernel;
 
@@ -255,6 +260,9 @@ static void *kernel_create(TF_OpKernelConstruction *c) {
     if (TF_GetCode(s) == TF_OK &&
         TF_OpKernelConstruction_HasAttr(c, "root_rank", s))
         TF_OpKernelConstruction_GetAttrInt32(c, "root_rank", &k->root_rank, s);
+    if (TF_GetCode(s) == TF_OK &&
+        TF_OpKernelConstruction_HasAttr(c, "process_set_id", s))
+        TF_OpKernelConstruction_GetAttrInt32(c, "process_set_id", &k->ps, s);
     if (TF_GetCode(s) != TF_OK)
         TF_OpKernelConstruction_Failure(c, s);
     TF_DeleteStatus(s);
@@ -276,6 +284,33 @@ static void kernel_delete(void *k) { free(k); }
  * order, which is program order in eager mode). */
 static const char *op_name(const kernel *k) {
     return k->name[0] != '\0' ? k->name : NULL;
+}
+
+/* The members of process set ps (the job's size for 0), or -1 when there
+ * is no such set. */
+static int set_size(int ps) {
+    return ps == 0 ? hvd_size() : hvd_process_set_size(ps);
+}
+
+/* This rank's place in set ps, or -1 when it is not a member. */
+static int set_rank(int ps) {
+    return ps == 0 ? hvd_rank() : hvd_process_set_rank(ps);
+}
+
+/* HVD_OK when this rank may run k's operation in its set; else why not,
+ * in text. */
+static hvd_status not_member(const kernel *k, char *text, size_t len) {
+    if (!hvd_initialized()) {
+        snprintf(text, len, "hvd is not initialized: call hvd.init() first");
+        return HVD_ERR_NOT_INITIALIZED;
+    }
+    if (set_size(k->ps) >= 1 && set_rank(k->ps) >= 0)
+        return HVD_OK;
+    snprintf(text, len,
+             "rank %d is not a member of process set %d (or there is no "
+             "such set): only its members may call its operations",
+             hvd_rank(), k->ps);
+    return HVD_ERR_INVALID_ARG;
 }
 
 static int dims_of(TF_Tensor *t, int64_t *dims) {
@@ -458,8 +493,8 @@ static void allreduce_compute(void *kp, TF_OpKernelContext *ctx,
     if (p == NULL || !device_ready(p, k))
         return;
     /* With its shape, so that ranks disagreeing on it fail as in Horovod. */
-    st = hvd_allreduce_shaped_async(
-        op_name(k), data_of(in), data_of(out), shape_of(in, dims), dims,
+    st = hvd_ps_allreduce_shaped_async(
+        k->ps, op_name(k), data_of(in), data_of(out), shape_of(in, dims), dims,
         (hvd_dtype)hvd_type_of(TF_TensorType(in)), (hvd_op)k->reduce_op, &h);
     submitted(p, st, h);
 }
@@ -522,9 +557,9 @@ static void grouped_compute(void *kp, TF_OpKernelContext *ctx,
         free(counts);
         return;
     }
-    st = hvd_grouped_allreduce_async(
-        op_name(k), n, (const void *const *)sends, (void *const *)recvs, counts,
-        (hvd_dtype)hvd_type_of(type), (hvd_op)k->reduce_op, &h);
+    st = hvd_ps_grouped_allreduce_async(
+        k->ps, op_name(k), n, (const void *const *)sends, (void *const *)recvs,
+        counts, (hvd_dtype)hvd_type_of(type), (hvd_op)k->reduce_op, &h);
     free(sends);
     free(recvs);
     free(counts);
@@ -579,12 +614,12 @@ static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
     }
     moved_as(in, &count, &type);
     if (count == (size_t)TF_TensorElementCount(in))
-        st = hvd_broadcast_shaped_async(op_name(k), data_of(buf),
-                                        shape_of(in, dims), dims, type,
-                                        k->root_rank, &h);
+        st = hvd_ps_broadcast_shaped_async(k->ps, op_name(k), data_of(buf),
+                                           shape_of(in, dims), dims, type,
+                                           k->root_rank, &h);
     else /* as bytes: the count is not the shape's */
-        st = hvd_broadcast_async(op_name(k), data_of(buf), count, type,
-                                 k->root_rank, &h);
+        st = hvd_ps_broadcast_async(k->ps, op_name(k), data_of(buf), count,
+                                    type, k->root_rank, &h);
     submitted(p, st, h);
 }
 
@@ -725,8 +760,9 @@ static void gather_data(gather *g) {
     g->out_data = data_of(out);
     g->step = 2;
     if (same) {
-        st = hvd_allgather_async(step_name(g, "data", nbuf, sizeof(nbuf)),
-                                 data_of(g->in), g->out_data, count, type, &h);
+        st = hvd_ps_allgather_async(
+            g->k.ps, step_name(g, "data", nbuf, sizeof(nbuf)), data_of(g->in),
+            g->out_data, count, type, &h);
     } else {
         size_t slot = (size_t)g->most * g->row;
 
@@ -737,8 +773,9 @@ static void gather_data(gather *g) {
             return;
         }
         memcpy(g->send_pad, data_of(g->in), count * g->esize);
-        st = hvd_allgather_async(step_name(g, "data", nbuf, sizeof(nbuf)),
-                                 g->send_pad, g->recv_pad, slot, type, &h);
+        st = hvd_ps_allgather_async(g->k.ps,
+                                    step_name(g, "data", nbuf, sizeof(nbuf)),
+                                    g->send_pad, g->recv_pad, slot, type, &h);
     }
     if (st == HVD_OK)
         st = hvd_on_done(h, gather_step_done, g);
@@ -820,7 +857,16 @@ static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
         gather_fail(g, HVD_ERR_INVALID_ARG, text);
         return;
     }
-    g->nranks = hvd_size() > 0 ? hvd_size() : 1;
+    {
+        char text[256];
+        hvd_status why = not_member(k, text, sizeof(text));
+
+        if (why != HVD_OK) {
+            gather_fail(g, why, text);
+            return;
+        }
+    }
+    g->nranks = set_size(k->ps);
     g->metas = calloc((size_t)g->nranks * META, sizeof(int64_t));
     if (g->metas == NULL) {
         gather_fail(g, HVD_ERR_NO_MEMORY, "out of memory");
@@ -829,12 +875,474 @@ static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
     g->mine[0] = nd;
     g->mine[1] = (int64_t)TF_TensorType(in);
     dims_of(in, &g->mine[2]);
-    st = hvd_allgather_async(step_name(g, "shape", nbuf, sizeof(nbuf)), g->mine,
-                             g->metas, META, HVD_INT64, &h);
+    st = hvd_ps_allgather_async(g->k.ps,
+                                step_name(g, "shape", nbuf, sizeof(nbuf)),
+                                g->mine, g->metas, META, HVD_INT64, &h);
     if (st == HVD_OK)
         st = hvd_on_done(h, gather_step_done, g);
     if (st != HVD_OK)
         gather_fail(g, st, hvd_last_error());
+}
+
+/* ------------------------------------------------------------------ */
+/* Alltoall: the shapes first, then the data                           */
+
+/*
+ * The output's first dimension is the sum of the rows every rank sends
+ * this one, which only those ranks know: a first alltoall sends each rank
+ * a META record (the number of dimensions, the type, the rows it gets and
+ * the other dimensions), the second moves the data into an output of the
+ * size the records add up to. A rank whose input is invalid (its splits,
+ * its rank) still takes part in the first step, with a record marked
+ * invalid, so that every rank fails instead of waiting for it.
+ */
+typedef struct a2a {
+    job job;
+    pending *p;
+    kernel k;
+    TF_Tensor *in;
+    int nranks;
+    int64_t rows;       /* the input's first dimension */
+    int64_t *splits;    /* rows to each rank */
+    int64_t *sends;     /* META per rank, sent */
+    int64_t *metas;     /* META per rank, received */
+    size_t *counts;     /* moved elements to each rank */
+    size_t row;         /* moved elements per row */
+    hvd_dtype type;     /* as moved */
+    char invalid[1024]; /* why this rank's input is invalid, or "" */
+    hvd_status st;      /* of the step that just finished */
+    char error[2048];
+    int step; /* 1: records exchanged; 2: data moved */
+} a2a;
+
+static void a2a_free(a2a *a) {
+    free(a->splits);
+    free(a->sends);
+    free(a->metas);
+    free(a->counts);
+    free(a);
+}
+
+static void a2a_fail(a2a *a, hvd_status st, const char *sentence) {
+    fail_ctx(a->p->ctx, "alltoall", a->k.name, st, sentence);
+    pending_end(a->p);
+    a2a_free(a);
+}
+
+static void a2a_step_done(hvd_status st, const char *error, void *arg) {
+    a2a *a = arg;
+
+    a->st = st;
+    snprintf(a->error, sizeof(a->error), "%s", error != NULL ? error : "");
+    if (post_job(&a->job) != 0)
+        a2a_fail(a, HVD_ERR_INTERNAL, "could not start a thread");
+}
+
+static const char *a2a_step_name(const a2a *a, const char *suffix, char *buf,
+                                 size_t len) {
+    if (a->k.name[0] == '\0')
+        return NULL;
+    snprintf(buf, len, "%s.%s", a->k.name, suffix);
+    return buf;
+}
+
+/* The records are in: checks them, makes the outputs and moves the data
+ * (helper thread). */
+static void a2a_data(a2a *a) {
+    const int64_t *mine = a->sends; /* the same but for the rows */
+    int nd = (int)mine[0];
+    int64_t dims[MAX_DIMS], total = 0, count;
+    char nbuf[NAME_MAX_LEN + 8];
+    TF_Status *s;
+    TF_Tensor *out, *rsplits;
+    hvd_handle h = NULL;
+    hvd_status st;
+
+    if (a->invalid[0] != '\0') {
+        a2a_fail(a, HVD_ERR_INVALID_ARG, a->invalid);
+        return;
+    }
+    for (int r = 0; r < a->nranks; r++) {
+        const int64_t *m = a->metas + (size_t)r * META;
+        int agree = m[0] == mine[0] && m[1] == mine[1];
+        char text[2048], x[256], y[256];
+
+        if (m[0] < 0) {
+            snprintf(text, sizeof(text),
+                     "rank %d of the set passed an invalid alltoall (its "
+                     "error says why)",
+                     r);
+            a2a_fail(a, HVD_ERR_INVALID_ARG, text);
+            return;
+        }
+        for (int d = 1; agree && d < nd; d++)
+            agree = m[2 + d] == mine[2 + d];
+        if (!agree) {
+            int64_t mm[META];
+
+            memcpy(mm, mine, sizeof(mm));
+            mm[2] = a->rows;
+            describe_meta(mm, x, sizeof(x));
+            describe_meta(m, y, sizeof(y));
+            snprintf(text, sizeof(text),
+                     "ranks disagree on the type or the dimensions after the "
+                     "first: this rank: %s; rank %d of the set: %s (rows "
+                     "for this rank)",
+                     x, r, y);
+            a2a_fail(a, HVD_ERR_MISMATCH, text);
+            return;
+        }
+        total += m[2];
+    }
+    for (int d = 1; d < nd; d++)
+        dims[d] = mine[2 + d];
+    dims[0] = total;
+    s = TF_NewStatus();
+    out =
+        TF_AllocateOutput(a->p->ctx, 0, TF_TensorType(a->in), dims, nd,
+                          (size_t)total * a->row * hvd_dtype_size(a->type), s);
+    if (TF_GetCode(s) == TF_OK)
+        a->p->tensors[a->p->ntensors++] = out;
+    dims[0] = a->nranks;
+    rsplits = TF_GetCode(s) == TF_OK
+                  ? TF_AllocateOutput(a->p->ctx, 1, TF_INT32, dims, 1,
+                                      (size_t)a->nranks * sizeof(int32_t), s)
+                  : NULL;
+    if (TF_GetCode(s) != TF_OK) {
+        TF_OpKernelContext_Failure(a->p->ctx, s);
+        TF_DeleteStatus(s);
+        pending_end(a->p);
+        a2a_free(a);
+        return;
+    }
+    TF_DeleteStatus(s);
+    for (int r = 0; r < a->nranks; r++)
+        ((int32_t *)TF_TensorData(rsplits))[r] =
+            (int32_t)a->metas[(size_t)r * META + 2];
+    TF_DeleteTensor(rsplits);
+    a->step = 2;
+    count = a->rows * (int64_t)a->row;
+    st = hvd_ps_alltoall_async(
+        a->k.ps, a2a_step_name(a, "data", nbuf, sizeof(nbuf)), data_of(a->in),
+        (size_t)count, a->counts, data_of(out), (size_t)total * a->row, NULL,
+        a->type, &h);
+    if (st == HVD_OK)
+        st = hvd_on_done(h, a2a_step_done, a);
+    if (st != HVD_OK)
+        a2a_fail(a, st, hvd_last_error());
+}
+
+static void a2a_run(job *j) {
+    a2a *a = (a2a *)j;
+
+    if (a->st != HVD_OK) {
+        a2a_fail(a, a->st, a->error);
+    } else if (a->step == 1) {
+        a2a_data(a);
+    } else {
+        pending_end(a->p);
+        a2a_free(a);
+    }
+}
+
+/* The rows to each rank from the splits input (none: the rows evenly);
+ * "" in a->invalid when they are valid, else why not, in Horovod's words. */
+static void a2a_splits(a2a *a, TF_Tensor *sp) {
+    int64_t n = TF_TensorElementCount(sp), sum = 0;
+    const int32_t *v = TF_TensorData(sp);
+
+    if (n == 0) {
+        if (a->rows % a->nranks != 0) {
+            snprintf(a->invalid, sizeof(a->invalid),
+                     "splits not provided, but the first dimension of the "
+                     "tensor (%lld) is not an even multiple of the number of "
+                     "workers (%d)",
+                     (long long)a->rows, a->nranks);
+            return;
+        }
+        for (int r = 0; r < a->nranks; r++)
+            a->splits[r] = a->rows / a->nranks;
+        return;
+    }
+    if (n != a->nranks) {
+        snprintf(a->invalid, sizeof(a->invalid),
+                 "Number of entries in splits (%lld) does not equal number "
+                 "of workers (%d)",
+                 (long long)n, a->nranks);
+        return;
+    }
+    for (int r = 0; r < a->nranks; r++) {
+        if (v[r] < 0) {
+            snprintf(a->invalid, sizeof(a->invalid),
+                     "splits must not be negative (entry %d is %d)", r,
+                     (int)v[r]);
+            return;
+        }
+        a->splits[r] = v[r];
+        sum += v[r];
+    }
+    if (sum > a->rows)
+        snprintf(a->invalid, sizeof(a->invalid),
+                 "Sum of splits entries (%lld) is greater than the first "
+                 "dimension of tensor (%lld)",
+                 (long long)sum, (long long)a->rows);
+}
+
+static void alltoall_compute(void *kp, TF_OpKernelContext *ctx,
+                             TF_AsyncOpKernelDoneCallback *done) {
+    const kernel *k = kp;
+    TF_Status *s = TF_NewStatus();
+    TF_Tensor *in = NULL, *sp = NULL;
+    pending *p = pending_new(ctx, done, "alltoall", k, 4);
+    a2a *a = calloc(1, sizeof(*a));
+    char nbuf[NAME_MAX_LEN + 8];
+    int64_t mine[META] = {0};
+    hvd_handle h = NULL;
+    hvd_status st;
+    int nd;
+
+    if (p == NULL || a == NULL) {
+        fail_ctx(ctx, "alltoall", k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        free(a);
+        TF_DeleteStatus(s);
+        if (p != NULL)
+            pending_end(p);
+        else
+            TF_RunAsyncOpKernelDoneCallback(done);
+        return;
+    }
+    a->p = p;
+    a->k = *k;
+    a->job.run = a2a_run;
+    a->step = 1;
+    TF_GetInput(ctx, 0, &in, s);
+    if (TF_GetCode(s) == TF_OK)
+        p->tensors[p->ntensors++] = in;
+    if (TF_GetCode(s) == TF_OK)
+        TF_GetInput(ctx, 1, &sp, s);
+    if (TF_GetCode(s) == TF_OK)
+        p->tensors[p->ntensors++] = sp;
+    if (tf_failed(ctx, s)) {
+        TF_DeleteStatus(s);
+        pending_end(p);
+        a2a_free(a);
+        return;
+    }
+    TF_DeleteStatus(s);
+    a->in = in;
+    {
+        char text[256];
+        hvd_status why = not_member(k, text, sizeof(text));
+
+        if (why != HVD_OK) {
+            a2a_fail(a, why, text);
+            return;
+        }
+    }
+    a->nranks = set_size(k->ps);
+    a->splits = calloc((size_t)a->nranks, sizeof(int64_t));
+    a->sends = calloc((size_t)a->nranks * META, sizeof(int64_t));
+    a->metas = calloc((size_t)a->nranks * META, sizeof(int64_t));
+    a->counts = calloc((size_t)a->nranks, sizeof(size_t));
+    if (a->splits == NULL || a->sends == NULL || a->metas == NULL ||
+        a->counts == NULL) {
+        a2a_fail(a, HVD_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    nd = TF_NumDims(in);
+    if (nd < 1 || nd > MAX_DIMS) {
+        snprintf(a->invalid, sizeof(a->invalid),
+                 "an alltoall needs a tensor of 1 to %d dimensions; this one "
+                 "has %d",
+                 MAX_DIMS, nd);
+    } else {
+        int ht = hvd_type_of(TF_TensorType(in));
+
+        a->rows = TF_Dim(in, 0);
+        a->row = 1;
+        for (int d = 1; d < nd; d++)
+            a->row *= (size_t)TF_Dim(in, d);
+        /* As bytes when hvd has no type of this one's width and kind. */
+        a->type = ht >= 0 ? (hvd_dtype)ht : HVD_UINT8;
+        if (ht < 0)
+            a->row *= TF_DataTypeSize(TF_TensorType(in));
+        a2a_splits(a, sp);
+        mine[0] = nd;
+        mine[1] = (int64_t)TF_TensorType(in);
+        dims_of(in, &mine[2]);
+    }
+    if (a->invalid[0] != '\0') {
+        mine[0] = -1; /* every rank fails with this one */
+        memset(a->splits, 0, (size_t)a->nranks * sizeof(int64_t));
+    }
+    for (int r = 0; r < a->nranks; r++) {
+        memcpy(a->sends + (size_t)r * META, mine, sizeof(mine));
+        a->sends[(size_t)r * META + 2] = a->splits[r];
+        a->counts[r] = (size_t)a->splits[r] * a->row;
+    }
+    st = hvd_ps_alltoall_async(
+        k->ps, a2a_step_name(a, "shape", nbuf, sizeof(nbuf)), a->sends,
+        (size_t)a->nranks * META, NULL, a->metas, (size_t)a->nranks * META,
+        NULL, HVD_INT64, &h);
+    if (st == HVD_OK)
+        st = hvd_on_done(h, a2a_step_done, a);
+    if (st != HVD_OK)
+        a2a_fail(a, st, hvd_last_error());
+}
+
+/* ------------------------------------------------------------------ */
+/* Reduce-scatter and grouped reduce-scatter                           */
+
+/*
+ * One kernel of n reduce-scatters (n = 1 for HvdReducescatter): each
+ * input's first dimension is cut as Horovod cuts it (the first rows % size
+ * members get one more row) and this rank's rows of the reduction are its
+ * output. The parts are submitted together and the kernel ends when the
+ * last one has finished.
+ */
+typedef struct scatter {
+    pending *p;
+    pthread_mutex_t lock;
+    int left; /* parts still running, plus one while submitting */
+    hvd_status st;
+    char error[2048];
+} scatter;
+
+/* One part is done (engine thread, or the submitting one); the last ends
+ * the kernel. */
+static void scatter_part_done(hvd_status st, const char *error, void *arg) {
+    scatter *sc = arg;
+    int last;
+
+    pthread_mutex_lock(&sc->lock);
+    if (st != HVD_OK && sc->st == HVD_OK) {
+        sc->st = st;
+        snprintf(sc->error, sizeof(sc->error), "%s",
+                 error != NULL ? error : "");
+    }
+    last = --sc->left == 0;
+    pthread_mutex_unlock(&sc->lock);
+    if (!last)
+        return;
+    if (sc->st != HVD_OK)
+        fail_ctx(sc->p->ctx, sc->p->what, sc->p->name, sc->st, sc->error);
+    pending_end(sc->p);
+    pthread_mutex_destroy(&sc->lock);
+    free(sc);
+}
+
+static void scatter_compute(const kernel *k, TF_OpKernelContext *ctx,
+                            TF_AsyncOpKernelDoneCallback *done,
+                            const char *what) {
+    int n = TF_NumInputs(ctx);
+    TF_Status *s = TF_NewStatus();
+    pending *p = pending_new(ctx, done, what, k, 2 * n);
+    scatter *sc = calloc(1, sizeof(*sc));
+    TF_Tensor **ins = calloc((size_t)n + 1, sizeof(*ins));
+    TF_Tensor **outs = calloc((size_t)n + 1, sizeof(*outs));
+    int nranks = set_size(k->ps), me = set_rank(k->ps);
+    char text[256];
+    hvd_status why;
+
+    if (p == NULL || sc == NULL || ins == NULL || outs == NULL) {
+        fail_ctx(ctx, what, k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        free(sc);
+        free(ins);
+        free(outs);
+        TF_DeleteStatus(s);
+        if (p != NULL)
+            pending_end(p);
+        else
+            TF_RunAsyncOpKernelDoneCallback(done);
+        return;
+    }
+    text[0] = '\0';
+    why = not_member(k, text, sizeof(text));
+    if (why == HVD_OK)
+        why = HVD_ERR_INVALID_ARG; /* for the dimensions, below */
+    /* Every input and output first: a kernel fails whole or not at all. */
+    for (int i = 0; i < n && text[0] == '\0'; i++) {
+        int64_t dims[MAX_DIMS];
+        size_t row = 1;
+        int nd;
+
+        TF_GetInput(ctx, i, &ins[i], s);
+        if (TF_GetCode(s) != TF_OK)
+            break;
+        p->tensors[p->ntensors++] = ins[i];
+        nd = TF_NumDims(ins[i]);
+        if (nd < 1 || nd > MAX_DIMS) {
+            snprintf(text, sizeof(text),
+                     "a reduce-scatter needs a tensor of 1 to %d dimensions; "
+                     "input %d has %d",
+                     MAX_DIMS, i, nd);
+            break;
+        }
+        dims_of(ins[i], dims);
+        for (int d = 1; d < nd; d++)
+            row *= (size_t)dims[d];
+        dims[0] = (int64_t)hvd_reducescatter_count((size_t)dims[0], nranks, me);
+        outs[i] = TF_AllocateOutput(
+            ctx, i, TF_TensorType(ins[i]), dims, nd,
+            (size_t)dims[0] * row * TF_DataTypeSize(TF_TensorType(ins[i])), s);
+        if (TF_GetCode(s) != TF_OK)
+            break;
+        p->tensors[p->ntensors++] = outs[i];
+    }
+    if (TF_GetCode(s) != TF_OK || text[0] != '\0') {
+        if (!tf_failed(ctx, s))
+            fail_ctx(ctx, what, k->name, why, text);
+        TF_DeleteStatus(s);
+        free(sc);
+        free(ins);
+        free(outs);
+        pending_end(p);
+        return;
+    }
+    TF_DeleteStatus(s);
+    if (!device_ready(p, k)) {
+        free(sc);
+        free(ins);
+        free(outs);
+        return;
+    }
+    sc->p = p;
+    sc->left = n + 1;
+    pthread_mutex_init(&sc->lock, NULL);
+    for (int i = 0; i < n; i++) {
+        char nbuf[NAME_MAX_LEN + 32];
+        const char *name = op_name(k);
+        int64_t shape[SHAPE_DIMS];
+        hvd_handle h = NULL;
+        hvd_status st;
+
+        if (name != NULL && n > 1) {
+            snprintf(nbuf, sizeof(nbuf), "%s_%dof%d", k->name, i + 1, n);
+            name = nbuf;
+        }
+        st = hvd_ps_reducescatter_shaped_async(
+            k->ps, name, data_of(ins[i]), data_of(outs[i]),
+            shape_of(ins[i], shape), shape,
+            (hvd_dtype)hvd_type_of(TF_TensorType(ins[i])), (hvd_op)k->reduce_op,
+            &h);
+        if (st == HVD_OK)
+            st = hvd_on_done(h, scatter_part_done, sc);
+        if (st != HVD_OK)
+            scatter_part_done(st, hvd_last_error(), sc);
+    }
+    free(ins);
+    free(outs);
+    scatter_part_done(HVD_OK, NULL, sc); /* the submission's own share */
+}
+
+static void reducescatter_compute(void *kp, TF_OpKernelContext *ctx,
+                                  TF_AsyncOpKernelDoneCallback *done) {
+    scatter_compute(kp, ctx, done, "reducescatter");
+}
+
+static void grouped_reducescatter_compute(void *kp, TF_OpKernelContext *ctx,
+                                          TF_AsyncOpKernelDoneCallback *done) {
+    scatter_compute(kp, ctx, done, "grouped_reducescatter");
 }
 
 /* ------------------------------------------------------------------ */
@@ -922,12 +1430,51 @@ static void shape_unknown(TF_ShapeInferenceContext *c, TF_Status *s) {
     TF_ShapeInferenceContextSetUnknownShape(c, s);
 }
 
+/* Output i is input i with an unknown first dimension (known when it
+ * runs: the rows it gets), for i below n; a scalar input is refused. */
+static void rows_unknown(TF_ShapeInferenceContext *c, int n, TF_Status *s) {
+    TF_ShapeHandle *in = TF_NewShapeHandle(), *rest = TF_NewShapeHandle();
+    TF_ShapeHandle *out = TF_NewShapeHandle();
+    TF_ShapeHandle *first = TF_ShapeInferenceContextVectorFromSize(c, -1);
+
+    for (int i = 0; i < n && TF_GetCode(s) == TF_OK; i++) {
+        TF_ShapeInferenceContextGetInput(c, i, in, s);
+        if (TF_GetCode(s) == TF_OK)
+            TF_ShapeInferenceContextWithRankAtLeast(c, in, 1, in, s);
+        if (TF_GetCode(s) == TF_OK)
+            TF_ShapeInferenceContextSubshape(c, in, 1, INT64_MAX, rest, s);
+        if (TF_GetCode(s) == TF_OK)
+            TF_ShapeInferenceContextConcatenateShapes(c, first, rest, out, s);
+        if (TF_GetCode(s) == TF_OK)
+            TF_ShapeInferenceContextSetOutput(c, i, out, s);
+    }
+    TF_DeleteShapeHandle(first);
+    TF_DeleteShapeHandle(out);
+    TF_DeleteShapeHandle(rest);
+    TF_DeleteShapeHandle(in);
+}
+
+/* Reduce-scatters: every input's rows are cut. */
+static void shape_scattered(TF_ShapeInferenceContext *c, TF_Status *s) {
+    rows_unknown(c, (int)TF_ShapeInferenceContextNumInputs(c), s);
+}
+
+/* Alltoall: the rows received, and one count per member. */
+static void shape_alltoall(TF_ShapeInferenceContext *c, TF_Status *s) {
+    rows_unknown(c, 1, s);
+    if (TF_GetCode(s) == TF_OK) {
+        TF_ShapeHandle *v = TF_ShapeInferenceContextVectorFromSize(c, -1);
+        TF_ShapeInferenceContextSetOutput(c, 1, v, s);
+        TF_DeleteShapeHandle(v);
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* Registration                                                        */
 
 typedef struct op_spec {
     const char *name;
-    const char *attrs[4];
+    const char *attrs[6];
     const char *inputs[2];
     const char *outputs[2];
     void (*shape)(TF_ShapeInferenceContext *, TF_Status *);
@@ -937,9 +1484,13 @@ typedef struct op_spec {
     int gpu; /* also a GPU kernel (for the types libhvd has) */
 } op_spec;
 
+/* The process set an operation runs in (0: every rank; hvd.h, "Process
+ * sets"). */
+#define PS_ATTR "process_set_id: int = 0"
+
 static const op_spec specs[] = {
     {"HvdAllreduce",
-     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''"},
+     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''", PS_ATTR},
      {"tensor: T"},
      {"sum: T"},
      shape_same,
@@ -948,7 +1499,7 @@ static const op_spec specs[] = {
      1},
     {"HvdGroupedAllreduce",
      {"T: " REDUCIBLE, "N: int >= 1", "reduce_op: int",
-      "tensor_name: string = ''"},
+      "tensor_name: string = ''", PS_ATTR},
      {"tensors: N * T"},
      {"sums: N * T"},
      shape_same,
@@ -956,7 +1507,7 @@ static const op_spec specs[] = {
      NULL,
      1},
     {"HvdBroadcast",
-     {"T: " MOVABLE, "root_rank: int", "tensor_name: string = ''"},
+     {"T: " MOVABLE, "root_rank: int", "tensor_name: string = ''", PS_ATTR},
      {"tensor: T"},
      {"output: T"},
      shape_same,
@@ -964,11 +1515,38 @@ static const op_spec specs[] = {
      NULL,
      1},
     {"HvdAllgather",
-     {"T: " MOVABLE, "tensor_name: string = ''"},
+     {"T: " MOVABLE, "tensor_name: string = ''", PS_ATTR},
      {"tensor: T"},
      {"output: T"},
      shape_unknown,
      allgather_compute,
+     NULL,
+     0},
+    /* libhvd takes host memory only for these two (for now): no GPU
+     * kernels, TensorFlow copies GPU tensors to the host and back. */
+    {"HvdAlltoall",
+     {"T: " MOVABLE, "tensor_name: string = ''", PS_ATTR},
+     {"tensor: T", "splits: int32"},
+     {"output: T", "received_splits: int32"},
+     shape_alltoall,
+     alltoall_compute,
+     NULL,
+     0},
+    {"HvdReducescatter",
+     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''", PS_ATTR},
+     {"tensor: T"},
+     {"output: T"},
+     shape_scattered,
+     reducescatter_compute,
+     NULL,
+     0},
+    {"HvdGroupedReducescatter",
+     {"T: " REDUCIBLE, "N: int >= 1", "reduce_op: int",
+      "tensor_name: string = ''", PS_ATTR},
+     {"tensors: N * T"},
+     {"outputs: N * T"},
+     shape_scattered,
+     grouped_reducescatter_compute,
      NULL,
      0},
     {"HvdJoin",
@@ -1026,7 +1604,7 @@ static void register_op(const op_spec *o) {
     TF_OpDefinitionBuilder *b = TF_NewOpDefinitionBuilder(o->name);
     TF_KernelBuilder *kb;
 
-    for (int i = 0; i < 4 && o->attrs[i] != NULL; i++)
+    for (int i = 0; i < 6 && o->attrs[i] != NULL; i++)
         TF_OpDefinitionBuilderAddAttr(b, o->attrs[i]);
     for (int i = 0; i < 2 && o->inputs[i] != NULL; i++)
         TF_OpDefinitionBuilderAddInput(b, o->inputs[i]);

@@ -95,7 +95,8 @@ static set make_set(const int *v, int n) {
     int given[MAXR], got[MAXR];
 
     memcpy(given, v, (size_t)n * sizeof(int));
-    expect_ok(hvd_process_set_create(given, n, &s.id), "hvd_process_set_create");
+    expect_ok(hvd_process_set_create(given, n, &s.id),
+              "hvd_process_set_create");
     memcpy(s.ranks, v, (size_t)n * sizeof(int));
     qsort(s.ranks, (size_t)n, sizeof(int), cmp_int);
     for (int i = 0; i < n; i++)
@@ -103,8 +104,7 @@ static set make_set(const int *v, int n) {
             s.me = i;
     if (s.id <= 0)
         fail("a new process set got id %d", s.id);
-    if (hvd_process_set_size(s.id) != n ||
-        hvd_process_set_rank(s.id) != s.me ||
+    if (hvd_process_set_size(s.id) != n || hvd_process_set_rank(s.id) != s.me ||
         hvd_process_set_ranks(s.id, got, MAXR) != n ||
         memcmp(got, s.ranks, (size_t)n * sizeof(int)) != 0)
         fail("set %d of %d ranks: size %d, rank %d (expected %d)", s.id, n,
@@ -122,8 +122,8 @@ static uint64_t mix(uint64_t h) {
 /* Rank r's input of element i of tensor t, exact for dtype and op in a set
  * of n ranks. */
 static long input(hvd_dtype dt, hvd_op op, int n, int r, size_t i, int t) {
-    return exact_input(dt, op, n, (size_t)mix(((uint64_t)r << 40) ^
-                                              ((uint64_t)t << 24) ^ i));
+    return exact_input(
+        dt, op, n, (size_t)mix(((uint64_t)r << 40) ^ ((uint64_t)t << 24) ^ i));
 }
 
 static long reduced(const set *s, hvd_dtype dt, hvd_op op, size_t i, int t) {
@@ -196,7 +196,8 @@ static void run_async_and_grouped(const set *s) {
         for (size_t i = 0; i < counts[k]; i++) {
             long want = 0;
             for (int m = 0; m < s->n; m++) {
-                long v = input(HVD_INT32, HVD_SUM, s->n, s->ranks[m], i, 500 + k);
+                long v =
+                    input(HVD_INT32, HVD_SUM, s->n, s->ranks[m], i, 500 + k);
                 want = m == 0 || v > want ? v : want;
             }
             if (out[k][i] != want)
@@ -220,9 +221,9 @@ static void run_broadcast_gather(const set *s) {
             if (buf[i] != root * 100 + i)
                 fail("set %d broadcast from %d element %d: %g", s->id, root, i,
                      buf[i]);
-        expect_ok(hvd_ps_broadcast(s->id, "bcast.empty", NULL, 0, HVD_INT8,
-                                   root),
-                  "empty broadcast");
+        expect_ok(
+            hvd_ps_broadcast(s->id, "bcast.empty", NULL, 0, HVD_INT8, root),
+            "empty broadcast");
     }
     for (int i = 0; i < 5; i++)
         mine[i] = g_rank * 10 + i;
@@ -246,15 +247,16 @@ static void run_alltoall_scatter(const set *s) {
         total += sc[j];
         want_total += (size_t)((j + s->me) % 3);
     }
-    expect_ok(hvd_ps_alltoall(s->id, "a2a", send, total, sc, recv, 3 * MAXR,
-                              rc, HVD_INT64),
+    expect_ok(hvd_ps_alltoall(s->id, "a2a", send, total, sc, recv, 3 * MAXR, rc,
+                              HVD_INT64),
               "alltoall");
     for (int j = 0, off = 0; j < s->n; j++) {
         if (rc[j] != (size_t)((j + s->me) % 3))
             fail("set %d alltoall: %zu elements from member %d", s->id, rc[j],
                  j);
         for (size_t k = 0; k < rc[j]; k++, off++)
-            if (recv[off] != (int64_t)s->ranks[j] * 10000 + s->me * 100 + (int64_t)k)
+            if (recv[off] !=
+                (int64_t)s->ranks[j] * 10000 + s->me * 100 + (int64_t)k)
                 fail("set %d alltoall: element %zu from member %d", s->id, k,
                      j);
     }
@@ -304,9 +306,9 @@ static void run_misc(const set *s) {
     if ((s->n & (s->n - 1)) == 0) {
         for (int i = 0; i < 4; i++)
             v[i] = (float)(i + 1);
-        expect_ok(hvd_ps_allreduce(s->id, "adasum", v, r, 4, HVD_FLOAT32,
-                                   HVD_ADASUM),
-                  "adasum");
+        expect_ok(
+            hvd_ps_allreduce(s->id, "adasum", v, r, 4, HVD_FLOAT32, HVD_ADASUM),
+            "adasum");
         for (int i = 0; i < 4; i++)
             if (r[i] != v[i])
                 fail("set %d adasum of equal inputs: %g, expected %g", s->id,
@@ -350,7 +352,8 @@ static int shapes(int v[][MAXR], int *n) {
             int b[MAXR];
             memcpy(b, v[j], (size_t)n[j] * sizeof(int));
             qsort(b, (size_t)n[j], sizeof(int), cmp_int);
-            keep = !(n[j] == n[i] && memcmp(a, b, (size_t)n[i] * sizeof(int)) == 0);
+            keep = !(n[j] == n[i] &&
+                     memcmp(a, b, (size_t)n[i] * sizeof(int)) == 0);
         }
         if (keep) {
             memmove(v[out], v[i], (size_t)n[i] * sizeof(int));
@@ -423,9 +426,9 @@ static void test_concurrent(void) {
         for (int it = 0; it < 40; it++) {
             int32_t x = g_rank * 1000 + it, y = 0, want = 0;
             snprintf(name, sizeof(name), "stream.%d", it % 4);
-            expect_ok(hvd_ps_allreduce(mine->id, name, &x, &y, 1, HVD_INT32,
-                                       HVD_SUM),
-                      name);
+            expect_ok(
+                hvd_ps_allreduce(mine->id, name, &x, &y, 1, HVD_INT32, HVD_SUM),
+                name);
             for (int m = 0; m < mine->n; m++)
                 want += mine->ranks[m] * 1000 + it;
             if (y != want)
@@ -490,20 +493,19 @@ static void test_errors(void) {
     expect_error(hvd_process_set_create(&zero, 1, &id), HVD_ERR_INVALID_ARG,
                  "the same set twice", "exists already", NULL);
     if (g_rank != 0)
-        expect_error(hvd_ps_allreduce(s0.id, "not mine", &x, &y, 1, HVD_INT32,
-                                      HVD_SUM),
-                     HVD_ERR_INVALID_ARG, "a non-member", "not a member", NULL);
+        expect_error(
+            hvd_ps_allreduce(s0.id, "not mine", &x, &y, 1, HVD_INT32, HVD_SUM),
+            HVD_ERR_INVALID_ARG, "a non-member", "not a member", NULL);
     if (g_size > 1 && g_rank == 0)
-        expect_error(hvd_ps_broadcast(s0.id, "root outside", &x, 1, HVD_INT32,
-                                      1),
-                     HVD_ERR_INVALID_ARG, "a root outside the set",
-                     "not a member", NULL);
+        expect_error(
+            hvd_ps_broadcast(s0.id, "root outside", &x, 1, HVD_INT32, 1),
+            HVD_ERR_INVALID_ARG, "a root outside the set", "not a member",
+            NULL);
     expect_ok(hvd_process_set_remove(s0.id), "remove");
     if (g_rank == 0)
-        expect_error(hvd_ps_allreduce(s0.id, "removed", &x, &y, 1, HVD_INT32,
-                                      HVD_SUM),
-                     HVD_ERR_INVALID_ARG, "a removed set", "no process set",
-                     NULL);
+        expect_error(
+            hvd_ps_allreduce(s0.id, "removed", &x, &y, 1, HVD_INT32, HVD_SUM),
+            HVD_ERR_INVALID_ARG, "a removed set", "no process set", NULL);
     expect_error(hvd_process_set_remove(s0.id), HVD_ERR_INVALID_ARG,
                  "removing a removed set", "no process set", NULL);
     /* Ranks disagree on a set's ranks: every rank is told. */

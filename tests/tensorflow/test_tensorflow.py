@@ -317,6 +317,285 @@ def test_grouped_allgather_and_broadcast_in_place():
 
 
 # ---------------------------------------------------------------------
+# Alltoall, reducescatter, grouped reducescatter and allgather
+
+
+def a2a_rows(src, dst):
+    """Rows rank src sends rank dst: 0 to 2, zero for some pairs."""
+    return (src + 2 * dst) % 3
+
+
+def a2a_block(src, dst):
+    """Those rows, [rows, 3]: 10*src + 3*dst + row index + column, small
+    enough to be exact in every type."""
+    rows = a2a_rows(src, dst)
+    return (10 * src + 3 * dst + np.arange(rows).reshape(-1, 1) +
+            np.arange(3).reshape(1, -1)).astype(np.float64)
+
+
+def as_type(a, dtype):
+    return tf.cast(a % 2 if dtype == tf.bool else a, dtype)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("dtype", MOVABLE, ids=lambda d: d.name)
+def test_alltoall(dtype, mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    x = as_type(np.concatenate([a2a_block(R, d) for d in range(N)]).reshape(
+        -1, 3), dtype)
+    splits = [a2a_rows(R, d) for d in range(N)]
+    got, rsplits = run(lambda: hvd.alltoall(x, splits=splits))
+    want = np.concatenate([a2a_block(s, R) for s in range(N)]).reshape(-1, 3)
+    assert got.dtype == dtype and got.shape == want.shape
+    np.testing.assert_array_equal(
+        f64(got), want if dtype != tf.bool else want % 2)
+    assert rsplits.dtype == tf.int32
+    assert rsplits.numpy().tolist() == [a2a_rows(s, R) for s in range(N)]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_alltoall_even_empty_and_splits_types(mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    # No splits: the rows evenly; one output only (as Horovod).
+    x = tf.reshape(tf.range(2 * N * 4, dtype=tf.int32), [2 * N, 2, 2]) + \
+        1000 * R
+    got = run(lambda: hvd.alltoall(x))
+    assert not isinstance(got, tuple) and got.shape == (2 * N, 2, 2)
+    want = np.concatenate([np.arange(2 * N * 4).reshape(2 * N, 2, 2)
+                           [2 * R:2 * R + 2] + 1000 * s for s in range(N)])
+    np.testing.assert_array_equal(got.numpy(), want)
+    # Empty, with and without splits; a vector; splits as int64 tensors.
+    e = run(lambda: hvd.alltoall(tf.zeros([0, 4], tf.float16)))
+    assert e.shape == (0, 4)
+    e, rs = run(lambda: hvd.alltoall(tf.zeros([0]), splits=[0] * N))
+    assert e.shape == (0,) and rs.numpy().tolist() == [0] * N
+    v, rs = run(lambda: hvd.alltoall(
+        tf.range(N, dtype=tf.float64) + 10 * R,
+        splits=tf.ones([N], tf.int64)))
+    np.testing.assert_array_equal(v.numpy(), [R + 10.0 * s for s in range(N)])
+    assert rs.numpy().tolist() == [1] * N
+    # Rank 0 sends everything to the last rank, the others nothing.
+    n_rows = 5 if R == 0 else 0
+    only = [0] * (N - 1) + [n_rows]
+    g, rs = run(lambda: hvd.alltoall(tf.fill([n_rows, 2], 7.0),
+                                     splits=only))
+    assert g.shape == ((5, 2) if R == N - 1 else (0, 2))
+    assert rs.numpy().tolist() == ([5] + [0] * (N - 1) if R == N - 1
+                                   else [0] * N)
+
+
+def test_alltoall_graph_shape():
+    @tf.function
+    def f(x):
+        out, rs = hvd.alltoall(x, splits=[1] * N)
+        assert out.shape.as_list() == [None, 3]
+        assert rs.shape.as_list() == [None]
+        return out
+    assert f(tf.ones([N, 3])).shape == (N, 3)
+
+
+def test_alltoall_and_reducescatter_in_session():
+    """TF1: a graph run twice by a Session, gradients by tf.gradients."""
+    with tf.Graph().as_default():
+        x = tf.constant(np.arange(2 * N, dtype=np.float32) + 10 * R)
+        out, rs = hvd.alltoall(x, splits=tf.constant([2] * N))
+        y = hvd.reducescatter(tf.reshape(x, [2 * N, 1]), op=hvd.Sum)
+        g = tf.gradients(tf.reduce_sum(y) + tf.reduce_sum(out), x)[0]
+        with tf.compat.v1.Session() as sess:
+            for _ in range(2):
+                ov, rv, yv, gv = sess.run([out, rs, y, g])
+                np.testing.assert_array_equal(
+                    ov, np.concatenate([[2 * R + 10 * s, 2 * R + 1 + 10 * s]
+                                        for s in range(N)]))
+                assert rv.tolist() == [2] * N
+                np.testing.assert_array_equal(
+                    yv.ravel(), [N * (2 * R + k) + 10 * sum(range(N))
+                                 for k in range(2)])
+                np.testing.assert_array_equal(gv, np.full(2 * N, N + 1.0))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_alltoall_gradient(mode):
+    splits = [a2a_rows(R, d) for d in range(N)]
+    x = tf.Variable(tf.ones([sum(splits), 2], tf.float64))
+
+    def step():
+        with tf.GradientTape() as tape:
+            out, _ = hvd.alltoall(x, splits=splits)
+            # Row k received weighs (this rank + 1) * (k + 1).
+            w = tf.cast(tf.reshape(tf.range(1, tf.shape(out)[0] + 1),
+                                   [-1, 1]), tf.float64) * (R + 1)
+            y = tf.reduce_sum(out * w)
+        return tape.gradient(y, x)
+    grad = step() if mode == "eager" else tf.function(step)()
+    # Row j of the block for rank d lands at row (rows from ranks < R) + j
+    # of d's output.
+    want = []
+    for d in range(N):
+        before = sum(a2a_rows(s, d) for s in range(R))
+        for j in range(a2a_rows(R, d)):
+            want.append([(d + 1.0) * (before + j + 1)] * 2)
+    np.testing.assert_array_equal(grad.numpy(),
+                                  np.array(want).reshape(-1, 2))
+
+
+@pytest.mark.skipif(N < 2, reason="a mismatch needs two ranks")
+def test_alltoall_errors():
+    # As Horovod raises them: a disagreement fails every rank with
+    # FailedPrecondition, invalid splits with InvalidArgument.
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match="ranks disagree on the type"):
+        hvd.alltoall(tf.ones([N], tf.int32 if R % 2 else tf.float32))
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match="HVD_ERR_MISMATCH"):
+        hvd.alltoall(tf.ones([2 * N, 10 * (R + 1), 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="not an even multiple"):
+        hvd.alltoall(tf.ones([N + 1]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="greater than the first dimension"):
+        hvd.alltoall(tf.ones([N - 1]), splits=[1] * N)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="Number of entries in splits"):
+        hvd.alltoall(tf.ones([N]), splits=[1] * (N + 1))
+    # Only rank 0's splits are wrong: every rank fails, none waits.
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        hvd.alltoall(tf.ones([N]), splits=[-1] + [1] * (N - 1) if R == 0
+                     else [1] * N)
+    assert ("must not be negative" if R == 0 else "rank 0 of the set") in \
+        str(e.value)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError)):
+        hvd.alltoall(tf.constant(1.0))
+    out, _ = hvd.alltoall(tf.ones([N]), splits=[1] * N)  # the job goes on
+    np.testing.assert_array_equal(out.numpy(), np.ones(N))
+
+
+def scatter_rows(rows, r):
+    """Horovod's cut: the first rows % N ranks one row more."""
+    return rows // N + (1 if r < rows % N else 0)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("op", OPS, ids=lambda o: OP_NAMES[o])
+@pytest.mark.parametrize("dtype", REDUCIBLE, ids=lambda d: d.name)
+def test_reducescatter(dtype, op, mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    # Even, uneven, fewer rows than ranks, none.
+    for rows in (2 * N, 2 * N + 1, 3 * N - 1, 1, 0):
+        x = tf.cast(contribution(op, rows * 3, R).reshape(rows, 3), dtype)
+        got = run(lambda: hvd.reducescatter(x, op=op))
+        start = sum(scatter_rows(rows, r) for r in range(R))
+        mine = scatter_rows(rows, R)
+        want = expected(op, rows * 3).reshape(rows, 3)[start:start + mine]
+        assert got.dtype == dtype and got.shape == (mine, 3)
+        np.testing.assert_array_equal(f64(got), want)
+
+
+def test_reducescatter_default_average_and_scaling():
+    x = tf.reshape(tf.range(4 * N, dtype=tf.float32), [2 * N, 2]) * (R + 1)
+    total = np.arange(4 * N, dtype=np.float32).reshape(2 * N, 2) * \
+        sum(r + 1 for r in range(N))
+    mine = total[2 * R:2 * R + 2]
+    np.testing.assert_allclose(hvd.reducescatter(x).numpy(), mine / N)
+    got = hvd.reducescatter(x, op=hvd.Sum, prescale_factor=0.5,
+                            postscale_factor=4.0)
+    np.testing.assert_array_equal(got.numpy(), mine * 2.0)
+    h = hvd.reducescatter(tf.cast(x, tf.float16), op=hvd.Sum,
+                          compression=hvd.Compression.fp16)
+    assert h.dtype == tf.float16
+    np.testing.assert_array_equal(f64(h), mine)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("op,factor", [(hvd.Sum, N), (hvd.Average, 1)],
+                         ids=["sum", "average"])
+def test_reducescatter_gradient(op, factor, mode):
+    rows = 2 * N + 1
+    x = tf.Variable(tf.ones([rows, 2]) * (R + 1))
+
+    def step():
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(hvd.reducescatter(x, op=op) * (R + 1.0))
+        return tape.gradient(y, x)
+    grad = step() if mode == "eager" else tf.function(step)()
+    # Horovod's: the rows' gradients allgathered, times size for Sum.
+    want = np.concatenate([np.full([scatter_rows(rows, r), 2],
+                                   (r + 1.0) * factor) for r in range(N)])
+    np.testing.assert_array_equal(grad.numpy(), want)
+
+
+@pytest.mark.skipif(N < 2, reason="a mismatch needs two ranks")
+def test_reducescatter_errors():
+    # Horovod's test_horovod_reducescatter_error and _type_error.
+    with pytest.raises(tf.errors.FailedPreconditionError):
+        hvd.reducescatter(tf.ones([17 + R] * 3))
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match="HVD_ERR_MISMATCH"):
+        hvd.reducescatter(tf.ones([17, 23 * 57] if R == 0 else [17, 23, 57]))
+    with pytest.raises(tf.errors.FailedPreconditionError):
+        hvd.reducescatter(tf.ones([17] * 3, tf.int32 if R % 2 == 0
+                                  else tf.float32))
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError)):
+        hvd.reducescatter(tf.constant(float(R)))
+    with pytest.raises(ValueError):
+        tf.function(lambda: hvd.reducescatter(tf.constant(1.0)))()
+    np.testing.assert_array_equal(
+        hvd.reducescatter(tf.ones([N]), op=hvd.Sum).numpy(), [N])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average], ids=["sum", "average"])
+def test_grouped_reducescatter(op, mode):
+    run = (lambda f: f()) if mode == "eager" else (lambda f: tf.function(f)())
+    shapes = [(2 * N + 1, 2), (N,), (1, 3), (0, 2)]
+    types = [tf.float32, tf.float32, tf.int32, tf.float64]
+    xs = [tf.cast(contribution(op, int(np.prod(s)), R).reshape(s), t)
+          for s, t in zip(shapes, types)]
+    outs = run(lambda: hvd.grouped_reducescatter(xs, op=op))
+    for s, t, got in zip(shapes, types, outs):
+        start = sum(scatter_rows(s[0], r) for r in range(R))
+        mine = scatter_rows(s[0], R)
+        want = expected(op, int(np.prod(s))).reshape(s)[start:start + mine]
+        assert got.dtype == t and got.shape == want.shape
+        np.testing.assert_array_equal(f64(got), want)
+    assert hvd.grouped_reducescatter([]) == []
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_grouped_reducescatter_gradient(mode):
+    xs = [tf.Variable(tf.ones([N + 1, 2])), tf.Variable(tf.ones([2 * N]))]
+
+    def step():
+        with tf.GradientTape() as tape:
+            outs = hvd.grouped_reducescatter(xs, op=hvd.Sum)
+            y = tf.add_n([tf.reduce_sum(o) * (R + 1.0) for o in outs])
+        return tape.gradient(y, xs)
+    grads = step() if mode == "eager" else tf.function(step)()
+    for x, g in zip(xs, grads):
+        rows = x.shape[0]
+        want = np.concatenate([np.full([scatter_rows(rows, r)] +
+                                       x.shape.as_list()[1:], (r + 1.0) * N)
+                               for r in range(N)])
+        np.testing.assert_array_equal(g.numpy(), want)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_grouped_allgather_gradient(mode):
+    xs = [tf.Variable(tf.ones([R + 1, 2])), tf.Variable(tf.ones([2]))]
+
+    def step():
+        with tf.GradientTape() as tape:
+            outs = hvd.grouped_allgather(xs)
+            y = tf.add_n([tf.reduce_sum(o) * (R + 1.0) for o in outs])
+        return tape.gradient(y, xs)
+    grads = step() if mode == "eager" else tf.function(step)()
+    # Horovod's: the average of every rank's gradient, this rank's slice.
+    avg = sum(r + 1.0 for r in range(N)) / N
+    np.testing.assert_array_equal(grads[0].numpy(), np.full([R + 1, 2], avg))
+    np.testing.assert_array_equal(grads[1].numpy(), np.full([2], avg))
+
+
+# ---------------------------------------------------------------------
 # Training: 2 ranks with half the global batch == 1 rank with all of it
 
 BATCH = 8  # global
@@ -465,6 +744,81 @@ def test_shape_mismatch_of_equal_counts():
         np.full((2, 3), N))
 
 
+# ---------------------------------------------------------------------
+# Process sets
+
+
+@pytest.mark.skipif(N < 2, reason="a proper subset needs two ranks")
+def test_process_set():
+    ranks = list(range(1, N))  # every rank but 0
+    ps = hvd.add_process_set(ranks)
+    try:
+        M = len(ranks)
+        if R in ranks:
+            me = ranks.index(R)
+            got = hvd.allreduce(tf.fill([3], float(R)), op=hvd.Sum,
+                                process_set=ps)
+            np.testing.assert_array_equal(got.numpy(),
+                                          np.full(3, float(sum(ranks))))
+            got = hvd.grouped_allreduce([tf.ones([2]), tf.ones([1])],
+                                        op=hvd.Average, process_set=ps)
+            assert [g.numpy().tolist() for g in got] == [[1, 1], [1]]
+            got = hvd.allgather(tf.fill([R, 2], R), process_set=ps)
+            np.testing.assert_array_equal(
+                got.numpy(), np.concatenate([np.full([r, 2], r)
+                                             for r in ranks]))
+            got = hvd.broadcast(tf.fill([2], R), root_rank=N - 1,
+                                process_set=ps)
+            assert got.numpy().tolist() == [N - 1] * 2
+            x = tf.reshape(tf.range(M * 2) + 100 * R, [M * 2, 1])
+            out, rs = hvd.alltoall(x, splits=[2] * M, process_set=ps)
+            np.testing.assert_array_equal(
+                out.numpy().ravel(),
+                np.concatenate([np.arange(2 * me, 2 * me + 2) + 100 * r
+                                for r in ranks]))
+            assert rs.numpy().tolist() == [2] * M
+            rows = 2 * M + 1
+            got = hvd.reducescatter(tf.ones([rows, 2]), op=hvd.Sum,
+                                    process_set=ps)
+            cut = rows // M + (1 if me < rows % M else 0)
+            np.testing.assert_array_equal(got.numpy(),
+                                          np.full([cut, 2], float(M)))
+            got = hvd.grouped_reducescatter([tf.ones([M])], op=hvd.Average,
+                                            process_set=ps)
+            np.testing.assert_array_equal(got[0].numpy(), [1.0])
+
+            @tf.function
+            def f(v):
+                with tf.GradientTape() as tape:
+                    y = tf.reduce_sum(hvd.reducescatter(
+                        v, op=hvd.Sum, process_set=ps)) + tf.reduce_sum(
+                        hvd.alltoall(v, splits=[1] * M, process_set=ps)[0])
+                return tape.gradient(y, v)
+            v = tf.Variable(tf.ones([M]))
+            # reducescatter: M (Horovod's times size); alltoall: 1.
+            np.testing.assert_array_equal(f(v).numpy(), np.full(M, M + 1.0))
+            # A DistributedGradientTape averages over the set's members.
+            w = tf.Variable(tf.ones([2]))
+            with tf.GradientTape() as tape:
+                y = tf.reduce_sum(w * float(R))
+            g = hvd.DistributedGradientTape(tape, process_set=ps).gradient(
+                y, [w])[0]
+            np.testing.assert_array_equal(g.numpy(),
+                                          np.full(2, sum(ranks) / M))
+        else:
+            # Not a member: refused at once, as in Horovod.
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match="not a member"):
+                hvd.alltoall(tf.ones([M]), process_set=ps)
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match="not a member"):
+                hvd.reducescatter(tf.ones([M]), process_set=ps)
+    finally:
+        hvd.remove_process_set(ps)
+    with pytest.raises(ValueError, match="has not been added"):
+        hvd.alltoall(tf.ones([N]), process_set=hvd.ProcessSet(ranks))
+
+
 def test_join():
     assert int(hvd.join()) in range(N)
     hvd.barrier()
@@ -472,7 +826,8 @@ def test_join():
 
 def test_gpu_kernels_are_registered():
     # The GPU kernels exist for the types libhvd has (they run where
-    # TensorFlow has a GPU: test_tensorflow_gpu.py); allgather has none.
+    # TensorFlow has a GPU: test_tensorflow_gpu.py); allgather, alltoall
+    # and the reduce-scatters have none.
     from tensorflow.python.framework import kernels
     want = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16,
             tf.float32, tf.float64}
@@ -482,5 +837,8 @@ def test_gpu_kernels_are_registered():
                for k in ks if k.device_type == "GPU"}
         assert gpu == want, op
         assert any(k.device_type == "CPU" for k in ks), op
-    ks = kernels.get_registered_kernels_for_op("HvdAllgather").kernel
-    assert {k.device_type for k in ks} == {"CPU"}
+    for op in ("HvdAllgather", "HvdAlltoall", "HvdReducescatter",
+               "HvdGroupedReducescatter"):
+        # libhvd takes host memory only for alltoall and reducescatter.
+        ks = kernels.get_registered_kernels_for_op(op).kernel
+        assert {k.device_type for k in ks} == {"CPU"}, op

@@ -294,7 +294,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_messages), cmocka_unit_test(bad_requests),
         cmocka_unit_test(bad_responses), cmocka_unit_test(shapes),
-        cmocka_unit_test(brief_steps), cmocka_unit_test(process_sets),
+        cmocka_unit_test(brief_steps),   cmocka_unit_test(process_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,9 +24,13 @@ from hvd.tensorflow.functions import (allgather_object, broadcast_,
                                       broadcast_object, broadcast_object_fn,
                                       broadcast_variables)
 from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
-                                    _allreduce, _grouped_allreduce,
-                                    allgather, barrier, broadcast,
-                                    grouped_allgather,
+                                    ProcessSet, _allreduce,
+                                    _grouped_allreduce,
+                                    _grouped_reducescatter, _reducescatter,
+                                    _set_size, add_process_set, allgather,
+                                    alltoall, barrier, broadcast,
+                                    global_process_set, grouped_allgather,
+                                    remove_process_set,
                                     ccl_built, cross_rank, cross_size,
                                     cuda_built, ddl_built, gloo_built, init,
                                     is_homogeneous, is_initialized, join,
@@ -37,15 +41,18 @@ from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                     shutdown, size, size_op,
                                     start_timeline, stop_timeline)
 from hvd.tensorflow.util import _executing_eagerly
+from hvd.tensorflow import mpi_ops as _mpi_ops
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, name=None, ignore_name_scope=False):
+              postscale_factor=1.0, name=None,
+              process_set=global_process_set, ignore_name_scope=False):
     """Reduces a tf.Tensor, tf.Variable or tf.IndexedSlices over every
-    rank (default op: Average). An IndexedSlices is allgathered (values
-    and indices) instead, as Horovod does; then only Sum and Average are
-    possible. device_dense and device_sparse place the op, as Horovod's."""
+    rank of process_set (default op: Average). An IndexedSlices is
+    allgathered (values and indices) instead, as Horovod does; then only
+    Sum and Average are possible. device_dense and device_sparse place the
+    op, as Horovod's."""
     op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
@@ -55,25 +62,31 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
             raise NotImplementedError(
                 "Pre/postscale_factor are not supported with tf.IndexedSlices")
         with tf.device(device_sparse):
-            values = allgather(tensor.values, ignore_name_scope=ignore_name_scope)
+            values = allgather(tensor.values,
+                               ignore_name_scope=ignore_name_scope,
+                               process_set=process_set)
             indices = allgather(tensor.indices,
-                                ignore_name_scope=ignore_name_scope)
+                                ignore_name_scope=ignore_name_scope,
+                                process_set=process_set)
             if op == Average:
-                values = values / tf.cast(size(), values.dtype)
+                values = values / tf.cast(
+                    _set_size(_mpi_ops._psid(process_set)), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     with tf.device(device_dense):
         compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
         reduced = _allreduce(compressed, name=name, op=op,
                              prescale_factor=prescale_factor,
                              postscale_factor=postscale_factor,
-                             ignore_name_scope=ignore_name_scope)
+                             ignore_name_scope=ignore_name_scope,
+                             process_set=process_set)
         return compression.decompress(reduced, ctx)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="",
                       device_sparse="", compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, name=None,
-                      ignore_name_scope=False):
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """Reduces a list of tensors as one operation per element type (one
     negotiation, fused whatever the fusion threshold). IndexedSlices are
     allgathered one by one, as allreduce does."""
@@ -88,6 +101,7 @@ def grouped_allreduce(tensors, average=None, device_dense="",
                                    compression=compression, op=op,
                                    prescale_factor=prescale_factor,
                                    postscale_factor=postscale_factor,
+                                   process_set=process_set,
                                    ignore_name_scope=ignore_name_scope)
         else:
             t, ctx = compression.compress(tf.convert_to_tensor(t))
@@ -102,7 +116,62 @@ def grouped_allreduce(tensors, average=None, device_dense="",
             outs = _grouped_allreduce([t for _, t, _ in group], name=gname,
                                       op=op, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor,
-                                      ignore_name_scope=ignore_name_scope)
+                                      ignore_name_scope=ignore_name_scope,
+                                      process_set=process_set)
+            for (i, _, ctx), o in zip(group, outs):
+                results[i] = compression.decompress(o, ctx)
+    return results
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none,
+                  op=Average, name=None, process_set=global_process_set,
+                  ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces a tf.Tensor over the ranks of process_set (default op:
+    Average, as Horovod's) and returns this rank's rows of the result: the
+    first dimension is cut in rank order, the first rows % size ranks
+    getting one row more. Ranks must agree on the whole shape and type."""
+    if op is None:
+        op = Average
+    with tf.device(device_dense):
+        compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+        reduced = _reducescatter(compressed, name=name, op=op,
+                                 ignore_name_scope=ignore_name_scope,
+                                 process_set=process_set,
+                                 prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor)
+        return compression.decompress(reduced, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="",
+                          compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, name=None,
+                          ignore_name_scope=False):
+    """reducescatter of each tensor of a list, one kernel per element type
+    (Horovod requires one type; several are accepted here)."""
+    if op is None:
+        op = Average
+    tensors = list(tensors)
+    if not tensors:
+        return tensors
+    results = [None] * len(tensors)
+    by_type = {}
+    for i, t in enumerate(tensors):
+        t, ctx = compression.compress(tf.convert_to_tensor(t))
+        by_type.setdefault(t.dtype, []).append((i, t, ctx))
+    with tf.device(device_dense):
+        for dtype, group in sorted(by_type.items(),
+                                   key=lambda kv: kv[0].name):
+            gname = None
+            if name is not None:
+                gname = name if len(by_type) == 1 else "%s.%s" % (name,
+                                                                  dtype.name)
+            outs = _grouped_reducescatter(
+                [t for _, t, _ in group], name=gname, op=op,
+                ignore_name_scope=ignore_name_scope, process_set=process_set,
+                prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor)
             for (i, _, ctx), o in zip(group, outs):
                 results[i] = compression.decompress(o, ctx)
     return results
@@ -119,6 +188,8 @@ __all__ = [
     "local_size_op", "local_rank_op", "Sum", "Average", "Min", "Max",
     "Product", "Adasum", "Compression", "allreduce", "grouped_allreduce",
     "allgather", "grouped_allgather", "broadcast", "broadcast_", "join",
+    "alltoall", "reducescatter", "grouped_reducescatter", "ProcessSet",
+    "global_process_set", "add_process_set", "remove_process_set",
     "barrier", "broadcast_variables", "broadcast_object_fn", "util",
     "broadcast_global_variables", "broadcast_object", "allgather_object",
     "DistributedGradientTape", "DistributedOptimizer",

@@ -40,11 +40,14 @@ class GradientReducer:
     Horovod's _make_allreduce_grads_fn: Average is split into a prescale of
     1/gradient_predivide_factor and a postscale of gradient_predivide_factor
     (the runtime divides by size), sparse_as_dense densifies IndexedSlices,
-    groups asks for grouped allreduces."""
+    groups asks for grouped allreduces, process_set (None: every rank)
+    the ranks they run among."""
 
     def __init__(self, name, device_dense, device_sparse, compression,
-                 sparse_as_dense, op, gradient_predivide_factor, groups):
+                 sparse_as_dense, op, gradient_predivide_factor, groups,
+                 process_set=None):
         self.name = name
+        self.process_set = process_set
         self.device_dense = device_dense
         self.device_sparse = device_sparse
         self.compression = compression
@@ -68,7 +71,8 @@ class GradientReducer:
                          device_sparse=self.device_sparse,
                          compression=self.compression, op=self.op,
                          prescale_factor=self.prescale,
-                         postscale_factor=self.postscale)
+                         postscale_factor=self.postscale,
+                         process_set=self.process_set)
 
     def _group(self, grads):
         from hvd.tensorflow import grouped_allreduce
@@ -76,7 +80,8 @@ class GradientReducer:
                                  device_sparse=self.device_sparse,
                                  compression=self.compression, op=self.op,
                                  prescale_factor=self.prescale,
-                                 postscale_factor=self.postscale)
+                                 postscale_factor=self.postscale,
+                                 process_set=self.process_set)
 
     def __call__(self, grads, variables):
         grads = list(grads)

@@ -13,9 +13,9 @@ def make_allreduce_grads_fn(name, device_dense="", device_sparse="",
                             compression=Compression.none,
                             sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None):
+                            groups=None, process_set=None):
     """allreduce_grads(grads, variables=None) -> the grads reduced with op
-    (None stays None), as Horovod's _make_allreduce_grads_fn
+    over process_set (None stays None), as Horovod's _make_allreduce_grads_fn
     (_reduce.GradientReducer). Eagerly the reductions run in one
     tf.function, so that they are in flight together (and fused)."""
     if gradient_predivide_factor != 1.0 and op != Average:
@@ -23,7 +23,8 @@ def make_allreduce_grads_fn(name, device_dense="", device_sparse="",
                          "!= Average")
     reducer = GradientReducer(name, device_dense, device_sparse, compression,
                               sparse_as_dense, op, gradient_predivide_factor,
-                              groups if groups is not None else num_groups)
+                              groups if groups is not None else num_groups,
+                              process_set)
 
     def allreduce_grads(grads, variables=None):
         grads = list(grads)
@@ -62,14 +63,15 @@ def cached_allreduce_grads_fn(*args):
 class _DistributedGradientTape(tf.GradientTape):
     def __init__(self, tape, device_dense, device_sparse, compression,
                  sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                 groups, persistent=False, watch_accessed_variables=True):
+                 groups, persistent=False, watch_accessed_variables=True,
+                 process_set=None):
         super(self.__class__, self).__init__(persistent,
                                              watch_accessed_variables)
         self._tape = tape._tape
         self._allreduce_grads = cached_allreduce_grads_fn(
             "DistributedGradientTape", device_dense, device_sparse,
             compression, sparse_as_dense, op, gradient_predivide_factor,
-            num_groups, groups)
+            num_groups, groups, process_set)
 
     def gradient(self, target, sources, output_gradients=None, *args,
                  **kwargs):
@@ -85,13 +87,14 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none,
                             sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None):
+                            groups=None, process_set=None):
     """A tape whose gradient() returns the gradients averaged (op) over
-    every rank; the arguments are Horovod's."""
+    every rank (of process_set); the arguments are Horovod's."""
     cls = type(gradtape.__class__.__name__, (gradtape.__class__,),
                dict(_DistributedGradientTape.__dict__))
     return cls(gradtape, device_dense, device_sparse, compression,
                sparse_as_dense, op, gradient_predivide_factor, num_groups,
                groups, gradtape._persistent,
-               getattr(gradtape, "_watch_accessed_variables", True))
+               getattr(gradtape, "_watch_accessed_variables", True),
+               process_set)
 

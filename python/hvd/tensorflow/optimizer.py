@@ -55,14 +55,14 @@ class _DistributedOptimizer(_v1.train.Optimizer):
                  op=Average, gradient_predivide_factor=1.0,
                  backward_passes_per_step=1,
                  average_aggregated_gradients=False, num_groups=0,
-                 groups=None):
+                 groups=None, process_set=None):
         if name is None:
             name = "Distributed{}".format(type(optimizer).__name__)
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._allreduce_grads = make_allreduce_grads_fn(
             name, device_dense, device_sparse, compression, sparse_as_dense,
-            op, gradient_predivide_factor, num_groups, groups)
+            op, gradient_predivide_factor, num_groups, groups, process_set)
         self._agg = None
         if backward_passes_per_step > 1:
             self._agg = LocalAggregation(backward_passes_per_step,
@@ -109,16 +109,17 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
                          backward_passes_per_step=1, op=Average,
                          gradient_predivide_factor=1.0,
                          average_aggregated_gradients=False, num_groups=0,
-                         groups=None):
+                         groups=None, process_set=None):
     """Horovod's DistributedOptimizer: a TF1 optimizer
-    (tf.compat.v1.train.Optimizer) is wrapped here; a Keras optimizer is
-    handed to hvd.tensorflow.keras.DistributedOptimizer."""
+    (tf.compat.v1.train.Optimizer) is wrapped here (its gradients reduced
+    over process_set, None for every rank); a Keras optimizer is handed to
+    hvd.tensorflow.keras.DistributedOptimizer (global set only)."""
     if isinstance(optimizer, _v1.train.Optimizer):
         return _DistributedOptimizer(
             optimizer, name, use_locking, device_dense, device_sparse,
             compression, sparse_as_dense, op, gradient_predivide_factor,
             backward_passes_per_step, average_aggregated_gradients,
-            num_groups, groups)
+            num_groups, groups, process_set)
     from hvd.tensorflow import keras as hvd_keras
     return hvd_keras.DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense,
@@ -127,4 +128,4 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients,
-        num_groups=num_groups, groups=groups)
+        num_groups=num_groups, groups=groups, process_set=process_set)

@@ -79,13 +79,19 @@ def DistributedOptimizer(optimizer, name=None,
         groups: an integer n (the gradients go in n grouped allreduces) or a
             list of lists of variables (each list one grouped allreduce, a
             variable in none a group of its own).
-        process_set: Horovod's; hvd has the global set only (None).
+        process_set: Horovod's; only the global set (None or
+            global_process_set) here so far: the collectives of
+            hvd.tensorflow take any set, this optimizer does not yet.
         scale_local_gradients: divide the gradients of variables registered
             with opt.register_local_var (not allreduced) by size.
     """
-    if process_set is not None:
-        raise NotImplementedError("hvd has no process sets: process_set "
-                                  "must be None (all ranks)")
+    if process_set is not None and \
+            getattr(process_set, "process_set_id", None) != 0:
+        raise NotImplementedError("hvd.keras.DistributedOptimizer: "
+                                  "process_set must be the global set (None "
+                                  "or global_process_set) for now; the "
+                                  "collectives of hvd.tensorflow take any "
+                                  "set")
     if op != Average and op != Sum:
         raise ValueError('op currently only supports Average and Sum')
     if num_groups != 0:
