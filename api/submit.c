@@ -302,12 +302,16 @@ hvd_status hvd_allreduce_shaped_async(const char *name, const void *sendbuf,
                                           ndim, shape, dtype, op, out);
 }
 
-hvd_status hvd_grouped_allreduce_async(const char *name, int n,
-                                       const void *const *sendbufs,
-                                       void *const *recvbufs,
-                                       const size_t *counts, hvd_dtype dtype,
-                                       hvd_op op, hvd_handle *out) {
-    static const char fn[] = "hvd_grouped_allreduce";
+/*
+ * n buffers of kind (allreduce, allgather or reducescatter) as one
+ * operation: one name, negotiated once. Buffer i has counts[i] elements
+ * (an allgather's recvbufs[i] then holds size times as many, a
+ * reduce-scatter's this rank's block of them).
+ */
+static hvd_status grouped_async(const char *fn, const char *name, hvd_kind kind,
+                                int n, const void *const *sendbufs,
+                                void *const *recvbufs, const size_t *counts,
+                                hvd_dtype dtype, hvd_op op, hvd_handle *out) {
     hvd_request *req;
     hvd_memtype mem = HVD_MEM_HOST;
     hvd_status st = HVD_OK;
@@ -321,23 +325,28 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
     for (int i = 0; st == HVD_OK && i < n; i++)
         st =
             check_buffers(fn, name, sendbufs[i], recvbufs[i], counts[i], dtype);
-    if (st == HVD_OK && op == HVD_ADASUM)
+    if (st == HVD_OK && kind != HVD_KIND_ALLGATHER && op == HVD_ADASUM)
         st = hvd_error_set(HVD_ERR_UNSUPPORTED,
-                           "%s('%s'): a grouped allreduce with HVD_ADASUM is "
-                           "not supported yet: reduce each tensor on its own",
-                           fn, NAME(name));
-    else if (st == HVD_OK && !hvd_op_valid(op))
+                           "%s('%s'): a grouped %s with HVD_ADASUM is not "
+                           "supported: reduce each tensor on its own",
+                           fn, NAME(name), hvd_kind_name(kind));
+    else if (st == HVD_OK && kind != HVD_KIND_ALLGATHER && !hvd_op_valid(op))
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "%s('%s'): op %d is not an hvd_op", fn, NAME(name),
                            (int)op);
     if (st == HVD_OK)
         st = locate(fn, name, n, sendbufs, recvbufs, counts, &mem);
+    if (st == HVD_OK && kind != HVD_KIND_ALLREDUCE && mem == HVD_MEM_DEVICE)
+        st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                           "%s('%s'): GPU memory is not supported by a "
+                           "grouped %s yet: pass host memory",
+                           fn, NAME(name), hvd_kind_name(kind));
     if (st == HVD_OK)
-        st = hvd_job_request(fn, name, HVD_KIND_ALLREDUCE, t_ps, n, &req);
+        st = hvd_job_request(fn, name, kind, t_ps, n, &req);
     if (st != HVD_OK)
         return st;
     req->desc.dtype = dtype;
-    req->desc.op = op;
+    req->desc.op = kind != HVD_KIND_ALLGATHER ? op : (hvd_op)0;
     req->desc.mem = mem;
     for (int i = 0; i < n; i++) {
         req->send[i] = sendbufs[i];
@@ -345,6 +354,32 @@ hvd_status hvd_grouped_allreduce_async(const char *name, int n,
         req->counts[i] = counts[i];
     }
     return hand_over(fn, req, out);
+}
+
+hvd_status hvd_grouped_allreduce_async(const char *name, int n,
+                                       const void *const *sendbufs,
+                                       void *const *recvbufs,
+                                       const size_t *counts, hvd_dtype dtype,
+                                       hvd_op op, hvd_handle *out) {
+    return grouped_async("hvd_grouped_allreduce", name, HVD_KIND_ALLREDUCE, n,
+                         sendbufs, recvbufs, counts, dtype, op, out);
+}
+
+hvd_status hvd_grouped_allgather_async(const char *name, int n,
+                                       const void *const *sendbufs,
+                                       void *const *recvbufs,
+                                       const size_t *counts, hvd_dtype dtype,
+                                       hvd_handle *out) {
+    return grouped_async("hvd_grouped_allgather", name, HVD_KIND_ALLGATHER, n,
+                         sendbufs, recvbufs, counts, dtype, (hvd_op)0, out);
+}
+
+hvd_status hvd_grouped_reducescatter_async(
+    const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
+    const size_t *counts, hvd_dtype dtype, hvd_op op, hvd_handle *out) {
+    return grouped_async("hvd_grouped_reducescatter", name,
+                         HVD_KIND_REDUCESCATTER, n, sendbufs, recvbufs, counts,
+                         dtype, op, out);
 }
 
 /* 1 if rank r is a member of process set ps. */
@@ -566,6 +601,33 @@ hvd_status hvd_grouped_allreduce(const char *name, int n,
     t_blocking = 0;
 
     return st != HVD_OK ? st : wait_named("hvd_grouped_allreduce", h, NULL);
+}
+
+hvd_status hvd_grouped_allgather(const char *name, int n,
+                                 const void *const *sendbufs,
+                                 void *const *recvbufs, const size_t *counts,
+                                 hvd_dtype dtype) {
+    hvd_handle h;
+    t_blocking = 1;
+    hvd_status st = hvd_grouped_allgather_async(name, n, sendbufs, recvbufs,
+                                                counts, dtype, &h);
+    t_blocking = 0;
+
+    return st != HVD_OK ? st : wait_named("hvd_grouped_allgather", h, NULL);
+}
+
+hvd_status hvd_grouped_reducescatter(const char *name, int n,
+                                     const void *const *sendbufs,
+                                     void *const *recvbufs,
+                                     const size_t *counts, hvd_dtype dtype,
+                                     hvd_op op) {
+    hvd_handle h;
+    t_blocking = 1;
+    hvd_status st = hvd_grouped_reducescatter_async(name, n, sendbufs, recvbufs,
+                                                    counts, dtype, op, &h);
+    t_blocking = 0;
+
+    return st != HVD_OK ? st : wait_named("hvd_grouped_reducescatter", h, NULL);
 }
 
 hvd_status hvd_broadcast(const char *name, void *buf, size_t count,
@@ -790,6 +852,45 @@ hvd_status hvd_ps_grouped_allreduce_async(int ps, const char *name, int n,
     IN_SET("hvd_grouped_allreduce", name, ps,
            hvd_grouped_allreduce_async(name, n, sendbufs, recvbufs, counts,
                                        dtype, op, out));
+}
+
+hvd_status hvd_ps_grouped_allgather(int ps, const char *name, int n,
+                                    const void *const *sendbufs,
+                                    void *const *recvbufs, const size_t *counts,
+                                    hvd_dtype dtype) {
+    IN_SET("hvd_grouped_allgather", name, ps,
+           hvd_grouped_allgather(name, n, sendbufs, recvbufs, counts, dtype));
+}
+
+hvd_status hvd_ps_grouped_allgather_async(int ps, const char *name, int n,
+                                          const void *const *sendbufs,
+                                          void *const *recvbufs,
+                                          const size_t *counts, hvd_dtype dtype,
+                                          hvd_handle *out) {
+    IN_SET("hvd_grouped_allgather", name, ps,
+           hvd_grouped_allgather_async(name, n, sendbufs, recvbufs, counts,
+                                       dtype, out));
+}
+
+hvd_status hvd_ps_grouped_reducescatter(int ps, const char *name, int n,
+                                        const void *const *sendbufs,
+                                        void *const *recvbufs,
+                                        const size_t *counts, hvd_dtype dtype,
+                                        hvd_op op) {
+    IN_SET("hvd_grouped_reducescatter", name, ps,
+           hvd_grouped_reducescatter(name, n, sendbufs, recvbufs, counts, dtype,
+                                     op));
+}
+
+hvd_status hvd_ps_grouped_reducescatter_async(int ps, const char *name, int n,
+                                              const void *const *sendbufs,
+                                              void *const *recvbufs,
+                                              const size_t *counts,
+                                              hvd_dtype dtype, hvd_op op,
+                                              hvd_handle *out) {
+    IN_SET("hvd_grouped_reducescatter", name, ps,
+           hvd_grouped_reducescatter_async(name, n, sendbufs, recvbufs, counts,
+                                           dtype, op, out));
 }
 
 hvd_status hvd_ps_broadcast(int ps, const char *name, void *buf, size_t count,

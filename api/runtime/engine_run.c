@@ -455,19 +455,22 @@ static hvd_status run_alltoall(hvd_engine *eng, hvd_comm *comm, const resp *r,
 }
 
 /* A reduce-scatter: the whole count is reduced in the fusion buffer and
- * this rank's block copied out. */
+ * this rank's block copied out; a grouped one, each buffer in turn. */
 static hvd_status run_reducescatter(hvd_engine *eng, hvd_comm *comm,
                                     const resp *r, hvd_request *req) {
-    size_t count = (size_t)r->desc.counts[0];
     size_t unit = (size_t)hvd_opdesc_unit(&r->desc);
-    size_t bytes = count * hvd_dtype_size(r->desc.dtype);
-    hvd_status st = fusion_room(eng, bytes > 0 ? bytes : 1);
+    hvd_status st = HVD_OK;
 
-    if (st != HVD_OK)
-        return st;
-    return hvd_coll_reducescatter(comm, req->send[0], req->recv[0], eng->fusion,
-                                  count, unit > 0 ? unit : 1, r->desc.dtype,
-                                  r->desc.op);
+    for (size_t i = 0; st == HVD_OK && i < r->desc.ncounts; i++) {
+        size_t count = (size_t)r->desc.counts[i];
+        size_t bytes = count * hvd_dtype_size(r->desc.dtype);
+        st = fusion_room(eng, bytes > 0 ? bytes : 1);
+        if (st == HVD_OK)
+            st = hvd_coll_reducescatter(comm, req->send[i], req->recv[i],
+                                        eng->fusion, count, unit > 0 ? unit : 1,
+                                        r->desc.dtype, r->desc.op);
+    }
+    return st;
 }
 
 /* A broadcast's root (a rank of the job): its place in r's set. */
@@ -511,9 +514,10 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
                                 r->desc.dtype, pset_index(eng, r));
         eng->n_collectives++;
         break;
-    case HVD_KIND_ALLGATHER:
-        st = hvd_coll_allgather(comm, req->send[0], req->recv[0],
-                                req->counts[0], r->desc.dtype);
+    case HVD_KIND_ALLGATHER: /* a grouped one: each buffer in turn */
+        for (int i = 0; st == HVD_OK && i < req->n; i++)
+            st = hvd_coll_allgather(comm, req->send[i], req->recv[i],
+                                    req->counts[i], r->desc.dtype);
         eng->n_collectives++;
         break;
     case HVD_KIND_ALLTOALL:
@@ -544,11 +548,12 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         return st;
     if (r->desc.kind == HVD_KIND_BROADCAST ||
         r->desc.kind == HVD_KIND_ALLGATHER) {
-        size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype);
+        size_t bytes =
+            (size_t)hvd_opdesc_total(&r->desc) * hvd_dtype_size(r->desc.dtype);
         int bc = r->desc.kind == HVD_KIND_BROADCAST;
         collective_args(comm, args, sizeof(args),
                         bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER,
-                        r->desc.dtype, 1,
+                        r->desc.dtype, req->n,
                         bc ? bytes : bytes * (size_t)comm->size);
         hvd_timeline_begin(eng->timeline, r->name,
                            r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST"

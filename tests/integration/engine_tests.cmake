@@ -53,7 +53,7 @@ add_executable(test_scatter ${CMAKE_CURRENT_SOURCE_DIR}/test_scatter.c)
 target_link_libraries(test_scatter PRIVATE hvd m)
 target_include_directories(test_scatter PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(test_scatter PRIVATE ${HVD_WARNINGS})
-foreach(subtest alltoall reducescatter adasum)
+foreach(subtest alltoall reducescatter adasum grouped)
   foreach(np 1 2 3 4)
     set(test_name integration.scatter.${subtest}.np${np})
     add_test(NAME ${test_name}

@@ -484,12 +484,129 @@ static void test_adasum(void) {
             }
 }
 
+/* ------------------------------------------------------------------ */
+/* grouped allgather and reduce-scatter                                */
+
+/* One grouped allgather and one grouped reduce-scatter of every dtype
+ * (and op), of buffers of 0, 1, 7 and 1001 elements, each checked
+ * exactly; in the job, then (size > 2) in the set of all ranks but the
+ * last; ranks disagreeing on the number of buffers: HVD_ERR_MISMATCH. */
+static void grouped_once(int ps, int n, const int *members, int me) {
+    const size_t counts[4] = {0, 1, 7, 1001};
+    char name[64];
+
+    for (size_t d = 0; d < NDTYPES; d++) {
+        hvd_dtype dt = all_dtypes[d];
+        size_t es = hvd_dtype_size(dt);
+        const void *send[4];
+        void *recv[4];
+        for (int i = 0; i < 4; i++) {
+            uint8_t *b = xmalloc(counts[i] * es);
+            for (size_t j = 0; j < counts[i]; j++)
+                put_value(
+                    dt, b, j,
+                    exact_input(dt, HVD_SUM, n,
+                                (size_t)g_rank * 131 + j * 7 + (size_t)i));
+            send[i] = b;
+            recv[i] = xmalloc(counts[i] * es * (size_t)n);
+        }
+        snprintf(name, sizeof(name), "gag.%zu", d);
+        expect_ok(
+            ps != 0
+                ? hvd_ps_grouped_allgather(ps, name, 4, send, recv, counts, dt)
+                : hvd_grouped_allgather(name, 4, send, recv, counts, dt),
+            name);
+        for (int i = 0; i < 4; i++)
+            for (int m = 0; m < n; m++)
+                for (size_t j = 0; j < counts[i]; j++) {
+                    long want = exact_input(dt, HVD_SUM, n,
+                                            (size_t)members[m] * 131 + j * 7 +
+                                                (size_t)i);
+                    if (!holds(dt, recv[i], (size_t)m * counts[i] + j, want))
+                        fail("'%s' (set %d) buffer %d block %d element %zu: "
+                             "expected %ld",
+                             name, ps, i, m, j, want);
+                }
+        for (size_t o = 0; o < NOPS; o++) {
+            hvd_op op = all_ops[o];
+            for (int i = 0; i < 4; i++)
+                for (size_t j = 0; j < counts[i]; j++)
+                    put_value(
+                        dt, (void *)send[i], j,
+                        exact_input(dt, op, n,
+                                    (size_t)g_rank * 131 + j * 7 + (size_t)i));
+            snprintf(name, sizeof(name), "grs.%zu.%zu", d, o);
+            expect_ok(ps != 0 ? hvd_ps_grouped_reducescatter(
+                                    ps, name, 4, send, recv, counts, dt, op)
+                              : hvd_grouped_reducescatter(name, 4, send, recv,
+                                                          counts, dt, op),
+                      name);
+            for (int i = 0; i < 4; i++) {
+                size_t first = 0;
+                for (int m = 0; m < me; m++)
+                    first += hvd_reducescatter_count(counts[i], n, m);
+                size_t mine = hvd_reducescatter_count(counts[i], n, me);
+                for (size_t j = 0; j < mine; j++) {
+                    size_t at = first + j;
+                    long want = 0;
+                    for (int m = 0; m < n; m++) {
+                        long v = exact_input(dt, op, n,
+                                             (size_t)members[m] * 131 + at * 7 +
+                                                 (size_t)i);
+                        want = m == 0 ? v : combine(op, want, v);
+                    }
+                    if (op == HVD_AVERAGE)
+                        want /= n;
+                    if (!holds(dt, recv[i], j, want))
+                        fail("'%s' (set %d) buffer %d element %zu: expected "
+                             "%ld",
+                             name, ps, i, at, want);
+                }
+            }
+        }
+        for (int i = 0; i < 4; i++) {
+            free((void *)send[i]);
+            free(recv[i]);
+        }
+    }
+}
+
+static void test_grouped(void) {
+    int all[64], id = 0;
+
+    if (g_size > 64)
+        fail("this subtest runs up to 64 ranks");
+    for (int r = 0; r < g_size; r++)
+        all[r] = r;
+    grouped_once(0, g_size, all, g_rank);
+    if (g_size > 2) {
+        expect_ok(hvd_process_set_create(all, g_size - 1, &id), "create");
+        if (g_rank < g_size - 1)
+            grouped_once(id, g_size - 1, all, g_rank);
+        expect_ok(hvd_process_set_remove(id), "remove");
+    }
+    if (g_size > 1) {
+        float in[2] = {1, 2}, out[4];
+        const void *send[2] = {in, in};
+        void *recv[2] = {out, out + 2};
+        size_t counts[2] = {1, 1};
+        int n = g_rank == 0 ? 1 : 2;
+        hvd_status st = hvd_grouped_allgather("gag.mismatch", n, send, recv,
+                                              counts, HVD_FLOAT32);
+        if (st != HVD_ERR_MISMATCH ||
+            strstr(hvd_last_error(), "counts 1,1") == NULL)
+            fail("grouped allgather of 1 and 2 buffers: %s: %s",
+                 status_name(st), hvd_last_error());
+    }
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
 } subtests[] = {
     {"adasum", test_adasum},
     {"alltoall", test_alltoall},
+    {"grouped", test_grouped},
     {"reducescatter", test_reducescatter},
 };
 #define NSUBTESTS (sizeof(subtests) / sizeof(*subtests))
@@ -503,7 +620,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], subtests[k].name) == 0)
             break;
     if (argc != 2 || k == NSUBTESTS) {
-        fprintf(stderr, "usage: %s alltoall|reducescatter|adasum\n", argv[0]);
+        fprintf(stderr, "usage: %s alltoall|reducescatter|adasum|grouped\n",
+                argv[0]);
         return 2;
     }
     g_subtest = subtests[k].name;

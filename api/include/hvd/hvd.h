@@ -212,6 +212,30 @@ HVD_EXPORT hvd_status hvd_reducescatter(const char *name, const void *sendbuf,
 HVD_EXPORT size_t hvd_reducescatter_count(size_t count, int size, int r);
 
 /**
+ * n allgathers, or n reduce-scatters, as one operation (one name,
+ * negotiated once, as hvd_grouped_allreduce): buffer i has counts[i]
+ * elements on every rank; an allgather's recvbufs[i] gets size * counts[i]
+ * of them (rank order), a reduce-scatter's recvbufs[i] this rank's block
+ * of counts[i] (hvd_reducescatter_count). Host memory only for now.
+ */
+HVD_EXPORT hvd_status hvd_grouped_allgather(const char *name, int n,
+                                            const void *const *sendbufs,
+                                            void *const *recvbufs,
+                                            const size_t *counts,
+                                            hvd_dtype dtype);
+HVD_EXPORT hvd_status hvd_grouped_allgather_async(
+    const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
+    const size_t *counts, hvd_dtype dtype, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_grouped_reducescatter(const char *name, int n,
+                                                const void *const *sendbufs,
+                                                void *const *recvbufs,
+                                                const size_t *counts,
+                                                hvd_dtype dtype, hvd_op op);
+HVD_EXPORT hvd_status hvd_grouped_reducescatter_async(
+    const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
+    const size_t *counts, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+
+/**
  * For a rank that has run out of data: while it is joined, the other
  * ranks' allreduces complete without it, as if it had contributed the
  * neutral element (0 for sum and average, 1 for product, the largest or
@@ -339,6 +363,22 @@ HVD_EXPORT hvd_status hvd_ps_grouped_allreduce(int ps, const char *name, int n,
                                                const size_t *counts,
                                                hvd_dtype dtype, hvd_op op);
 HVD_EXPORT hvd_status hvd_ps_grouped_allreduce_async(
+    int ps, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hvd_dtype dtype, hvd_op op,
+    hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_grouped_allgather(int ps, const char *name, int n,
+                                               const void *const *sendbufs,
+                                               void *const *recvbufs,
+                                               const size_t *counts,
+                                               hvd_dtype dtype);
+HVD_EXPORT hvd_status hvd_ps_grouped_allgather_async(
+    int ps, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hvd_dtype dtype,
+    hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_grouped_reducescatter(
+    int ps, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hvd_dtype dtype, hvd_op op);
+HVD_EXPORT hvd_status hvd_ps_grouped_reducescatter_async(
     int ps, const char *name, int n, const void *const *sendbufs,
     void *const *recvbufs, const size_t *counts, hvd_dtype dtype, hvd_op op,
     hvd_handle *out);
