@@ -7,7 +7,8 @@ match):
   process gets training on the whole global batch with the plain optimizer
   (1e-5), also with backward_passes_per_step=2 and with fp16 compression;
   in eager and tf.function loops (apply_gradients, apply,
-  _compute_gradients);
+  _compute_gradients); with hvd.SyncBatchNormalization in the model, the
+  weights and moving statistics of one process with BatchNormalization;
 - BroadcastGlobalVariablesCallback, MetricAverageCallback,
   LearningRateWarmupCallback, LearningRateScheduleCallback against
   Horovod's formulas;
@@ -419,6 +420,44 @@ def test_partial_distributed_optimizer(passes):
             np.testing.assert_allclose(
                 g, passes * np.mean([e[i] for e in everyone], axis=0),
                 rtol=1e-12)
+
+
+def test_fit_sync_batch_normalization():
+    # A model with hvd.SyncBatchNormalization trained by model.fit on 1/size
+    # of each global batch ends with the weights and moving statistics of
+    # one process training the same model with BatchNormalization on the
+    # whole global batch.
+    import hvd.tensorflow as hvd_tf
+    needs_even_split()
+
+    def bn_model(layer_cls):
+        model = keras.Sequential([keras.Input((4,)),
+                                  keras.layers.Dense(3, activation="tanh"),
+                                  layer_cls(momentum=0.5),
+                                  keras.layers.Dense(1)])
+        rs = np.random.RandomState(4)
+        model.set_weights([rs.uniform(-1, 1, w.shape) if w.ndim == 2
+                           else w for w in model.get_weights()])
+        return model
+
+    x, y = global_data(seed=6)
+    ref = bn_model(keras.layers.BatchNormalization)
+    opt = keras.optimizers.SGD(LR)
+    mse = keras.losses.MeanSquaredError()
+    for _ in range(EPOCHS):
+        for s in range(len(x) // GB):
+            xb = tf.constant(x[s * GB:(s + 1) * GB])
+            yb = tf.constant(y[s * GB:(s + 1) * GB])
+            with tf.GradientTape() as tape:
+                loss = mse(yb, ref(xb, training=True))
+            grads = tape.gradient(loss, ref.trainable_variables)
+            opt.apply_gradients(zip(grads, ref.trainable_variables))
+    model, _ = fit_distributed(
+        x, y, hvd.DistributedOptimizer(keras.optimizers.SGD(LR)),
+        model=bn_model(hvd_tf.SyncBatchNormalization))
+    assert isinstance(model.layers[1], hvd_tf.SyncBatchNormalization)
+    # The moving mean and variance are in get_weights() too.
+    assert_weights_close(model.get_weights(), ref.get_weights(), 1e-8)
 
 
 def test_options_and_errors():

@@ -819,6 +819,215 @@ def test_process_set():
         hvd.alltoall(tf.ones([N]), process_set=hvd.ProcessSet(ranks))
 
 
+# ---------------------------------------------------------------------
+# Local sources, PartialDistributedGradientTape, SyncBatchNormalization
+
+
+def gathered_numpy(arr):
+    """Every rank's numpy array arr, in rank order."""
+    return hvd.allgather_object(np.asarray(arr))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("scale", [True, False])
+def test_register_local_source(mode, scale):
+    # w is shared (averaged), loc and the watched tensor t are this
+    # rank's: their gradients stay its own, divided by size when
+    # scale_local_gradients (Horovod's).
+    w = tf.Variable([1.0, 2.0], dtype=tf.float64)
+    loc = tf.Variable([3.0, 4.0, 5.0], dtype=tf.float64)
+    t = tf.constant([1.0], dtype=tf.float64)
+    k = float(R + 1)
+
+    def grads():
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = (tf.reduce_sum(w * w) * k + tf.reduce_sum(loc) * k * k +
+                 tf.reduce_sum(t) * 7.0 * k)
+        tape = hvd.DistributedGradientTape(tape,
+                                           scale_local_gradients=scale)
+        tape.register_local_source(loc)
+        tape.register_local_source(t)
+        return tape.gradient(y, {"w": w, "rest": [loc, t]})
+
+    g = tf.function(grads)() if mode == "function" else grads()
+    div = N if scale else 1
+    mean_k = (N + 1) / 2.0
+    np.testing.assert_array_equal(g["w"].numpy(), 2 * w.numpy() * mean_k)
+    np.testing.assert_array_equal(g["rest"][0].numpy(),
+                                  np.full(3, k * k) / div)
+    np.testing.assert_array_equal(g["rest"][1].numpy(), [7.0 * k / div])
+
+
+def test_register_local_source_sparse_and_unconnected():
+    # An IndexedSlices gradient of a local source stays sparse (values
+    # divided by size); a source without a gradient stays None.
+    emb = tf.Variable(tf.ones([5, 2]))
+    other = tf.Variable(tf.ones([2]))
+    unused = tf.Variable(tf.ones([1]))
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(tf.gather(emb, [R % 5, 4]) * float(R + 1)) + \
+            tf.reduce_sum(other) * float(R + 1)
+    tape = hvd.DistributedGradientTape(tape)
+    tape.register_local_source(emb)
+    ge, go, gu = tape.gradient(y, [emb, other, unused])
+    assert isinstance(ge, tf.IndexedSlices) and gu is None
+    want = np.zeros([5, 2])
+    want[R % 5] += (R + 1.0) / N
+    want[4] += (R + 1.0) / N
+    np.testing.assert_allclose(tf.convert_to_tensor(ge).numpy(), want,
+                               rtol=1e-6)
+    np.testing.assert_allclose(go.numpy(), np.full(2, (N + 1) / 2.0),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_local_layers", [0, 1, 2])
+def test_partial_distributed_gradient_tape(num_local_layers):
+    # Horovod's test_partial_distributed_gradient_tape, checked exactly:
+    # the local layers' gradients are this rank's / size, the others the
+    # average of every rank's.
+    import keras
+    model = keras.Sequential([
+        keras.Input((3,)),
+        keras.layers.Dense(2, kernel_initializer=keras.initializers.Constant(
+            R + 1.0), bias_initializer="ones"),
+        keras.layers.Dense(3, kernel_initializer=keras.initializers.Constant(
+            0.5 * (R + 1)), bias_initializer="zeros"),
+        keras.layers.Dense(1, kernel_initializer="ones")])
+    x = tf.constant(np.random.RandomState(R).uniform(size=(4, 3)),
+                    tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - 1.0))
+    plain = [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
+    everyone = gathered_numpy(np.array(plain, dtype=object))
+    local = model.layers[:num_local_layers]
+    n_local = 2 * num_local_layers
+    dtape = hvd.PartialDistributedGradientTape(tape, local_layers=local)
+    got = dtape.gradient(loss, model.trainable_weights)
+    local_pairs, global_pairs = dtape.get_local_and_global_gradients(
+        loss, model.trainable_weights)
+    assert [id(v) for v, _ in local_pairs] == [
+        id(v) for v in model.trainable_weights[:n_local]]
+    assert len(global_pairs) == len(plain) - n_local
+    pairs = [g for _, g in local_pairs] + [g for _, g in global_pairs]
+    for i, (g, g2) in enumerate(zip(got, pairs)):
+        if i < n_local:
+            want = plain[i] / N
+        else:
+            want = np.mean([e[i] for e in everyone], axis=0)
+        np.testing.assert_allclose(g.numpy(), want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(g2.numpy(), want, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="local layers"):
+        hvd.PartialDistributedGradientTape(tape, local_layers=[object()])
+
+
+def test_tf1_optimizer_register_local_var():
+    with tf.Graph().as_default():
+        w = tf.compat.v1.Variable([0.0, 0.0], dtype=tf.float64)
+        loc = tf.compat.v1.Variable([0.0, 0.0], dtype=tf.float64)
+        k = float(R + 1)
+        loss = tf.reduce_sum(w) * k + tf.reduce_sum(loc) * k
+        opt = hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0))
+        opt.register_local_var(loc)
+        train = opt.minimize(loss)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            gw, gl = sess.run([w, loc])
+    np.testing.assert_array_equal(gw, np.full(2, -(N + 1) / 2.0))
+    np.testing.assert_array_equal(gl, np.full(2, -k / N))
+
+
+def syncbn_data(rows_of, channels_last_shape, seed=11):
+    """Every rank's input (rank r has rows_of(r) rows), the same on every
+    rank, and their concatenation."""
+    rng = np.random.RandomState(seed)
+    parts = [(rng.randn(rows_of(r), *channels_last_shape) * 3 + 2 + r)
+             .astype(np.float32) for r in range(N)]
+    return parts, np.concatenate(parts)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("case", ["dense", "conv_axis1", "uneven"])
+def test_sync_batch_normalization(case, mode):
+    import keras
+    if case == "dense":
+        parts, whole = syncbn_data(lambda r: 4, (3,))
+        axis = -1
+    elif case == "conv_axis1":
+        parts, whole = syncbn_data(lambda r: 2, (3, 4, 5))
+        axis = 1
+    else:  # ranks hold 1, 4, 7... rows: weighted by count
+        parts, whole = syncbn_data(lambda r: 1 + 3 * r, (2,))
+        axis = -1
+    kw = dict(axis=axis, momentum=0.5, epsilon=1e-3,
+              gamma_initializer=keras.initializers.Constant(1.5),
+              beta_initializer=keras.initializers.Constant(0.25))
+    bn = keras.layers.BatchNormalization(**kw)
+    sbn = hvd.SyncBatchNormalization(**kw)
+    assert sbn.name.startswith("sync_batch_normalization")
+    mine = tf.constant(parts[R])
+    whole_t = tf.constant(whole)
+
+    def both():
+        return bn(whole_t, training=True), sbn(mine, training=True)
+
+    run = tf.function(both) if mode == "function" else both
+    for _ in range(2):  # the moving statistics move twice
+        want, got = run()
+    lo = sum(len(p) for p in parts[:R])
+    np.testing.assert_allclose(got.numpy(), want.numpy()[lo:lo + len(mine)],
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(sbn.moving_mean.numpy(),
+                               bn.moving_mean.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sbn.moving_variance.numpy(),
+                               bn.moving_variance.numpy(), rtol=1e-4,
+                               atol=1e-5)
+    # Inference uses the moving statistics, as the plain layer.
+    np.testing.assert_allclose(
+        sbn(mine, training=False).numpy(),
+        bn(whole_t, training=False).numpy()[lo:lo + len(mine)],
+        rtol=1e-4, atol=1e-4)
+
+
+def test_sync_batch_normalization_gradient_and_errors():
+    # The loss summed over ranks, through the global statistics: each
+    # rank's input gradient is its rows' gradient of the one-process loss
+    # on the concatenation; gamma's and beta's, averaged by a
+    # DistributedGradientTape, are the one-process gradients / N.
+    import keras
+    parts, whole = syncbn_data(lambda r: 3, (2,), seed=5)
+    coef = np.random.RandomState(9).randn(*whole.shape).astype(np.float32)
+    lo, hi = 3 * R, 3 * R + 3
+    bn = keras.layers.BatchNormalization()
+    sbn = hvd.SyncBatchNormalization()
+    x_all, x_me = tf.constant(whole), tf.constant(parts[R])
+    bn.build(x_all.shape)
+    sbn.build(x_me.shape)
+    with tf.GradientTape() as tape:
+        tape.watch(x_all)
+        loss = tf.reduce_sum(bn(x_all, training=True) * coef)
+    want = tape.gradient(loss, [x_all] + bn.trainable_weights)
+    with tf.GradientTape() as tape:
+        tape.watch(x_me)
+        loss = tf.reduce_sum(sbn(x_me, training=True) * coef[lo:hi])
+    dtape = hvd.DistributedGradientTape(tape)
+    dtape.register_local_source(x_me)
+    got = dtape.gradient(loss, [x_me] + sbn.trainable_weights)
+    # x's gradient is local (divided by N by scale_local_gradients).
+    np.testing.assert_allclose(got[0].numpy() * N, want[0].numpy()[lo:hi],
+                               rtol=1e-4, atol=1e-4)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g.numpy() * N, w.numpy(), rtol=1e-4,
+                                   atol=1e-4)
+    with pytest.raises(ValueError, match="fused"):
+        hvd.SyncBatchNormalization(fused=True)
+    cfg = sbn.get_config()
+    assert keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(sbn)).get_config() == cfg
+
+
 def test_join():
     assert int(hvd.join()) in range(N)
     hvd.barrier()

@@ -177,10 +177,12 @@ def grouped_reducescatter(tensors, device_dense="",
     return results
 
 
-from hvd.tensorflow.gradient_tape import DistributedGradientTape  # noqa: E402
+from hvd.tensorflow.gradient_tape import (  # noqa: E402
+    DistributedGradientTape, PartialDistributedGradientTape)
 from hvd.tensorflow.optimizer import (  # noqa: E402
     BroadcastGlobalVariablesHook, DistributedOptimizer,
     broadcast_global_variables)
+from hvd.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: E402
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
@@ -192,7 +194,8 @@ __all__ = [
     "global_process_set", "add_process_set", "remove_process_set",
     "barrier", "broadcast_variables", "broadcast_object_fn", "util",
     "broadcast_global_variables", "broadcast_object", "allgather_object",
-    "DistributedGradientTape", "DistributedOptimizer",
+    "DistributedGradientTape", "PartialDistributedGradientTape",
+    "SyncBatchNormalization", "DistributedOptimizer",
     "BroadcastGlobalVariablesHook", "HvdError", "HorovodInternalError",
     "MismatchError", "InvalidArgumentError", "UnsupportedError",
     "HvdMemoryError", "library_path", "mpi_threads_supported", "mpi_built",

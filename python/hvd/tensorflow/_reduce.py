@@ -35,6 +35,43 @@ def split_evenly(items, n):
     return [g for g in out if g]
 
 
+def divide_sparse_or_dense(grad, divisor):
+    """grad / divisor for a tensor or the values of an IndexedSlices."""
+    if is_sparse(grad):
+        return tf.IndexedSlices(grad.values / divisor, grad.indices,
+                                grad.dense_shape)
+    return grad / divisor
+
+
+def reduce_but_local(reduce_fn, grads, variables, local_refs,
+                     scale_local_gradients, set_size):
+    """Horovod's filtered reduction of worker-local variables
+    (register_local_source, register_local_var, local_layers): the
+    gradients of variables whose ref() is in local_refs are not
+    reduced; reduce_fn(grads, variables) reduces the others in one call.
+    With scale_local_gradients a local gradient is divided by set_size
+    (a number; Horovod's pull/3695: an averaged gradient and a local one
+    then weigh alike in a step of the global batch); None stays None."""
+    grads = list(grads)
+    variables = list(variables)
+    if not local_refs:
+        return reduce_fn(grads, variables)
+    is_local = [ref(v) in local_refs for v in variables]
+    keep = [k for k, local in enumerate(is_local) if not local]
+    out = list(grads)
+    reduced = []
+    if keep:
+        reduced = reduce_fn([grads[k] for k in keep],
+                            [variables[k] for k in keep])
+    for k, r in zip(keep, reduced):
+        out[k] = r
+    if scale_local_gradients:
+        for k, local in enumerate(is_local):
+            if local and out[k] is not None:
+                out[k] = divide_sparse_or_dense(out[k], float(set_size))
+    return out
+
+
 class GradientReducer:
     """Allreduces a list of gradients (None entries stay None), as
     Horovod's _make_allreduce_grads_fn: Average is split into a prescale of

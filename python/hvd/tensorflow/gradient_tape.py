@@ -4,9 +4,9 @@ tape itself."""
 
 import tensorflow as tf
 
-from hvd.tensorflow._reduce import GradientReducer
+from hvd.tensorflow._reduce import GradientReducer, reduce_but_local, ref
 from hvd.tensorflow.compression import Compression
-from hvd.tensorflow.mpi_ops import Average
+from hvd.tensorflow.mpi_ops import Average, _psid, _set_size, size
 
 
 def make_allreduce_grads_fn(name, device_dense="", device_sparse="",
@@ -64,7 +64,7 @@ class _DistributedGradientTape(tf.GradientTape):
     def __init__(self, tape, device_dense, device_sparse, compression,
                  sparse_as_dense, op, gradient_predivide_factor, num_groups,
                  groups, persistent=False, watch_accessed_variables=True,
-                 process_set=None):
+                 process_set=None, scale_local_gradients=True):
         super(self.__class__, self).__init__(persistent,
                                              watch_accessed_variables)
         self._tape = tape._tape
@@ -72,29 +72,99 @@ class _DistributedGradientTape(tf.GradientTape):
             "DistributedGradientTape", device_dense, device_sparse,
             compression, sparse_as_dense, op, gradient_predivide_factor,
             num_groups, groups, process_set)
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self._local_sources = set()
+
+    def register_local_source(self, source):
+        """Registers a source (a variable, or a tensor watched by the tape)
+        as worker local: its gradient is not reduced; gradient() returns
+        this rank's own, divided by the process set's size when
+        scale_local_gradients (Horovod's)."""
+        self._local_sources.add(ref(source))
+
+    def _set_size(self):
+        if self.process_set is None:
+            return size()
+        return _set_size(_psid(self.process_set))
 
     def gradient(self, target, sources, output_gradients=None, *args,
                  **kwargs):
+        # Horovod's signature has use_generic_names (naming only) there.
+        kwargs.pop("use_generic_names", None)
+        if args and isinstance(args[0], bool):
+            args = args[1:]
         grads = super(self.__class__, self).gradient(
             target, sources, output_gradients, *args, **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
-        reduced = self._allreduce_grads(flat_grads, flat_sources)
+        reduced = reduce_but_local(
+            self._allreduce_grads, flat_grads, flat_sources,
+            self._local_sources, self.scale_local_gradients,
+            self._set_size() if self._local_sources else 1)
         return tf.nest.pack_sequence_as(grads, reduced)
+
+    def get_local_and_global_gradients(self, target, sources,
+                                       output_gradients=None,
+                                       use_generic_names=False):
+        """gradient(), split as Horovod's: ([(source, gradient)] of the
+        registered local sources, [(source, gradient)] of the others), in
+        the order of sources (a flat list)."""
+        del use_generic_names
+        grads = self.gradient(target, sources, output_gradients)
+        local, global_ = [], []
+        for s, g in zip(tf.nest.flatten(sources),
+                        tf.nest.flatten(grads, expand_composites=False)):
+            (local if ref(s) in self._local_sources else global_).append(
+                (s, g))
+        return local, global_
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                             compression=Compression.none,
                             sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None, process_set=None):
+                            groups=None, process_set=None,
+                            scale_local_gradients=True):
     """A tape whose gradient() returns the gradients averaged (op) over
-    every rank (of process_set); the arguments are Horovod's."""
+    every rank (of process_set); the arguments are Horovod's. Sources
+    registered with register_local_source keep this rank's gradient
+    (divided by the set's size when scale_local_gradients)."""
     cls = type(gradtape.__class__.__name__, (gradtape.__class__,),
                dict(_DistributedGradientTape.__dict__))
     return cls(gradtape, device_dense, device_sparse, compression,
                sparse_as_dense, op, gradient_predivide_factor, num_groups,
                groups, gradtape._persistent,
                getattr(gradtape, "_watch_accessed_variables", True),
-               process_set)
+               process_set, scale_local_gradients)
 
+
+def PartialDistributedGradientTape(gradtape, device_dense="",
+                                   device_sparse="",
+                                   compression=Compression.none,
+                                   sparse_as_dense=False, op=Average,
+                                   gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None,
+                                   process_set=None, local_layers=None,
+                                   scale_local_gradients=True):
+    """Horovod's: a DistributedGradientTape on which the trainable
+    weights of local_layers (a keras Layer or a list of them) are
+    registered as local sources: their gradients are not reduced. Without
+    local_layers it is a DistributedGradientTape."""
+    import keras
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer)
+                 for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer "
+                         "type.")
+    tape = DistributedGradientTape(
+        gradtape, device_dense, device_sparse, compression, sparse_as_dense,
+        op, gradient_predivide_factor, num_groups, groups, process_set,
+        scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape

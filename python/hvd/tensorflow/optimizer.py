@@ -4,11 +4,11 @@ horovod.tensorflow's."""
 
 import tensorflow as tf
 
-from hvd.tensorflow._reduce import LocalAggregation
+from hvd.tensorflow._reduce import LocalAggregation, reduce_but_local, ref
 from hvd.tensorflow.compression import Compression
 from hvd.tensorflow.functions import broadcast_variables
 from hvd.tensorflow.gradient_tape import make_allreduce_grads_fn
-from hvd.tensorflow.mpi_ops import Average
+from hvd.tensorflow.mpi_ops import Average, _psid, _set_size, size
 
 _v1 = tf.compat.v1
 
@@ -55,7 +55,7 @@ class _DistributedOptimizer(_v1.train.Optimizer):
                  op=Average, gradient_predivide_factor=1.0,
                  backward_passes_per_step=1,
                  average_aggregated_gradients=False, num_groups=0,
-                 groups=None, process_set=None):
+                 groups=None, process_set=None, scale_local_gradients=True):
         if name is None:
             name = "Distributed{}".format(type(optimizer).__name__)
         super().__init__(name=name, use_locking=use_locking)
@@ -63,12 +63,30 @@ class _DistributedOptimizer(_v1.train.Optimizer):
         self._allreduce_grads = make_allreduce_grads_fn(
             name, device_dense, device_sparse, compression, sparse_as_dense,
             op, gradient_predivide_factor, num_groups, groups, process_set)
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self._local_vars = set()
         self._agg = None
         if backward_passes_per_step > 1:
             self._agg = LocalAggregation(backward_passes_per_step,
-                                         self._allreduce_grads,
+                                         self._reduce_but_local,
                                          sparse_as_dense,
                                          average_aggregated_gradients)
+
+    def register_local_var(self, var):
+        """Registers a variable as worker local: its gradient is not
+        reduced (divided by the process set's size when
+        scale_local_gradients), as Horovod's."""
+        self._local_vars.add(ref(var))
+
+    def _reduce_but_local(self, grads, variables):
+        set_size = 1
+        if self._local_vars:
+            set_size = size() if self.process_set is None else _set_size(
+                _psid(self.process_set))
+        return reduce_but_local(self._allreduce_grads, grads, variables,
+                                self._local_vars, self.scale_local_gradients,
+                                set_size)
 
     def compute_gradients(self, *args, **kwargs):
         gradients = self._optimizer.compute_gradients(*args, **kwargs)
@@ -80,7 +98,7 @@ class _DistributedOptimizer(_v1.train.Optimizer):
             reduced = self._agg.compute_gradients(
                 list(grads), list(variables), list(range(len(variables))))
         else:
-            reduced = self._allreduce_grads(list(grads), list(variables))
+            reduced = self._reduce_but_local(list(grads), list(variables))
         return list(zip(reduced, variables))
 
     def apply_gradients(self, *args, **kwargs):
@@ -109,17 +127,19 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
                          backward_passes_per_step=1, op=Average,
                          gradient_predivide_factor=1.0,
                          average_aggregated_gradients=False, num_groups=0,
-                         groups=None, process_set=None):
+                         groups=None, process_set=None,
+                         scale_local_gradients=True):
     """Horovod's DistributedOptimizer: a TF1 optimizer
     (tf.compat.v1.train.Optimizer) is wrapped here (its gradients reduced
-    over process_set, None for every rank); a Keras optimizer is handed to
+    over process_set, None for every rank, but those of variables
+    registered with register_local_var); a Keras optimizer is handed to
     hvd.tensorflow.keras.DistributedOptimizer (global set only)."""
     if isinstance(optimizer, _v1.train.Optimizer):
         return _DistributedOptimizer(
             optimizer, name, use_locking, device_dense, device_sparse,
             compression, sparse_as_dense, op, gradient_predivide_factor,
             backward_passes_per_step, average_aggregated_gradients,
-            num_groups, groups, process_set)
+            num_groups, groups, process_set, scale_local_gradients)
     from hvd.tensorflow import keras as hvd_keras
     return hvd_keras.DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense,
@@ -128,4 +148,5 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients,
-        num_groups=num_groups, groups=groups, process_set=process_set)
+        num_groups=num_groups, groups=groups, process_set=process_set,
+        scale_local_gradients=scale_local_gradients)

@@ -22,8 +22,8 @@ saved with it loads without hvd as the plain optimizer.
 import tensorflow as tf
 
 import hvd.tensorflow as _hvd
-from hvd.tensorflow._reduce import GradientReducer, LocalAggregation
-from hvd.tensorflow._reduce import is_sparse as _is_sparse
+from hvd.tensorflow._reduce import (GradientReducer, LocalAggregation,
+                                    reduce_but_local)
 from hvd.tensorflow._reduce import ref as _ref
 
 
@@ -172,24 +172,9 @@ class _DistributedMixin:
         """Allreduces grads but those of registered local variables, which
         are divided by size (Horovod's scale_local_gradients)."""
         reducer = self._hvd_state()
-        local = self.__dict__["_hvd_local_vars"]
-        is_local = [bool(local) and _ref(v) in local for v in variables]
-        keep = [k for k in range(len(variables)) if not is_local[k]]
-        out = list(grads)
-        red = reducer([grads[k] for k in keep], [variables[k] for k in keep])
-        for k, r in zip(keep, red):
-            out[k] = r
-        if any(is_local) and self._hvd_options["scale_local_gradients"]:
-            n = float(_hvd.size())
-            for k in range(len(variables)):
-                g = out[k]
-                if is_local[k] and g is not None:
-                    if _is_sparse(g):
-                        out[k] = tf.IndexedSlices(g.values / n, g.indices,
-                                                  g.dense_shape)
-                    else:
-                        out[k] = g / n
-        return out
+        return reduce_but_local(
+            reducer, grads, variables, self.__dict__["_hvd_local_vars"],
+            self._hvd_options["scale_local_gradients"], _hvd.size())
 
     def compute_gradients(self, loss, var_list, tape=None):
         return self._compute_gradients(loss, var_list, None, tape)
