@@ -331,6 +331,34 @@ def test_apply_backward_passes_per_step(mode):
         assert int(opt._agg_helper.counter.numpy()) == k % 3
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_apply_in_process_sets(mode):
+    """process_set=: the gradients are averaged among the set's ranks only
+    (here rank 0 alone, and every other rank together)."""
+    n, r = n_r()
+    if n == 1:
+        with pytest.raises(ValueError, match="duplicate"):
+            hvd.add_process_set([0])
+        return
+    first = hvd.add_process_set([0])
+    rest = hvd.add_process_set(list(range(1, n)))
+    mine = first if r == 0 else rest
+    w = tf.Variable(tf.zeros(3, dtype=tf.float64))
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0),
+                                   process_set=mine)
+
+    def step():
+        opt.apply_gradients([(_rank_grad(n, r), w)])
+
+    if mode == "function":
+        step = tf.function(step)
+    step()
+    want = np.mean([_rank_grad(n, q).numpy() for q in mine.ranks], axis=0)
+    np.testing.assert_allclose(w.numpy(), -want, rtol=0, atol=1e-12)
+    hvd.remove_process_set(first)
+    hvd.remove_process_set(rest)
+
+
 def test_compute_gradients_then_apply_reduces_once():
     # Horovod's flow: _compute_gradients allreduces, apply_gradients of
     # those very gradients must not reduce them again (op=Sum shows it).

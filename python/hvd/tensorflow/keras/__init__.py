@@ -79,19 +79,16 @@ def DistributedOptimizer(optimizer, name=None,
         groups: an integer n (the gradients go in n grouped allreduces) or a
             list of lists of variables (each list one grouped allreduce, a
             variable in none a group of its own).
-        process_set: Horovod's; only the global set (None or
-            global_process_set) here so far: the collectives of
-            hvd.tensorflow take any set, this optimizer does not yet.
+        process_set: the ranks the gradients are averaged among (an
+            hvd.ProcessSet that was added; None: every rank). Only its
+            members may step this optimizer.
         scale_local_gradients: divide the gradients of variables registered
             with opt.register_local_var (not allreduced) by size.
     """
-    if process_set is not None and \
-            getattr(process_set, "process_set_id", None) != 0:
-        raise NotImplementedError("hvd.keras.DistributedOptimizer: "
-                                  "process_set must be the global set (None "
-                                  "or global_process_set) for now; the "
-                                  "collectives of hvd.tensorflow take any "
-                                  "set")
+    if process_set is not None:
+        from hvd.process_sets import ps_id
+        if ps_id(process_set) == 0:
+            process_set = None  # the global set
     if op != Average and op != Sum:
         raise ValueError('op currently only supports Average and Sum')
     if num_groups != 0:
@@ -113,7 +110,8 @@ def DistributedOptimizer(optimizer, name=None,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients,
-        groups=groups, scale_local_gradients=scale_local_gradients)
+        groups=groups, scale_local_gradients=scale_local_gradients,
+        process_set=process_set)
 
 
 def PartialDistributedOptimizer(optimizer, name=None,
@@ -130,7 +128,7 @@ def PartialDistributedOptimizer(optimizer, name=None,
     """Horovod's (horovod.keras): a DistributedOptimizer whose gradients
     for the trainable weights of local_layers (a keras Layer or a list of
     them) are not allreduced but kept local (divided by size when
-    scale_local_gradients). process_set: only the global set (None)."""
+    scale_local_gradients, by the process set's size)."""
     import keras
     if local_layers is None:
         local_layers = []

@@ -69,7 +69,8 @@ class _DistributedMixin:
             reducer = _Reducer(o["name"], o["device_dense"],
                                o["device_sparse"], o["compression"],
                                o["sparse_as_dense"], o["op"],
-                               o["gradient_predivide_factor"], o["groups"])
+                               o["gradient_predivide_factor"], o["groups"],
+                               o["process_set"])
             helper = None
             if o["backward_passes_per_step"] > 1:
                 helper = LocalAggregation(
@@ -169,12 +170,15 @@ class _DistributedMixin:
         return self._hvd_allreduce(grads, variables)
 
     def _hvd_allreduce(self, grads, variables):
-        """Allreduces grads but those of registered local variables, which
-        are divided by size (Horovod's scale_local_gradients)."""
+        """Allreduces grads (among the process set's ranks) but those of
+        registered local variables, which are divided by the set's size
+        (Horovod's scale_local_gradients)."""
         reducer = self._hvd_state()
+        ps = self._hvd_options["process_set"]
+        n = _hvd.size() if ps is None else ps.size()
         return reduce_but_local(
             reducer, grads, variables, self.__dict__["_hvd_local_vars"],
-            self._hvd_options["scale_local_gradients"], _hvd.size())
+            self._hvd_options["scale_local_gradients"], n)
 
     def compute_gradients(self, loss, var_list, tape=None):
         return self._compute_gradients(loss, var_list, None, tape)
@@ -210,7 +214,8 @@ def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
                                  gradient_predivide_factor, op,
                                  backward_passes_per_step,
                                  average_aggregated_gradients, groups,
-                                 scale_local_gradients=True):
+                                 scale_local_gradients=True,
+                                 process_set=None):
     import keras
 
     if isinstance(optimizer, _DistributedMixin):
@@ -226,7 +231,8 @@ def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=int(backward_passes_per_step),
         average_aggregated_gradients=average_aggregated_gradients,
-        groups=groups, scale_local_gradients=scale_local_gradients)
+        groups=groups, scale_local_gradients=scale_local_gradients,
+        process_set=process_set)
     cls = type(base.__name__, (_DistributedMixin, base),
                {"_hvd_options": options, "__module__": base.__module__,
                 "__qualname__": base.__qualname__,
