@@ -624,15 +624,89 @@ static void broadcast_compute(void *kp, TF_OpKernelContext *ctx,
 }
 
 /* ------------------------------------------------------------------ */
+/* Operations in two steps                                             */
+
+/*
+ * An operation in two libhvd steps (allgather, alltoall): a first exchange
+ * sizes the output, a second moves the data, and the helper thread runs
+ * what comes between (job.run). The first member of gather and a2a.
+ */
+typedef struct twostep {
+    job job;
+    pending *p;
+    kernel k;
+    const char *what;                  /* "allgather", "alltoall" */
+    void (*release)(struct twostep *); /* frees the operation */
+    hvd_status st;                     /* of the step that just finished */
+    char error[2048];
+    int step; /* 1: the sizes are in; 2: the data */
+} twostep;
+
+static void twostep_fail(twostep *t, hvd_status st, const char *sentence) {
+    fail_ctx(t->p->ctx, t->what, t->k.name, st, sentence);
+    pending_end(t->p);
+    t->release(t);
+}
+
+/* hvd_on_done's function for both steps (engine thread): the rest is the
+ * helper thread's. */
+static void twostep_step_done(hvd_status st, const char *error, void *arg) {
+    twostep *t = arg;
+
+    t->st = st;
+    snprintf(t->error, sizeof(t->error), "%s", error != NULL ? error : "");
+    if (post_job(&t->job) != 0)
+        twostep_fail(t, HVD_ERR_INTERNAL, "could not start a thread");
+}
+
+/*
+ * A new operation of size bytes (a gather or an a2a: a twostep first) for
+ * the kernel k's call in ctx, at its first step, with its pending (room
+ * for ntensors); NULL, with ctx failed and done called, when out of memory.
+ */
+static void *twostep_new(size_t size, TF_OpKernelContext *ctx,
+                         TF_AsyncOpKernelDoneCallback *done, const kernel *k,
+                         const char *what, int ntensors, void (*run)(job *),
+                         void (*release)(twostep *)) {
+    pending *p = pending_new(ctx, done, what, k, ntensors);
+    twostep *t = calloc(1, size);
+
+    if (p == NULL || t == NULL) {
+        fail_ctx(ctx, what, k->name, HVD_ERR_NO_MEMORY, "out of memory");
+        free(t);
+        if (p != NULL)
+            pending_end(p);
+        else
+            TF_RunAsyncOpKernelDoneCallback(done);
+        return NULL;
+    }
+    t->p = p;
+    t->k = *k;
+    t->job.run = run;
+    t->what = what;
+    t->release = release;
+    t->step = 1;
+    return t;
+}
+
+/* A sub-name for one step: "<name>.shape", "<name>.data" (NULL stays NULL:
+ * unnamed steps match by order like their op). */
+static const char *step_name(const twostep *t, const char *suffix, char *buf,
+                             size_t len) {
+    if (t->k.name[0] == '\0')
+        return NULL;
+    snprintf(buf, len, "%s.%s", t->k.name, suffix);
+    return buf;
+}
+
+/* ------------------------------------------------------------------ */
 /* Allgather: the shapes first, then the data                          */
 
 /* Per rank: the number of dimensions, the type, then each dimension. */
 #define META (2 + MAX_DIMS)
 
 typedef struct gather {
-    job job;
-    pending *p;
-    kernel k;
+    twostep t; /* first: a gather is its twostep */
     TF_Tensor *in;
     int nranks;
     int64_t mine[META];
@@ -643,9 +717,6 @@ typedef struct gather {
     void *send_pad; /* padded copies, when the first dimensions differ */
     void *recv_pad;
     void *out_data;
-    hvd_status st; /* of the step that just finished */
-    char error[2048];
-    int step; /* 1: shapes gathered; 2: data gathered */
 } gather;
 
 static void gather_free(gather *g) {
@@ -655,32 +726,7 @@ static void gather_free(gather *g) {
     free(g);
 }
 
-static void gather_fail(gather *g, hvd_status st, const char *sentence) {
-    fail_ctx(g->p->ctx, "allgather", g->k.name, st, sentence);
-    pending_end(g->p);
-    gather_free(g);
-}
-
-/* hvd_on_done's function for both steps (engine thread): the rest is the
- * helper thread's. */
-static void gather_step_done(hvd_status st, const char *error, void *arg) {
-    gather *g = arg;
-
-    g->st = st;
-    snprintf(g->error, sizeof(g->error), "%s", error != NULL ? error : "");
-    if (post_job(&g->job) != 0)
-        gather_fail(g, HVD_ERR_INTERNAL, "could not start a thread");
-}
-
-/* A sub-name for one step: "<name>.shape", "<name>.data" (NULL stays NULL:
- * unnamed steps match by order like their op). */
-static const char *step_name(const gather *g, const char *suffix, char *buf,
-                             size_t len) {
-    if (g->k.name[0] == '\0')
-        return NULL;
-    snprintf(buf, len, "%s.%s", g->k.name, suffix);
-    return buf;
-}
+static void gather_release(twostep *t) { gather_free((gather *)t); }
 
 static void describe_meta(const int64_t *m, char *out, size_t len) {
     size_t off = 0;
@@ -722,7 +768,7 @@ static void gather_data(gather *g) {
                      "ranks disagree on the type or the dimensions after the "
                      "first: rank 0: %s; rank %d: %s",
                      a, r, b);
-            gather_fail(g, HVD_ERR_MISMATCH, text);
+            twostep_fail(&g->t, HVD_ERR_MISMATCH, text);
             return;
         }
         total += m[2];
@@ -746,41 +792,41 @@ static void gather_data(gather *g) {
     g->esize = hvd_dtype_size(type);
     count = (size_t)g->mine[2] * g->row;
     s = TF_NewStatus();
-    out = TF_AllocateOutput(g->p->ctx, 0, TF_TensorType(g->in), dims, nd,
+    out = TF_AllocateOutput(g->t.p->ctx, 0, TF_TensorType(g->in), dims, nd,
                             (size_t)total * g->row * g->esize, s);
     if (TF_GetCode(s) != TF_OK) {
-        TF_OpKernelContext_Failure(g->p->ctx, s);
+        TF_OpKernelContext_Failure(g->t.p->ctx, s);
         TF_DeleteStatus(s);
-        pending_end(g->p);
+        pending_end(g->t.p);
         gather_free(g);
         return;
     }
     TF_DeleteStatus(s);
-    g->p->tensors[g->p->ntensors++] = out;
+    g->t.p->tensors[g->t.p->ntensors++] = out;
     g->out_data = data_of(out);
-    g->step = 2;
+    g->t.step = 2;
     if (same) {
         st = hvd_ps_allgather_async(
-            g->k.ps, step_name(g, "data", nbuf, sizeof(nbuf)), data_of(g->in),
-            g->out_data, count, type, &h);
+            g->t.k.ps, step_name(&g->t, "data", nbuf, sizeof(nbuf)),
+            data_of(g->in), g->out_data, count, type, &h);
     } else {
         size_t slot = (size_t)g->most * g->row;
 
         g->send_pad = calloc(slot ? slot : 1, g->esize);
         g->recv_pad = calloc(slot * (size_t)g->nranks + 1, g->esize);
         if (g->send_pad == NULL || g->recv_pad == NULL) {
-            gather_fail(g, HVD_ERR_NO_MEMORY, "out of memory");
+            twostep_fail(&g->t, HVD_ERR_NO_MEMORY, "out of memory");
             return;
         }
         memcpy(g->send_pad, data_of(g->in), count * g->esize);
-        st = hvd_ps_allgather_async(g->k.ps,
-                                    step_name(g, "data", nbuf, sizeof(nbuf)),
-                                    g->send_pad, g->recv_pad, slot, type, &h);
+        st = hvd_ps_allgather_async(
+            g->t.k.ps, step_name(&g->t, "data", nbuf, sizeof(nbuf)),
+            g->send_pad, g->recv_pad, slot, type, &h);
     }
     if (st == HVD_OK)
-        st = hvd_on_done(h, gather_step_done, g);
+        st = hvd_on_done(h, twostep_step_done, &g->t);
     if (st != HVD_OK)
-        gather_fail(g, st, hvd_last_error());
+        twostep_fail(&g->t, st, hvd_last_error());
 }
 
 /* The data are in: unpads them if needed and ends the kernel. */
@@ -796,16 +842,16 @@ static void gather_finish(gather *g) {
             dst += n;
         }
     }
-    pending_end(g->p);
+    pending_end(g->t.p);
     gather_free(g);
 }
 
 static void gather_run(job *j) {
     gather *g = (gather *)j;
 
-    if (g->st != HVD_OK)
-        gather_fail(g, g->st, g->error);
-    else if (g->step == 1)
+    if (g->t.st != HVD_OK)
+        twostep_fail(&g->t, g->t.st, g->t.error);
+    else if (g->t.step == 1)
         gather_data(g);
     else
         gather_finish(g);
@@ -814,29 +860,18 @@ static void gather_run(job *j) {
 static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
                               TF_AsyncOpKernelDoneCallback *done) {
     const kernel *k = kp;
-    TF_Status *s = TF_NewStatus();
     TF_Tensor *in = NULL;
-    pending *p = pending_new(ctx, done, "allgather", k, 2);
-    gather *g = calloc(1, sizeof(*g));
+    gather *g = twostep_new(sizeof(*g), ctx, done, k, "allgather", 2,
+                            gather_run, gather_release);
     char nbuf[NAME_MAX_LEN + 8];
     hvd_handle h = NULL;
     hvd_status st;
     int nd;
 
-    if (p == NULL || g == NULL) {
-        fail_ctx(ctx, "allgather", k->name, HVD_ERR_NO_MEMORY, "out of memory");
-        free(g);
-        TF_DeleteStatus(s);
-        if (p != NULL)
-            pending_end(p);
-        else
-            TF_RunAsyncOpKernelDoneCallback(done);
+    if (g == NULL)
         return;
-    }
-    g->p = p;
-    g->k = *k;
-    g->job.run = gather_run;
-    g->step = 1;
+    pending *p = g->t.p;
+    TF_Status *s = TF_NewStatus();
     TF_GetInput(ctx, 0, &in, s);
     if (tf_failed(ctx, s)) {
         TF_DeleteStatus(s);
@@ -854,7 +889,7 @@ static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
                  "an allgathered tensor needs 1 to %d dimensions; this one "
                  "has %d",
                  MAX_DIMS, nd);
-        gather_fail(g, HVD_ERR_INVALID_ARG, text);
+        twostep_fail(&g->t, HVD_ERR_INVALID_ARG, text);
         return;
     }
     {
@@ -862,26 +897,26 @@ static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
         hvd_status why = not_member(k, text, sizeof(text));
 
         if (why != HVD_OK) {
-            gather_fail(g, why, text);
+            twostep_fail(&g->t, why, text);
             return;
         }
     }
     g->nranks = set_size(k->ps);
     g->metas = calloc((size_t)g->nranks * META, sizeof(int64_t));
     if (g->metas == NULL) {
-        gather_fail(g, HVD_ERR_NO_MEMORY, "out of memory");
+        twostep_fail(&g->t, HVD_ERR_NO_MEMORY, "out of memory");
         return;
     }
     g->mine[0] = nd;
     g->mine[1] = (int64_t)TF_TensorType(in);
     dims_of(in, &g->mine[2]);
-    st = hvd_ps_allgather_async(g->k.ps,
-                                step_name(g, "shape", nbuf, sizeof(nbuf)),
+    st = hvd_ps_allgather_async(g->t.k.ps,
+                                step_name(&g->t, "shape", nbuf, sizeof(nbuf)),
                                 g->mine, g->metas, META, HVD_INT64, &h);
     if (st == HVD_OK)
-        st = hvd_on_done(h, gather_step_done, g);
+        st = hvd_on_done(h, twostep_step_done, &g->t);
     if (st != HVD_OK)
-        gather_fail(g, st, hvd_last_error());
+        twostep_fail(&g->t, st, hvd_last_error());
 }
 
 /* ------------------------------------------------------------------ */
@@ -897,9 +932,7 @@ static void allgather_compute(void *kp, TF_OpKernelContext *ctx,
  * invalid, so that every rank fails instead of waiting for it.
  */
 typedef struct a2a {
-    job job;
-    pending *p;
-    kernel k;
+    twostep t; /* first: an a2a is its twostep */
     TF_Tensor *in;
     int nranks;
     int64_t rows;       /* the input's first dimension */
@@ -910,9 +943,6 @@ typedef struct a2a {
     size_t row;         /* moved elements per row */
     hvd_dtype type;     /* as moved */
     char invalid[1024]; /* why this rank's input is invalid, or "" */
-    hvd_status st;      /* of the step that just finished */
-    char error[2048];
-    int step; /* 1: records exchanged; 2: data moved */
 } a2a;
 
 static void a2a_free(a2a *a) {
@@ -923,28 +953,7 @@ static void a2a_free(a2a *a) {
     free(a);
 }
 
-static void a2a_fail(a2a *a, hvd_status st, const char *sentence) {
-    fail_ctx(a->p->ctx, "alltoall", a->k.name, st, sentence);
-    pending_end(a->p);
-    a2a_free(a);
-}
-
-static void a2a_step_done(hvd_status st, const char *error, void *arg) {
-    a2a *a = arg;
-
-    a->st = st;
-    snprintf(a->error, sizeof(a->error), "%s", error != NULL ? error : "");
-    if (post_job(&a->job) != 0)
-        a2a_fail(a, HVD_ERR_INTERNAL, "could not start a thread");
-}
-
-static const char *a2a_step_name(const a2a *a, const char *suffix, char *buf,
-                                 size_t len) {
-    if (a->k.name[0] == '\0')
-        return NULL;
-    snprintf(buf, len, "%s.%s", a->k.name, suffix);
-    return buf;
-}
+static void a2a_release(twostep *t) { a2a_free((a2a *)t); }
 
 /* The records are in: checks them, makes the outputs and moves the data
  * (helper thread). */
@@ -959,7 +968,7 @@ static void a2a_data(a2a *a) {
     hvd_status st;
 
     if (a->invalid[0] != '\0') {
-        a2a_fail(a, HVD_ERR_INVALID_ARG, a->invalid);
+        twostep_fail(&a->t, HVD_ERR_INVALID_ARG, a->invalid);
         return;
     }
     for (int r = 0; r < a->nranks; r++) {
@@ -972,7 +981,7 @@ static void a2a_data(a2a *a) {
                      "rank %d of the set passed an invalid alltoall (its "
                      "error says why)",
                      r);
-            a2a_fail(a, HVD_ERR_INVALID_ARG, text);
+            twostep_fail(&a->t, HVD_ERR_INVALID_ARG, text);
             return;
         }
         for (int d = 1; agree && d < nd; d++)
@@ -989,7 +998,7 @@ static void a2a_data(a2a *a) {
                      "first: this rank: %s; rank %d of the set: %s (rows "
                      "for this rank)",
                      x, r, y);
-            a2a_fail(a, HVD_ERR_MISMATCH, text);
+            twostep_fail(&a->t, HVD_ERR_MISMATCH, text);
             return;
         }
         total += m[2];
@@ -999,19 +1008,19 @@ static void a2a_data(a2a *a) {
     dims[0] = total;
     s = TF_NewStatus();
     out =
-        TF_AllocateOutput(a->p->ctx, 0, TF_TensorType(a->in), dims, nd,
+        TF_AllocateOutput(a->t.p->ctx, 0, TF_TensorType(a->in), dims, nd,
                           (size_t)total * a->row * hvd_dtype_size(a->type), s);
     if (TF_GetCode(s) == TF_OK)
-        a->p->tensors[a->p->ntensors++] = out;
+        a->t.p->tensors[a->t.p->ntensors++] = out;
     dims[0] = a->nranks;
     rsplits = TF_GetCode(s) == TF_OK
-                  ? TF_AllocateOutput(a->p->ctx, 1, TF_INT32, dims, 1,
+                  ? TF_AllocateOutput(a->t.p->ctx, 1, TF_INT32, dims, 1,
                                       (size_t)a->nranks * sizeof(int32_t), s)
                   : NULL;
     if (TF_GetCode(s) != TF_OK) {
-        TF_OpKernelContext_Failure(a->p->ctx, s);
+        TF_OpKernelContext_Failure(a->t.p->ctx, s);
         TF_DeleteStatus(s);
-        pending_end(a->p);
+        pending_end(a->t.p);
         a2a_free(a);
         return;
     }
@@ -1020,27 +1029,27 @@ static void a2a_data(a2a *a) {
         ((int32_t *)TF_TensorData(rsplits))[r] =
             (int32_t)a->metas[(size_t)r * META + 2];
     TF_DeleteTensor(rsplits);
-    a->step = 2;
+    a->t.step = 2;
     count = a->rows * (int64_t)a->row;
     st = hvd_ps_alltoall_async(
-        a->k.ps, a2a_step_name(a, "data", nbuf, sizeof(nbuf)), data_of(a->in),
+        a->t.k.ps, step_name(&a->t, "data", nbuf, sizeof(nbuf)), data_of(a->in),
         (size_t)count, a->counts, data_of(out), (size_t)total * a->row, NULL,
         a->type, &h);
     if (st == HVD_OK)
-        st = hvd_on_done(h, a2a_step_done, a);
+        st = hvd_on_done(h, twostep_step_done, &a->t);
     if (st != HVD_OK)
-        a2a_fail(a, st, hvd_last_error());
+        twostep_fail(&a->t, st, hvd_last_error());
 }
 
 static void a2a_run(job *j) {
     a2a *a = (a2a *)j;
 
-    if (a->st != HVD_OK) {
-        a2a_fail(a, a->st, a->error);
-    } else if (a->step == 1) {
+    if (a->t.st != HVD_OK) {
+        twostep_fail(&a->t, a->t.st, a->t.error);
+    } else if (a->t.step == 1) {
         a2a_data(a);
     } else {
-        pending_end(a->p);
+        pending_end(a->t.p);
         a2a_free(a);
     }
 }
@@ -1091,30 +1100,19 @@ static void a2a_splits(a2a *a, TF_Tensor *sp) {
 static void alltoall_compute(void *kp, TF_OpKernelContext *ctx,
                              TF_AsyncOpKernelDoneCallback *done) {
     const kernel *k = kp;
-    TF_Status *s = TF_NewStatus();
     TF_Tensor *in = NULL, *sp = NULL;
-    pending *p = pending_new(ctx, done, "alltoall", k, 4);
-    a2a *a = calloc(1, sizeof(*a));
+    a2a *a = twostep_new(sizeof(*a), ctx, done, k, "alltoall", 4, a2a_run,
+                         a2a_release);
     char nbuf[NAME_MAX_LEN + 8];
     int64_t mine[META] = {0};
     hvd_handle h = NULL;
     hvd_status st;
     int nd;
 
-    if (p == NULL || a == NULL) {
-        fail_ctx(ctx, "alltoall", k->name, HVD_ERR_NO_MEMORY, "out of memory");
-        free(a);
-        TF_DeleteStatus(s);
-        if (p != NULL)
-            pending_end(p);
-        else
-            TF_RunAsyncOpKernelDoneCallback(done);
+    if (a == NULL)
         return;
-    }
-    a->p = p;
-    a->k = *k;
-    a->job.run = a2a_run;
-    a->step = 1;
+    pending *p = a->t.p;
+    TF_Status *s = TF_NewStatus();
     TF_GetInput(ctx, 0, &in, s);
     if (TF_GetCode(s) == TF_OK)
         p->tensors[p->ntensors++] = in;
@@ -1135,7 +1133,7 @@ static void alltoall_compute(void *kp, TF_OpKernelContext *ctx,
         hvd_status why = not_member(k, text, sizeof(text));
 
         if (why != HVD_OK) {
-            a2a_fail(a, why, text);
+            twostep_fail(&a->t, why, text);
             return;
         }
     }
@@ -1146,7 +1144,7 @@ static void alltoall_compute(void *kp, TF_OpKernelContext *ctx,
     a->counts = calloc((size_t)a->nranks, sizeof(size_t));
     if (a->splits == NULL || a->sends == NULL || a->metas == NULL ||
         a->counts == NULL) {
-        a2a_fail(a, HVD_ERR_NO_MEMORY, "out of memory");
+        twostep_fail(&a->t, HVD_ERR_NO_MEMORY, "out of memory");
         return;
     }
     nd = TF_NumDims(in);
@@ -1181,13 +1179,13 @@ static void alltoall_compute(void *kp, TF_OpKernelContext *ctx,
         a->counts[r] = (size_t)a->splits[r] * a->row;
     }
     st = hvd_ps_alltoall_async(
-        k->ps, a2a_step_name(a, "shape", nbuf, sizeof(nbuf)), a->sends,
+        k->ps, step_name(&a->t, "shape", nbuf, sizeof(nbuf)), a->sends,
         (size_t)a->nranks * META, NULL, a->metas, (size_t)a->nranks * META,
         NULL, HVD_INT64, &h);
     if (st == HVD_OK)
-        st = hvd_on_done(h, a2a_step_done, a);
+        st = hvd_on_done(h, twostep_step_done, &a->t);
     if (st != HVD_OK)
-        a2a_fail(a, st, hvd_last_error());
+        twostep_fail(&a->t, st, hvd_last_error());
 }
 
 /* ------------------------------------------------------------------ */
