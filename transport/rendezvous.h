@@ -68,6 +68,95 @@ hvd_status hvd_rdv_client_connect(const char *addr, int port, int rank,
 /* Closes the connection and frees the bootstrap; accepts NULL. */
 void hvd_rdv_client_close(hvd_bootstrap *bs);
 
+/* ---- Elastic mode (docs/elastic.md) ----
+ *
+ * In an elastic job the server does not know ranks in advance. hvdrun
+ * gives each process it starts a worker id (HVD_ELASTIC_WORKER, never
+ * reused in a job) and tells the server about it (add_worker) before the
+ * process starts, and again when it is reaped or stopped (remove_worker).
+ * A process connects with its worker id where the handshake carries a
+ * rank, and asks to join the next *generation*. The server forms
+ * generation g + 1 as soon as every worker added and not removed has asked
+ * and there are at least min_np of them: it places them (rank order =
+ * worker id order, so the oldest surviving worker is rank 0; local rank
+ * among workers of the same host, by id; cross rank = host order of first
+ * appearance), answers each with its assignment, and the generation's
+ * rounds of allgather then run as in a fixed job among its members.
+ *
+ * The connection stays open while the generation lives: the server pushes
+ * a notice to every member of the current generation each time a worker
+ * is added or removed (hvd_rdv_client_updates counts them). If a member is
+ * removed while its generation is still in its bootstrap rounds, the
+ * others' allgather fails with HVD_ERR_PEERS_CHANGED and they join again.
+ * A connection as a worker that was removed, or never added, is refused
+ * with a sentence saying so; the client then fails with HVD_ERR_AUTH.
+ */
+
+/* Creates a server in elastic mode: max_workers bounds the worker ids
+ * (0 .. max_workers - 1) hvdrun may add over the job's life; no generation
+ * forms with fewer than min_np workers. */
+hvd_status hvd_rdv_server_create_elastic(const char *bind_addr, int port,
+                                         int max_workers, int min_np,
+                                         const uint8_t job_id[HVD_JOB_ID_LEN],
+                                         const char *secret,
+                                         hvd_rdv_server **out);
+
+/* hvdrun started (or is about to start) worker on host (the name its
+ * ranks count as; it orders local and cross ranks). Members of the current
+ * generation get a notice. HVD_ERR_INVALID_ARG for an id out of range or
+ * added before. */
+hvd_status hvd_rdv_server_add_worker(hvd_rdv_server *srv, int worker,
+                                     const char *host);
+
+/* hvdrun reaped worker, or stopped it (why: for the log and for the
+ * sentence a later connection as this worker is refused with). Members of
+ * the current generation get a notice; a generation still in its bootstrap
+ * rounds that counts worker is abandoned (its members' allgather fails
+ * with HVD_ERR_PEERS_CHANGED). Unknown or removed ids are ignored. */
+void hvd_rdv_server_remove_worker(hvd_rdv_server *srv, int worker,
+                                  const char *why);
+
+/* The last generation formed (0 before the first); the number of workers
+ * added and not removed; of those, the number waiting to join the next
+ * generation (asked and not yet placed). hvdrun's policy (elastic timeout,
+ * min-np, reset limit) reads these after each progress call. */
+uint32_t hvd_rdv_server_generation(const hvd_rdv_server *srv);
+int hvd_rdv_server_workers(const hvd_rdv_server *srv);
+int hvd_rdv_server_waiting(const hvd_rdv_server *srv);
+
+/* Where a worker was placed in a generation. */
+typedef struct hvd_rdv_assignment {
+    uint32_t generation; /* 1 for the first generation formed */
+    int rank, size;
+    int local_rank, local_size;
+    int cross_rank, cross_size;
+} hvd_rdv_assignment;
+
+/*
+ * Client side of elastic mode, used by hvd_init: connects as worker,
+ * asks to join the next generation and waits up to timeout_ns to be
+ * placed. The returned bootstrap (rank and size of the assignment) runs
+ * the generation's allgather rounds; keep it open while the generation
+ * lives (hvd_rdv_client_updates) and close it with hvd_rdv_client_close.
+ * Errors: HVD_ERR_AUTH (this worker was removed or is unknown: the
+ * sentence says which), HVD_ERR_TIMEOUT, HVD_ERR_PEER_LOST (the server
+ * went away), HVD_ERR_SHUTDOWN (the server says the job is ending).
+ */
+hvd_status hvd_rdv_client_join(const char *addr, int port, int worker,
+                               const uint8_t job_id[HVD_JOB_ID_LEN],
+                               const char *secret, int64_t timeout_ns,
+                               hvd_bootstrap **out, char local_addr_out[64],
+                               hvd_rdv_assignment *asg_out);
+
+/* Elastic: reads, without blocking, the notices the server pushed and
+ * returns how many arrived since the join (0 or more), or -1 when the
+ * connection to the server broke. 0 for a bootstrap of a fixed job. */
+int hvd_rdv_client_updates(hvd_bootstrap *bs);
+
+/* Tells the elastic server that the job is ending: every waiting or
+ * later join gets HVD_ERR_SHUTDOWN with the sentence why. */
+void hvd_rdv_server_end(hvd_rdv_server *srv, const char *why);
+
 /* Hex text <-> job id (32 hex digits). Returns 0 on success. */
 int hvd_job_id_parse(const char *hex, uint8_t job_id_out[HVD_JOB_ID_LEN]);
 void hvd_job_id_format(const uint8_t job_id[HVD_JOB_ID_LEN], char hex[33]);

@@ -89,7 +89,7 @@ hvd_status hvd_frame_abort_decode(const uint8_t *buf, size_t len,
         return hvd_error_set(HVD_ERR_TRANSPORT, "abort payload of %zu bytes",
                              len);
     status = hvd_get32(buf);
-    a.status = (status == HVD_OK || status > HVD_ERR_INTERNAL)
+    a.status = (status == HVD_OK || status > HVD_ERR_PEERS_CHANGED)
                    ? HVD_ERR_INTERNAL
                    : (hvd_status)status;
     a.culprit = (int)hvd_get32(buf + 4);

@@ -48,7 +48,10 @@ extern "C" {
     X(HVD_ERR_NO_MEMORY, "out of memory")                                      \
     X(HVD_ERR_UNSUPPORTED, "not supported by this build or machine")           \
     X(HVD_ERR_SHUTDOWN, "hvd was shut down or failed earlier")                 \
-    X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")
+    X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")          \
+    X(HVD_ERR_PEERS_CHANGED,                                                   \
+      "the job's ranks changed (elastic): restore your state and call "        \
+      "hvd_elastic_reset")
 
 typedef enum {
 #define HVD_STATUS_ENUM_(name, text) name,
@@ -512,6 +515,51 @@ HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
  */
 HVD_EXPORT hvd_status hvd_path(const char *collective, size_t bytes,
                                hvd_dtype dtype, char *out, size_t outlen);
+
+/* ---- Elastic jobs (docs/elastic.md) ----
+ *
+ * Under hvdrun --min-np/--max-np/--host-discovery-script the job may lose
+ * and gain ranks while it runs. A lost peer then fails every pending and
+ * later operation with HVD_ERR_PEERS_CHANGED (not HVD_ERR_PEER_LOST), and
+ * so does a reset while operations are pending. The trainer restores its
+ * last committed state, calls hvd_elastic_reset() and re-syncs its state
+ * from rank 0 of the new generation (hvd.elastic does all of that). */
+
+/** 1 if this process runs in an elastic job (hvdrun set HVD_ELASTIC=1),
+ *  0 if not. Works before hvd_init(). */
+HVD_EXPORT int hvd_elastic_enabled(void);
+
+/**
+ * Re-forms the job without restarting the process: fails what is pending
+ * with HVD_ERR_PEERS_CHANGED, drops the transport and the process sets,
+ * joins the launcher's rendezvous for its next generation, waits (up to
+ * HVD_ELASTIC_TIMEOUT_SECONDS) until the launcher has placed every live
+ * worker in it, and sets the job up again. hvd_rank(), hvd_size() and the
+ * others then give the new values; the oldest surviving worker is rank 0.
+ * No message of an old generation is taken by a new one: each generation
+ * has its own job id in every handshake and shared-memory name.
+ * @return HVD_OK; HVD_ERR_UNSUPPORTED when the job is not elastic;
+ *         HVD_ERR_AUTH when the launcher removed this worker (it was
+ *         declared dead: it is not silently re-admitted); HVD_ERR_SHUTDOWN
+ *         when the launcher ended the job (fewer than --min-np workers past
+ *         --elastic-timeout, or --reset-limit reached); HVD_ERR_TIMEOUT.
+ *         On failure hvd is not initialized.
+ */
+HVD_EXPORT hvd_status hvd_elastic_reset(void);
+
+/**
+ * 1 if the launcher announced, since this generation formed, that the
+ * job's workers will change (a host added or removed by the discovery
+ * script, a new worker waiting to join, a worker gone): the trainer should
+ * commit and reset at its next safe point. 0 if not (and outside an
+ * elastic job). Does not block. Every rank of a generation gets the notice,
+ * but not necessarily at the same moment.
+ */
+HVD_EXPORT int hvd_elastic_hosts_updated(void);
+
+/** The generation this rank belongs to: 0 for the job as started, one
+ *  more at each re-formation that took place; -1 before hvd_init(). */
+HVD_EXPORT int hvd_elastic_generation(void);
 
 #ifdef __cplusplus
 }
