@@ -26,9 +26,10 @@ from hvd._core import (Adasum, Average, Max, Min, Product, Sum,
                        start_timeline, stop_timeline, synchronize)
 from hvd.process_sets import (ProcessSet, add_process_set,
                               global_process_set, remove_process_set)
-from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
-                      InvalidArgumentError, MismatchError, UnsupportedError,
-                      library_path)
+from hvd._lib import (HorovodInternalError, HostsUpdatedInterrupt,
+                      HvdError, HvdMemoryError, InvalidArgumentError,
+                      MismatchError, UnsupportedError, library_path)
+from hvd import elastic
 
 __version__ = "0.1.0"
 
@@ -41,12 +42,13 @@ __all__ = [
     "allgather_async", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "synchronize", "poll", "join", "barrier",
     "broadcast_object", "allgather_object", "HvdError",
-    "HorovodInternalError", "MismatchError", "InvalidArgumentError",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "MismatchError",
+    "InvalidArgumentError",
     "UnsupportedError", "HvdMemoryError", "library_path", "mpi_threads_supported",
     "mpi_built", "gloo_built", "nccl_built", "cuda_built", "rocm_built",
     "ddl_built", "ccl_built", "is_homogeneous", "start_timeline",
     "stop_timeline", "ProcessSet", "global_process_set", "add_process_set",
-    "remove_process_set",
+    "remove_process_set", "elastic",
 ]
 
 

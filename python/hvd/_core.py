@@ -110,6 +110,20 @@ def shutdown():
         raise err
 
 
+def _forget_requests():
+    """Releases every operation in flight (they have failed: hvd was shut
+    down or re-formed) and forgets the counts of unnamed operations, which
+    the ranks of a new elastic generation start again from 0."""
+    for handle in list(_requests):
+        req = _requests.pop(handle, None)
+        if req is not None:
+            if req.ready is not None:
+                req.ready.wait()
+            _release(req)
+    with _noname_lock:
+        _noname_counts.clear()
+
+
 def _shutdown_at_exit():
     if L.lib().hvd_initialized():
         try:

@@ -32,11 +32,12 @@ STATUS_NAMES = (
     "HVD_ERR_UNSUPPORTED",
     "HVD_ERR_SHUTDOWN",
     "HVD_ERR_INTERNAL",
+    "HVD_ERR_PEERS_CHANGED",
 )
 (HVD_OK, HVD_ERR_INVALID_ARG, HVD_ERR_NOT_INITIALIZED, HVD_ERR_MISMATCH,
  HVD_ERR_PEER_LOST, HVD_ERR_TIMEOUT, HVD_ERR_TRANSPORT, HVD_ERR_AUTH,
  HVD_ERR_NO_MEMORY, HVD_ERR_UNSUPPORTED, HVD_ERR_SHUTDOWN,
- HVD_ERR_INTERNAL) = range(len(STATUS_NAMES))
+ HVD_ERR_INTERNAL, HVD_ERR_PEERS_CHANGED) = range(len(STATUS_NAMES))
 
 # hvd_dtype
 UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
@@ -66,8 +67,21 @@ class HvdError(Exception):
 
 
 class HorovodInternalError(HvdError, RuntimeError):
-    """A peer died or stalled, the transport failed, or hvd was shut down
-    (Horovod's name for the errors an elastic trainer recovers from)."""
+    """A peer died or stalled, the transport failed, hvd was shut down, or
+    (elastic jobs) the job's ranks changed (HVD_ERR_PEERS_CHANGED): Horovod's
+    name for the errors an elastic trainer recovers from."""
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Elastic jobs: the launcher announced that workers will be added or
+    removed (raised by State.check_host_updates(), on every rank at once).
+    hvd.elastic.run then re-forms the job without restoring the committed
+    state; skip_sync says whether the state need not be synced afterwards,
+    as Horovod's horovod.common.exceptions.HostsUpdatedInterrupt."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the hosts of the elastic job changed")
+        self.skip_sync = skip_sync
 
 
 class MismatchError(HvdError, RuntimeError):
@@ -90,8 +104,9 @@ class HvdMemoryError(HvdError, MemoryError):
     """libhvd ran out of memory."""
 
 
-for _cls in (HvdError, HorovodInternalError, MismatchError,
-             InvalidArgumentError, UnsupportedError, HvdMemoryError):
+for _cls in (HvdError, HorovodInternalError, HostsUpdatedInterrupt,
+             MismatchError, InvalidArgumentError, UnsupportedError,
+             HvdMemoryError):
     _cls.__module__ = "hvd"
 
 _ERROR_CLASSES = {
@@ -223,6 +238,34 @@ def _declare(lib):
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    # Elastic jobs (docs/elastic.md): optional, so that a libhvd built
+    # before them still serves everything else (elastic() then raises
+    # UnsupportedError).
+    optional = {
+        "hvd_elastic_enabled": (c_int, []),
+        "hvd_elastic_reset": (c_int, []),
+        "hvd_elastic_hosts_updated": (c_int, []),
+        "hvd_elastic_generation": (c_int, []),
+    }
+    for name, (restype, argtypes) in optional.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def elastic(name):
+    """The C function hvd_elastic_<name> of the loaded libhvd; an
+    UnsupportedError if this libhvd predates elastic jobs."""
+    try:
+        return getattr(lib(), "hvd_elastic_" + name)
+    except AttributeError:
+        raise UnsupportedError(
+            HVD_ERR_UNSUPPORTED,
+            "hvd_elastic_%s: this libhvd (%s) has no elastic support; "
+            "rebuild it" % (name, library_path())) from None
 
 
 def lib():

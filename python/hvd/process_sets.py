@@ -17,6 +17,7 @@ Horovod.
 
 import ctypes
 import os
+import weakref
 
 from hvd import _lib as L
 
@@ -75,6 +76,9 @@ class ProcessSet:
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
+# The sets given an id since hvd.init() (an elastic reset forgets them).
+_added = weakref.WeakSet()
+
 
 def _dynamic_allowed():
     for var in ("HVD_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS"):
@@ -119,6 +123,8 @@ def _init_process_sets(process_sets):
             ps.process_set_id = 0
             continue
         ps.process_set_id = _create(ranks)
+        if ps.process_set_id is not None:
+            _added.add(ps)
 
 
 def add_process_set(process_set):
@@ -137,6 +143,7 @@ def add_process_set(process_set):
         raise ValueError("Attempted to add a duplicate process set: %s" %
                          process_set)
     process_set.process_set_id = ps_id
+    _added.add(process_set)
     return process_set
 
 
@@ -151,6 +158,21 @@ def remove_process_set(process_set):
                          "forbids removing process sets")
     process_set._invalidate()
     return L.lib().hvd_process_set_remove(ps_id) == 0
+
+
+def _after_elastic_reset():
+    """After hvd_elastic_reset: libhvd dropped every set but the global
+    one; those ProcessSet objects lose their id (as after
+    remove_process_set), and the global set has the new generation's
+    ranks."""
+    for ps in list(_added):
+        if ps is not global_process_set:
+            ps._invalidate()
+    _added.clear()
+    if L.lib().hvd_initialized():
+        _set_up_global()
+    else:
+        global_process_set.ranks = []
 
 
 def ps_id(process_set):

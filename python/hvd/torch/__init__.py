@@ -16,7 +16,7 @@ from hvd._core import (ccl_built, cuda_built, ddl_built, gloo_built,
                        is_homogeneous, mpi_built, mpi_threads_supported,
                        nccl_built, rocm_built, start_timeline,
                        stop_timeline)
-from hvd._lib import (HorovodInternalError, HvdError,
+from hvd._lib import (HorovodInternalError, HostsUpdatedInterrupt, HvdError,
                       HvdMemoryError, InvalidArgumentError, MismatchError,
                       UnsupportedError, library_path)
 from hvd.torch.compression import Compression
@@ -42,6 +42,7 @@ from hvd.torch.optimizer import DistributedOptimizer
 from hvd.process_sets import (ProcessSet, add_process_set,
                               global_process_set, remove_process_set)
 from hvd.torch.sync_batch_norm import SyncBatchNorm
+from hvd.torch import elastic
 
 
 __all__ = [
@@ -54,7 +55,8 @@ __all__ = [
     "broadcast_async_", "synchronize", "poll", "join", "barrier",
     "DistributedOptimizer", "Compression", "broadcast_parameters",
     "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "HvdError", "HorovodInternalError", "MismatchError",
+    "HvdError", "HorovodInternalError", "HostsUpdatedInterrupt",
+    "MismatchError",
     "InvalidArgumentError", "UnsupportedError", "HvdMemoryError",
     "library_path", "mpi_threads_supported", "nccl_built", "cuda_built",
     "rocm_built", "mpi_built", "gloo_built", "ddl_built", "ccl_built",
