@@ -490,10 +490,13 @@ def test_tables_match_the_c_library():
     header = open(os.path.join(os.path.dirname(__file__), os.pardir,
                                os.pardir, "api", "include", "hvd",
                                "hvd.h")).read()
-    statuses = re.findall(r"X\((HVD_\w+), \"", header)
+    # X(NAME, "text") or X(NAME, \<newline> "part " \<newline> "part").
+    entries = re.findall(r"X\((HVD_\w+),((?:[\s\\]*\"[^\"]*\")+)[\s\\]*\)",
+                         header)
+    statuses = [name for name, _ in entries]
     assert tuple(statuses) == L.STATUS_NAMES
-    for code, name in enumerate(statuses):
-        text = re.search(r"X\(%s, \"([^\"]*)\"\)" % name, header).group(1)
+    for code, (name, literals) in enumerate(entries):
+        text = "".join(re.findall(r"\"([^\"]*)\"", literals))
         assert L.lib().hvd_strerror(code).decode() == text
     dtypes = re.search(r"typedef enum \{([^}]*)\} hvd_dtype;", header)
     names = re.findall(r"HVD_(\w+)", dtypes.group(1))
