@@ -7,6 +7,7 @@ import hvd.tensorflow.keras as _impl
 from hvd.tensorflow.keras import *  # noqa: F401,F403
 from hvd.tensorflow.keras import __all__  # noqa: F401
 from hvd.keras import callbacks  # noqa: F401
+from hvd.keras import elastic  # noqa: F401
 
 # Names not in __all__ that Horovod users reach for.
 for _n in dir(_impl):

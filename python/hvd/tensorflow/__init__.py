@@ -15,9 +15,9 @@ Horovod.
 
 import tensorflow as tf
 
-from hvd._lib import (HorovodInternalError, HvdError, HvdMemoryError,
-                      InvalidArgumentError, MismatchError, UnsupportedError,
-                      library_path)
+from hvd._lib import (HorovodInternalError, HostsUpdatedInterrupt,
+                      HvdError, HvdMemoryError, InvalidArgumentError,
+                      MismatchError, UnsupportedError, library_path)
 from hvd.tensorflow.compression import Compression
 from hvd.tensorflow import util
 from hvd.tensorflow.functions import (allgather_object, broadcast_,
@@ -197,8 +197,11 @@ __all__ = [
     "DistributedGradientTape", "PartialDistributedGradientTape",
     "SyncBatchNormalization", "DistributedOptimizer",
     "BroadcastGlobalVariablesHook", "HvdError", "HorovodInternalError",
+    "HostsUpdatedInterrupt", "elastic",
     "MismatchError", "InvalidArgumentError", "UnsupportedError",
     "HvdMemoryError", "library_path", "mpi_threads_supported", "mpi_built",
     "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
     "ccl_built", "is_homogeneous", "start_timeline", "stop_timeline",
 ]
+
+from hvd.tensorflow import elastic  # noqa: E402

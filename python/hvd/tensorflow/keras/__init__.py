@@ -243,3 +243,5 @@ __all__ = [
     "allgather", "broadcast", "load_model",
 ] + [n for n in _OPTIONAL if n in globals()] + (
     ["reducescatter"] if "reducescatter" in globals() else [])
+
+from hvd.tensorflow.keras import elastic  # noqa: E402,F401
