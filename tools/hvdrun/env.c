@@ -103,6 +103,17 @@ static void env_unset_prefix(struct env *e, const char *prefix) {
         e->vars[kept] = NULL;
 }
 
+void env_unset(struct env *e, const char *name) {
+    ssize_t k = env_find(e, name, strlen(name));
+
+    if (k < 0)
+        return;
+    free(e->vars[k]);
+    memmove(&e->vars[k], &e->vars[k + 1],
+            (e->n - (size_t)k) * sizeof(*e->vars));
+    e->n--;
+}
+
 void env_free(struct env *e) {
     for (size_t k = 0; k < e->n; k++)
         free(e->vars[k]);

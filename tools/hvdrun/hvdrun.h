@@ -85,6 +85,19 @@ struct options {
     const char *ssh_identity; /* -i, or NULL */
     const char **ssh_opts;    /* the --ssh-opt arguments, pointing into argv */
     int nssh_opts;
+    /* Elastic mode (elastic.c): on with --min-np, --max-np or
+     * --host-discovery-script. 0 in a count: not given. */
+    int elastic;
+    int min_np;
+    int max_np;
+    int slots;                    /* --slots */
+    const char *discovery_script; /* --host-discovery-script, or NULL */
+    long discovery_interval_s;    /* default 1 */
+    long elastic_timeout_s;       /* default 600 */
+    long reset_limit;             /* -1: unlimited */
+    int have_cooldown;            /* --blacklist-cooldown-range given */
+    long cooldown_min_s, cooldown_max_s;
+    int host_failures; /* default 3 */
 };
 
 /* An environment under construction: "NAME=VALUE" strings, owned, and a
@@ -132,8 +145,11 @@ enum job_phase {
     JOB_KILLED    /* ranks got SIGKILL */
 };
 
+struct elastic;
+
 struct job {
     const struct options *opt;
+    struct elastic *el; /* elastic mode's state (elastic.c), else NULL */
     struct rank *ranks;
     int live;    /* ranks started and not yet reaped */
     int pending; /* ranks not started yet (remote ones wait for a login) */
@@ -201,6 +217,7 @@ ssize_t env_find(const struct env *e, const char *name, size_t len);
 const char *env_get(const struct env *e, const char *name);
 int env_set(struct env *e, const char *name, const char *value);
 int env_set_int(struct env *e, const char *name, long value);
+void env_unset(struct env *e, const char *name);
 void env_free(struct env *e);
 /* Reads --config-file into *cv and warns of its notes; says why not. */
 int config_read(const struct options *opt, hvd_config_vars *cv);
@@ -218,6 +235,19 @@ int env_build(struct env *e, const struct options *opt);
 /* ---- setup.c: placement, which hosts are this machine, job setup ---- */
 
 int job_setup(struct job *job, struct host *hosts, int nhosts);
+/* Is host (as ssh is given it, "user@" allowed) this machine? -1: cannot
+ * tell (said why). */
+int host_is_this_machine(const char *host);
+/* Where the rendezvous listens: iface's address; else this machine's
+ * address towards the first of the remote hosts (names) that resolves;
+ * else loopback. Fills job->bind_addr; said why not. */
+int bind_addr_choose(struct job *job, const char *iface,
+                     const char *const *remote, int nremote);
+/* A fresh job secret and job id (job->secret, job->job_id, start_marker);
+ * job_hex gets the id as text. */
+int job_identity(struct job *job, char job_hex[2 * HVD_JOB_ID_LEN + 1]);
+/* Raises the soft limit of open files towards fds (np for the message). */
+int raise_nofile(int np, rlim_t fds);
 
 /* ---- launch.c: starting ranks, here or over ssh ---- */
 
@@ -226,6 +256,9 @@ int job_setup(struct job *job, struct host *hosts, int nhosts);
 extern char start_marker[64];
 
 int spawn_rank(struct job *job, struct rank *r);
+/* Elastic: starts worker r (r->index is its worker id) on r->host, with
+ * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set. */
+int spawn_worker(struct job *job, struct rank *r, const char *hostname);
 
 /* ---- strbuf.c: the string builders of the ssh and mpirun commands ---- */
 
@@ -263,6 +296,20 @@ void read_signals(struct job *job);
 
 int job_run(struct job *job);
 void job_destroy(struct job *job);
+
+/* ---- elastic.c: elastic mode (docs/elastic.md) ---- */
+
+/* Variables hvdrun sets for each elastic worker; -x cannot set them in an
+ * elastic job. */
+extern const char *const elastic_vars[4];
+
+/* Setup of an elastic job instead of job_setup(): hosts, the first run of
+ * the discovery script, the elastic rendezvous server, the environment. */
+int elastic_setup(struct job *job);
+/* The elastic job's loop instead of job_run(); returns the exit status. */
+int elastic_run(struct job *job);
+/* Frees the elastic state (job_destroy() frees the rest); accepts none. */
+void elastic_destroy(struct job *job);
 
 /* ---- mpi.c: --mpi ---- */
 

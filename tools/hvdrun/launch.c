@@ -25,6 +25,15 @@ char start_marker[64];
 
 /* ---- starting ranks ---- */
 
+/* "rank N", or in an elastic job "worker N", for messages. */
+static const char *rank_label(const struct job *job, const struct rank *r) {
+    static char label[32];
+
+    snprintf(label, sizeof(label), "%s %d",
+             job->opt->elastic ? "worker" : "rank", r->index);
+    return label;
+}
+
 /* In the child: undoes what hvdrun changed for itself. */
 static void child_reset(void) {
     setpgid(0, 0);
@@ -145,8 +154,8 @@ static char *remote_script(const struct job *job, const struct rank *r) {
     char msg[PATH_MAX + 512];
     char num[16];
 
-    snprintf(msg, sizeof(msg), "hvdrun: rank %d on %s: no job secret on stdin",
-             r->index, host);
+    snprintf(msg, sizeof(msg), "hvdrun: %s on %s: no job secret on stdin",
+             rank_label(job, r), host);
     sbuf_add(&b, "IFS= read -r HVD_SECRET || { ");
     sbuf_say(&b, msg);
     sbuf_add(&b, "; exit 1; }; export HVD_SECRET; cd ");
@@ -155,15 +164,15 @@ static char *remote_script(const struct job *job, const struct rank *r) {
     sbuf_quote(&b, job->cwd);
     sbuf_add(&b, "; then ");
     snprintf(msg, sizeof(msg),
-             "hvdrun: cannot start rank %d on %s: cannot cd to %s there "
+             "hvdrun: cannot start %s on %s: cannot cd to %s there "
              "(ranks run in the directory hvdrun runs in)",
-             r->index, host, job->cwd);
+             rank_label(job, r), host, job->cwd);
     sbuf_say(&b, msg);
     sbuf_add(&b, "; else ");
     snprintf(msg, sizeof(msg),
-             "hvdrun: cannot start rank %d on %s: there is no directory %s "
+             "hvdrun: cannot start %s on %s: there is no directory %s "
              "there (ranks run in the directory hvdrun runs in)",
-             r->index, host, job->cwd);
+             rank_label(job, r), host, job->cwd);
     sbuf_say(&b, msg);
     sbuf_add(&b, "; fi; exit 127; };");
 
@@ -270,13 +279,13 @@ static int launch(struct job *job, struct rank *r, char **ssh_args) {
     pid_t pid;
 
     if (r->remote && pipe2(in, O_CLOEXEC) != 0) {
-        say("cannot start rank %d: pipe2() failed: %s", r->index,
+        say("cannot start %s: pipe2() failed: %s", rank_label(job, r),
             strerror(errno));
         goto close_pipes;
     }
     if (r->out.buf != NULL) {
         if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-            say("cannot start rank %d: pipe2() failed: %s", r->index,
+            say("cannot start %s: pipe2() failed: %s", rank_label(job, r),
                 strerror(errno));
             goto close_pipes;
         }
@@ -299,7 +308,7 @@ static int launch(struct job *job, struct rank *r, char **ssh_args) {
     int fork_errno = errno;
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {
-        say("cannot start rank %d: fork() failed: %s", r->index,
+        say("cannot start %s: fork() failed: %s", rank_label(job, r),
             strerror(fork_errno));
         goto close_pipes;
     }
@@ -322,10 +331,10 @@ static int launch(struct job *job, struct rank *r, char **ssh_args) {
         r->stdin_fd = in[1];
         write_all(r->stdin_fd, job->secret, strlen(job->secret));
         write_all(r->stdin_fd, "\n", 1);
-        HVD_INFO("hvdrun", "rank %d: ssh to %s, pid %d", r->index,
+        HVD_INFO("hvdrun", "%s: ssh to %s, pid %d", rank_label(job, r),
                  r->host->name, (int)pid);
     } else {
-        HVD_INFO("hvdrun", "rank %d: pid %d", r->index, (int)pid);
+        HVD_INFO("hvdrun", "%s: pid %d", rank_label(job, r), (int)pid);
     }
     return 0;
 
@@ -368,6 +377,29 @@ int spawn_rank(struct job *job, struct rank *r) {
         HVD_DEBUG("hvdrun", "rank %d: %s", r->index,
                   text != NULL ? text : "(out of memory)");
         free(text);
+    }
+    rc = launch(job, r, args.v);
+    strv_free(&args);
+    return rc;
+}
+
+/* Elastic: starts worker r (r->index is its worker id) on r->host, with
+ * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set. */
+int spawn_worker(struct job *job, struct rank *r, const char *hostname) {
+    struct strv args = {0};
+    int rc;
+
+    if (env_set_int(&job->env, "HVD_ELASTIC_WORKER", r->index) != 0 ||
+        env_set(&job->env, "HVD_HOSTNAME", hostname) != 0) {
+        say("cannot start worker %d: out of memory", r->index);
+        return -1;
+    }
+    if (!r->remote)
+        return launch(job, r, NULL);
+    if (ssh_argv(job, r, &args) != 0) {
+        say("cannot start worker %d: out of memory", r->index);
+        strv_free(&args);
+        return -1;
     }
     rc = launch(job, r, args.v);
     strv_free(&args);

@@ -27,13 +27,18 @@
  * With --mpi hvdrun starts nothing itself: it execs mpirun with the same
  * placement, and hvd bootstraps through MPI.
  *
+ * An elastic job (--min-np, --max-np or --host-discovery-script) has
+ * workers instead of fixed ranks and a loop of its own: elastic.c, which
+ * tells how it works.
+ *
  * The files of tools/hvdrun/, in the order a job goes through them:
  * options.c (the command line), env.c (the ranks' environment and
  * --config-file), setup.c (placement, which hosts are this machine, the
  * rendezvous server), launch.c (starting ranks, here or over ssh, with
  * strbuf.c's string builders), loop.c (the event loop), output.c (the
  * ranks' prefixed output and hvdrun's own messages), stop.c (stopping and
- * reaping the ranks) and mpi.c (--mpi); hvdrun.h holds what they share.
+ * reaping the ranks), mpi.c (--mpi) and elastic.c (elastic jobs);
+ * hvdrun.h holds what they share.
  * This file holds main(), the process-wide state that the signal handler
  * and the forked children need, and the signal handlers themselves.
  */
@@ -120,9 +125,11 @@ int main(int argc, char **argv) {
     job.null_fd = -1;
     job.exit_code = -1;
     code = EXIT_SETUP;
-    if (job_setup(&job, opt.hosts, opt.nhosts) != 0 || install_signals() != 0)
+    if ((opt.elastic ? elastic_setup(&job)
+                     : job_setup(&job, opt.hosts, opt.nhosts)) != 0 ||
+        install_signals() != 0)
         goto destroy_job;
-    code = job_run(&job);
+    code = opt.elastic ? elastic_run(&job) : job_run(&job);
     /* A rank killed while hvd_init set up shared memory leaves its segment
      * behind (ranks unlink them as soon as all have mapped them). */
     {
@@ -135,6 +142,7 @@ int main(int argc, char **argv) {
     }
 
 destroy_job:
+    elastic_destroy(&job);
     job_destroy(&job);
     close_fd(&sig_pipe[0]);
     close_fd(&sig_pipe[1]);

@@ -60,6 +60,33 @@ static const char usage_text[] =
     "  --mpi              exec mpirun with these ranks and hosts instead of\n"
     "                     starting them (hvd then bootstraps through MPI)\n"
     "  -v, --verbose      log what hvdrun does (info level)\n"
+    "\n"
+    "elastic jobs (any of --min-np, --max-np, --host-discovery-script; see\n"
+    "docs/elastic.md):\n"
+    "  --min-np N         fewer live workers than N for --elastic-timeout\n"
+    "                     ends the job (default: -np)\n"
+    "  --max-np N         never more workers than N (default: every slot)\n"
+    "  -np N              workers to start with (default: --max-np, at most\n"
+    "                     the free slots)\n"
+    "  --host-discovery-script P\n"
+    "                     run P (with sh -c) every --discovery-interval s;\n"
+    "                     it prints the hosts to use now, HOST or HOST:SLOTS\n"
+    "                     a line (default: -H/--hostfile, else this machine)\n"
+    "  --slots N          slots of a host the script lists without :SLOTS,\n"
+    "                     and of this machine without hosts (default: 1;\n"
+    "                     this machine alone: -np, else --max-np, --min-np)\n"
+    "  --discovery-interval S\n"
+    "                     seconds between runs of the script (default 1)\n"
+    "  --elastic-timeout S\n"
+    "                     seconds the job may stay below --min-np (default\n"
+    "                     600; also HVD_ELASTIC_TIMEOUT_SECONDS of workers)\n"
+    "  --reset-limit N    re-formations allowed; one more ends the job\n"
+    "                     (default: no limit)\n"
+    "  --blacklist-cooldown-range MIN MAX\n"
+    "                     a failed slot, or a blacklisted host, comes back\n"
+    "                     after a random MIN to MAX seconds (default: never)\n"
+    "  --host-failures N  failed workers that blacklist their host (default "
+    "3)\n"
     "  --help             print this text\n"
     "  --version          print hvdrun's version\n"
     "  --check-build      print the frameworks (with HVD_PYTHON, else\n"
@@ -215,16 +242,79 @@ static int check_slots(struct options *opt) {
     return 0;
 }
 
+static int is_elastic_var(const char *name, size_t len) {
+    for (size_t k = 0; k < ARRAY_LEN(elastic_vars); k++) {
+        if (strlen(elastic_vars[k]) == len &&
+            memcmp(elastic_vars[k], name, len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The elastic options, checked together; np, min_np and max_np may still
+ * be 0 (decided from the slots at the start). */
+static int check_elastic(struct options *opt, int given_elastic_only,
+                         const char *first_elastic_only) {
+    if (!opt->elastic) {
+        if (given_elastic_only) {
+            usage_error("%s is for elastic jobs (add --min-np, --max-np or "
+                        "--host-discovery-script)",
+                        first_elastic_only);
+            return -1;
+        }
+        return 0;
+    }
+    if (opt->mpi) {
+        usage_error("--mpi cannot run an elastic job");
+        return -1;
+    }
+    if (opt->discovery_script != NULL && opt->nhosts > 0) {
+        usage_error("give --host-discovery-script or -H/--hostfile, not both");
+        return -1;
+    }
+    if (opt->min_np > 0 && opt->max_np > 0 && opt->min_np > opt->max_np) {
+        usage_error("--min-np %d is more than --max-np %d", opt->min_np,
+                    opt->max_np);
+        return -1;
+    }
+    if (opt->np > 0 && opt->min_np > 0 && opt->np < opt->min_np) {
+        usage_error("-np %d is less than --min-np %d", opt->np, opt->min_np);
+        return -1;
+    }
+    if (opt->np > 0 && opt->max_np > 0 && opt->np > opt->max_np) {
+        usage_error("-np %d is more than --max-np %d", opt->np, opt->max_np);
+        return -1;
+    }
+    if (opt->have_cooldown && opt->cooldown_min_s > opt->cooldown_max_s) {
+        usage_error("--blacklist-cooldown-range %ld %ld: MIN is more than MAX",
+                    opt->cooldown_min_s, opt->cooldown_max_s);
+        return -1;
+    }
+    for (int k = 0; k < opt->nexports; k++) {
+        size_t len = strcspn(opt->exports[k], "=");
+        if (is_elastic_var(opt->exports[k], len)) {
+            usage_error("-x %s: hvdrun sets %.*s itself in an elastic job",
+                        opt->exports[k], (int)len, opt->exports[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Returns -1 to go on and run the job, else the exit status. */
 int parse_options(int argc, char **argv, struct options *opt) {
     const char *host_list = NULL;
     const char *hostfile = NULL;
-
+    const char *elastic_only = NULL; /* the first one given */
     int i;
 
     memset(opt, 0, sizeof(*opt));
     opt->prefix = 1;
     opt->grace_s = DEFAULT_GRACE_S;
+    opt->discovery_interval_s = 1;
+    opt->elastic_timeout_s = 600;
+    opt->reset_limit = -1;
+    opt->host_failures = 3;
     opt->exports = malloc((size_t)argc * sizeof(*opt->exports));
     opt->ssh_opts = malloc((size_t)argc * sizeof(*opt->ssh_opts));
     if (opt->exports == NULL || opt->ssh_opts == NULL) {
@@ -276,6 +366,77 @@ int parse_options(int argc, char **argv, struct options *opt) {
             if (m < 0 || parse_long("-np", val, 1, MAX_RANKS, &v) != 0)
                 return EXIT_USAGE;
             opt->np = (int)v;
+        } else if ((m = value_option(argc, argv, &i, "--min-np", &val)) != 0) {
+            if (m < 0 || parse_long("--min-np", val, 1, MAX_RANKS, &v) != 0)
+                return EXIT_USAGE;
+            opt->min_np = (int)v;
+            opt->elastic = 1;
+        } else if ((m = value_option(argc, argv, &i, "--max-np", &val)) != 0) {
+            if (m < 0 || parse_long("--max-np", val, 1, MAX_RANKS, &v) != 0)
+                return EXIT_USAGE;
+            opt->max_np = (int)v;
+            opt->elastic = 1;
+        } else if ((m = value_option(argc, argv, &i, "--host-discovery-script",
+                                     &val)) != 0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            if (*val == '\0') {
+                usage_error("--host-discovery-script needs a program");
+                return EXIT_USAGE;
+            }
+            opt->discovery_script = val;
+            opt->elastic = 1;
+        } else if ((m = value_option(argc, argv, &i, "--slots", &val)) != 0) {
+            if (m < 0 || parse_long("--slots", val, 1, MAX_RANKS, &v) != 0)
+                return EXIT_USAGE;
+            opt->slots = (int)v;
+            elastic_only = elastic_only != NULL ? elastic_only : "--slots";
+        } else if ((m = value_option(argc, argv, &i, "--discovery-interval",
+                                     &val)) != 0) {
+            if (m < 0 || parse_long("--discovery-interval", val, 1, 3600,
+                                    &opt->discovery_interval_s) != 0)
+                return EXIT_USAGE;
+            elastic_only =
+                elastic_only != NULL ? elastic_only : "--discovery-interval";
+        } else if ((m = value_option(argc, argv, &i, "--elastic-timeout",
+                                     &val)) != 0) {
+            if (m < 0 || parse_long("--elastic-timeout", val, 1, MAX_SECONDS,
+                                    &opt->elastic_timeout_s) != 0)
+                return EXIT_USAGE;
+            elastic_only =
+                elastic_only != NULL ? elastic_only : "--elastic-timeout";
+        } else if ((m = value_option(argc, argv, &i, "--reset-limit", &val)) !=
+                   0) {
+            if (m < 0 || parse_long("--reset-limit", val, 0, 1000000,
+                                    &opt->reset_limit) != 0)
+                return EXIT_USAGE;
+            elastic_only =
+                elastic_only != NULL ? elastic_only : "--reset-limit";
+        } else if ((m = value_option(argc, argv, &i,
+                                     "--blacklist-cooldown-range", &val)) !=
+                   0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            if (i + 1 >= argc) {
+                usage_error("--blacklist-cooldown-range needs MIN and MAX");
+                return EXIT_USAGE;
+            }
+            if (parse_long("--blacklist-cooldown-range MIN", val, 0,
+                           MAX_SECONDS, &opt->cooldown_min_s) != 0 ||
+                parse_long("--blacklist-cooldown-range MAX", argv[++i], 0,
+                           MAX_SECONDS, &opt->cooldown_max_s) != 0)
+                return EXIT_USAGE;
+            opt->have_cooldown = 1;
+            elastic_only = elastic_only != NULL ? elastic_only
+                                                : "--blacklist-cooldown-range";
+        } else if ((m = value_option(argc, argv, &i, "--host-failures",
+                                     &val)) != 0) {
+            if (m < 0 ||
+                parse_long("--host-failures", val, 1, 1000000, &v) != 0)
+                return EXIT_USAGE;
+            opt->host_failures = (int)v;
+            elastic_only =
+                elastic_only != NULL ? elastic_only : "--host-failures";
         } else if ((m = value_option(argc, argv, &i, "--grace-seconds",
                                      &val)) != 0) {
             if (m < 0 || parse_long("--grace-seconds", val, 0, 3600, &v) != 0)
@@ -364,7 +525,15 @@ int parse_options(int argc, char **argv, struct options *opt) {
     }
     if (((host_list != NULL || hostfile != NULL) &&
          parse_hosts(opt, host_list, hostfile) != 0) ||
-        (opt->nhosts > 0 && check_slots(opt) != 0))
+        check_elastic(opt, elastic_only != NULL, elastic_only) != 0)
+        return EXIT_USAGE;
+    if (opt->elastic) {
+        /* -np, --min-np and --max-np are settled against the slots at the
+         * start (elastic.c). */
+        opt->prog_argv = argv + i;
+        return -1;
+    }
+    if (opt->nhosts > 0 && check_slots(opt) != 0)
         return EXIT_USAGE;
     if (opt->np == 0) {
         usage_error("-np N is required");

@@ -151,6 +151,24 @@ static int host_is_local(const char *host, const char *my_name,
     return local;
 }
 
+/* Is host (as ssh is given it) this machine? -1: cannot tell. */
+int host_is_this_machine(const char *host) {
+    struct ifaddrs *ifs = NULL;
+    char my_name[256];
+    int local;
+
+    if (getifaddrs(&ifs) != 0) {
+        say("getifaddrs() failed: %s", strerror(errno));
+        return -1;
+    }
+    if (gethostname(my_name, sizeof(my_name)) != 0)
+        my_name[0] = '\0';
+    my_name[sizeof(my_name) - 1] = '\0';
+    local = host_is_local(host_part(host), my_name, ifs);
+    freeifaddrs(ifs);
+    return local;
+}
+
 /* Marks each host that gets ranks as local or not. */
 static int classify_hosts(struct host *hosts, int nhosts) {
     struct ifaddrs *ifs = NULL;
@@ -224,12 +242,12 @@ static int route_addr(const char *host, char *out, size_t outlen, char *why,
     return found ? 0 : -1;
 }
 
-/* Where the rendezvous listens: HVD_IFACE's address; else, with remote
- * ranks, this machine's address towards the first remote host that
- * resolves; else loopback. */
-static int choose_bind_addr(struct job *job, const char *iface) {
+/* Where the rendezvous listens: iface's address; else this machine's
+ * address towards the first of the remote hosts (names) that resolves;
+ * else loopback. */
+int bind_addr_choose(struct job *job, const char *iface,
+                     const char *const *remote, int nremote) {
     char why[256] = "";
-    const char *first = NULL;
 
     if (iface != NULL && *iface != '\0') {
         if (hvd_net_iface_addr(iface, job->bind_addr, sizeof(job->bind_addr)) !=
@@ -239,30 +257,48 @@ static int choose_bind_addr(struct job *job, const char *iface) {
         }
         return 0;
     }
-    for (int r = 0; r < job->opt->np; r++) {
-        const struct rank *rk = &job->ranks[r];
-        if (!rk->remote || (r > 0 && rk->host == job->ranks[r - 1].host))
-            continue;
-        if (first == NULL)
-            first = rk->host->name;
-        if (route_addr(host_part(rk->host->name), job->bind_addr,
+    for (int k = 0; k < nremote; k++) {
+        if (route_addr(host_part(remote[k]), job->bind_addr,
                        sizeof(job->bind_addr), why, sizeof(why)) == 0) {
             HVD_INFO("hvdrun",
                      "serving the rendezvous on %s, the address "
                      "that reaches %s",
-                     job->bind_addr, rk->host->name);
+                     job->bind_addr, remote[k]);
             return 0;
         }
-        HVD_INFO("hvdrun", "no route to %s: %s", rk->host->name, why);
+        HVD_INFO("hvdrun", "no route to %s: %s", remote[k], why);
     }
-    if (first != NULL) {
+    if (nremote > 0) {
         say("cannot tell which address of this machine the remote hosts "
             "reach (%s: %s); name the interface with --network-interface",
-            first, why);
+            remote[0], why);
         return -1;
     }
     snprintf(job->bind_addr, sizeof(job->bind_addr), "127.0.0.1");
     return 0;
+}
+
+/* Where the rendezvous listens: HVD_IFACE's address; else, with remote
+ * ranks, this machine's address towards the first remote host that
+ * resolves; else loopback. */
+static int choose_bind_addr(struct job *job, const char *iface) {
+    const char **remote = calloc((size_t)job->opt->np, sizeof(*remote));
+    int nremote = 0;
+    int rc;
+
+    if (remote == NULL) {
+        say("out of memory");
+        return -1;
+    }
+    for (int r = 0; r < job->opt->np; r++) {
+        const struct rank *rk = &job->ranks[r];
+        if (!rk->remote || (r > 0 && rk->host == job->ranks[r - 1].host))
+            continue;
+        remote[nremote++] = rk->host->name;
+    }
+    rc = bind_addr_choose(job, iface, remote, nremote);
+    free(remote);
+    return rc;
 }
 
 /* prefix: "[rank] " before each line, else nothing (--no-prefix). */
@@ -281,7 +317,7 @@ static int stream_init(struct stream *s, int rank, int out_fd, int prefix) {
 
 /* Raises the soft descriptor limit, as hvdrun holds two pipes per rank
  * (three for a remote one). */
-static int raise_nofile(int np, rlim_t fds) {
+int raise_nofile(int np, rlim_t fds) {
     struct rlimit lim = orig_nofile;
     rlim_t want = fds + 64;
 
@@ -302,10 +338,24 @@ static int raise_nofile(int np, rlim_t fds) {
     return 0;
 }
 
+/* A fresh job secret and job id. The ranks get the secret as text
+ * (HVD_SECRET): its 64 hex digits are the secret. The job id is formatted
+ * by the library that parses it. */
+int job_identity(struct job *job, char job_hex[2 * HVD_JOB_ID_LEN + 1]) {
+    uint8_t secret_bytes[SECRET_BYTES];
+
+    if (random_bytes(secret_bytes, sizeof(secret_bytes)) != 0 ||
+        random_bytes(job->job_id, sizeof(job->job_id)) != 0)
+        return -1;
+    for (size_t k = 0; k < sizeof(secret_bytes); k++)
+        snprintf(job->secret + 2 * k, 3, "%02x", secret_bytes[k]);
+    hvd_job_id_format(job->job_id, job_hex);
+    snprintf(start_marker, sizeof(start_marker), "hvdrun-started %s", job_hex);
+    return 0;
+}
+
 int job_setup(struct job *job, struct host *hosts, int nhosts) {
     const struct options *opt = job->opt;
-    uint8_t job_id[HVD_JOB_ID_LEN];
-    uint8_t secret_bytes[SECRET_BYTES];
     char job_hex[2 * HVD_JOB_ID_LEN + 1];
     int np = opt->np;
     rlim_t fds = 0;
@@ -357,18 +407,10 @@ int job_setup(struct job *job, struct host *hosts, int nhosts) {
     if (choose_bind_addr(job, env_get(&job->env, "HVD_IFACE")) != 0)
         return -1;
 
-    /* The ranks get the secret as text (HVD_SECRET): its 64 hex digits are
-     * the secret. The job id is formatted by the library that parses it. */
-    if (random_bytes(secret_bytes, sizeof(secret_bytes)) != 0 ||
-        random_bytes(job_id, sizeof(job_id)) != 0)
+    if (job_identity(job, job_hex) != 0)
         return -1;
-    for (size_t k = 0; k < sizeof(secret_bytes); k++)
-        snprintf(job->secret + 2 * k, 3, "%02x", secret_bytes[k]);
-    hvd_job_id_format(job_id, job_hex);
-    memcpy(job->job_id, job_id, sizeof(job_id));
-    snprintf(start_marker, sizeof(start_marker), "hvdrun-started %s", job_hex);
 
-    hvd_status st = hvd_rdv_server_create(job->bind_addr, 0, np, job_id,
+    hvd_status st = hvd_rdv_server_create(job->bind_addr, 0, np, job->job_id,
                                           job->secret, &job->srv);
     if (st != HVD_OK) {
         say("cannot start the rendezvous server on %s: %s", job->bind_addr,
