@@ -1337,6 +1337,32 @@ static hvd_status server_error(rdv_client *cl, const Hvd__Rdv__Result *res) {
                              : "the rendezvous server ended the connection");
 }
 
+/*
+ * Elastic: the server may have ended the connection with an error Result
+ * (a generation abandoned while this rank was between rounds) and closed
+ * it before this rank sent again. Returns that Result's status and
+ * sentence if it is still unread, else st with its sentence.
+ */
+static hvd_status unread_error(rdv_client *cl, hvd_status st) {
+    char saved[HVD_ERROR_MAX];
+    Hvd__Rdv__Result *res = NULL;
+
+    snprintf(saved, sizeof(saved), "%s", hvd_error_get());
+    for (int i = 0; i < 1024; i++) {
+        if (recv_result(cl, 0, &res) != HVD_OK || res == NULL)
+            break;
+        if (res->error_status != 0) {
+            st = server_error(cl, res);
+            hvd__rdv__result__free_unpacked(res, NULL);
+            return st;
+        }
+        cl->notices += res->notice != 0;
+        hvd__rdv__result__free_unpacked(res, NULL);
+        res = NULL;
+    }
+    return hvd_error_copy(st, saved);
+}
+
 static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
                                    size_t len, void *all_out) {
     rdv_client *cl = bs->ctx;
@@ -1367,6 +1393,8 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
     hvd__rdv__contribute__pack(&msg, buf + LEN_PREFIX);
     st = send_all(cl, buf, plen + LEN_PREFIX);
     free(buf);
+    if (st == HVD_ERR_PEER_LOST && cl->elastic)
+        st = unread_error(cl, st);
     if (st != HVD_OK)
         goto timeout;
 

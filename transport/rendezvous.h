@@ -46,7 +46,9 @@ int hvd_rdv_server_fd(const hvd_rdv_server *srv);
  * Errors of single connections are logged, not returned. */
 hvd_status hvd_rdv_server_progress(hvd_rdv_server *srv, int timeout_ms);
 
-/* Number of ranks that have authenticated so far. */
+/* Number of ranks that have authenticated so far. Elastic: the number
+ * of connections authenticated and open now (a closed one, or one
+ * refused after its handshake, no longer counts). */
 int hvd_rdv_server_joined(const hvd_rdv_server *srv);
 
 /* Closes every connection; accepts NULL. */

@@ -373,6 +373,35 @@ static void abandon(void **state) {
     hvd_rdv_server_destroy(srv);
 }
 
+/* A member removed after the placement, before any round: the others'
+ * first round fails (the error waits for them on the connection). */
+static void abandon_before_rounds(void **state) {
+    (void)state;
+    hvd_rdv_server *srv = server(4, 1);
+    int port = hvd_rdv_server_port(srv);
+    client c[3];
+    client *all[3] = {&c[0], &c[1], &c[2]};
+
+    memset(c, 0, sizeof(c));
+    for (int w = 0; w < 3; w++)
+        assert_int_equal(hvd_rdv_server_add_worker(srv, w, "h"), HVD_OK);
+    for (int w = 0; w < 3; w++)
+        start(&c[w], port, w, 1, 0);
+    finish(srv, all, 3);
+    hvd_rdv_server_remove_worker(srv, 0, "it was killed");
+    pump(srv, 50);
+    start(&c[1], port, 1, 0, 1);
+    start(&c[2], port, 2, 0, 1);
+    finish(srv, &all[1], 2);
+    for (int w = 1; w < 3; w++) {
+        assert_int_equal(c[w].st, HVD_ERR_PEERS_CHANGED);
+        assert_non_null(strstr(c[w].err, "worker 0 (rank 0) left while "
+                                         "generation 1 was being set up"));
+    }
+    close_all(c, 3);
+    hvd_rdv_server_destroy(srv);
+}
+
 /* Removing the one worker that has not asked forms the generation. */
 static void remove_forms(void **state) {
     (void)state;
@@ -509,6 +538,7 @@ int main(void) {
         cmocka_unit_test(notices),
         cmocka_unit_test(refusals),
         cmocka_unit_test(abandon),
+        cmocka_unit_test(abandon_before_rounds),
         cmocka_unit_test(remove_forms),
         cmocka_unit_test(min_np_holds),
         cmocka_unit_test(end_and_timeout),
