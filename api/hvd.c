@@ -73,17 +73,18 @@ static void finalize_mpi_at_exit(int orderly) {
 }
 #endif
 
-hvd_status hvd_init(void) {
+/* hvd_init under the lock, one try. An elastic worker first joins the
+ * rendezvous's next generation, which tells it its rank and size. */
+static hvd_status init_once(void) {
     hvd_engine_config ec;
-    hvd_status st = HVD_OK;
+    hvd_status st;
 
-    pthread_mutex_lock(&g.lock);
-    if (g.initialized)
-        goto out;
     hvd_log_init_from_env();
     st = hvd_config_load(hvd_env_getenv, NULL, &g.job.cfg);
     if (st == HVD_OK)
         st = hvd_discover(hvd_env_getenv, NULL, &g.job.info);
+    if (st == HVD_OK && g.job.info.elastic)
+        st = hvd_setup_elastic_join(&g.job);
     if (st != HVD_OK)
         goto fail;
     hvd_log_set_rank(g.job.info.rank);
@@ -108,25 +109,72 @@ hvd_status hvd_init(void) {
     g.ps_unnamed = NULL;
     g.nps_unnamed = 0;
     g.initialized = 1;
-    goto out;
+    return HVD_OK;
 fail:
     hvd_setup_close(&g.job);
-    hvd_error_prefix("hvd_init (rank %d): ", g.job.info.rank);
+    if (g.job.info.elastic && g.job.info.rank < 0)
+        hvd_error_prefix("hvd_init (worker %d): ", g.job.info.worker);
+    else
+        hvd_error_prefix("hvd_init (rank %d): ", g.job.info.rank);
     HVD_ERROR("api", "%s", hvd_error_get());
     hvd_log_set_rank(-1);
-out:
-    pthread_mutex_unlock(&g.lock);
     return st;
 }
 
-hvd_status hvd_shutdown(void) {
+/* Whether an elastic worker tries again: its generation lost a member
+ * while it was being set up (the rendezvous abandoned it, or a peer went
+ * away while the transports connected). */
+static int join_again(hvd_status st) {
+    return st == HVD_ERR_PEERS_CHANGED || st == HVD_ERR_PEER_LOST ||
+           st == HVD_ERR_TRANSPORT || st == HVD_ERR_TIMEOUT;
+}
+
+#define ELASTIC_MAX_TRIES 64
+
+static hvd_status init_locked(void) {
+    hvd_status st = init_once();
+    int tries = 1;
+
+    while (st != HVD_OK && g.job.info.elastic && join_again(st) &&
+           tries < ELASTIC_MAX_TRIES) {
+        /* A timeout of the join itself is final (the sentence says what
+         * the launcher waited for); one while connecting peers is not. */
+        if (st == HVD_ERR_TIMEOUT && g.job.info.rank < 0)
+            break;
+        HVD_INFO("api", "worker %d: generation lost a member while it was "
+                        "set up (%s); joining the next",
+                 g.job.info.worker, hvd_error_get());
+        st = init_once();
+        tries++;
+    }
+    if (st != HVD_OK && g.job.info.elastic && join_again(st) &&
+        st != HVD_ERR_TIMEOUT) {
+        char text[HVD_ERROR_MAX];
+        snprintf(text, sizeof(text), "%s", hvd_error_get());
+        st = hvd_error_set(HVD_ERR_PEERS_CHANGED, "%s", text);
+    }
+    return st;
+}
+
+hvd_status hvd_init(void) {
     hvd_status st = HVD_OK;
 
     pthread_mutex_lock(&g.lock);
     if (!g.initialized)
-        goto out;
+        st = init_locked();
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
+/* hvd_shutdown under the lock; reset: for hvd_elastic_reset (what is
+ * pending fails with HVD_ERR_PEERS_CHANGED). */
+static hvd_status shutdown_locked(int reset) {
+    hvd_status st;
+
     /* Every rank leaves the engine together; then the transport says
      * goodbye, unless the job failed (nothing orderly is left to do). */
+    if (reset)
+        hvd_engine_mark_reset(g.engine);
     st = hvd_engine_stop(g.engine);
     g.engine = NULL;
     if (g.job.tps.tp != NULL && st == HVD_OK)
@@ -146,9 +194,60 @@ hvd_status hvd_shutdown(void) {
 #endif
     g.initialized = 0;
     hvd_log_set_rank(-1);
-out:
+    return st;
+}
+
+hvd_status hvd_shutdown(void) {
+    hvd_status st = HVD_OK;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.initialized)
+        st = shutdown_locked(0);
     pthread_mutex_unlock(&g.lock);
     return st;
+}
+
+int hvd_elastic_enabled(void) {
+    const char *on = hvd_env_getenv("HVD_ELASTIC", NULL);
+
+    return on != NULL && strcmp(on, "1") == 0;
+}
+
+hvd_status hvd_elastic_reset(void) {
+    hvd_status st;
+
+    if (!hvd_elastic_enabled())
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "hvd_elastic_reset: this job is not elastic "
+                             "(start it with hvdrun --min-np/--max-np/"
+                             "--host-discovery-script)");
+    pthread_mutex_lock(&g.lock);
+    /* The old generation ends here whatever state it is in: a failed
+     * engine stops at once, a healthy one with the ranks that reset too
+     * (bounded by HVD_TIMEOUT_SECONDS). Its status does not matter. */
+    if (g.initialized)
+        (void)shutdown_locked(1);
+    st = init_locked();
+    if (st != HVD_OK)
+        hvd_error_prefix("hvd_elastic_reset: ");
+    pthread_mutex_unlock(&g.lock);
+    return st;
+}
+
+int hvd_elastic_hosts_updated(void) {
+    int n = 0;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.initialized && g.job.info.elastic)
+        n = hvd_setup_elastic_updates(&g.job);
+    pthread_mutex_unlock(&g.lock);
+    return n > 0;
+}
+
+int hvd_elastic_generation(void) {
+    if (!g.initialized)
+        return -1;
+    return g.job.info.elastic ? (int)g.job.generation - 1 : 0;
 }
 
 int hvd_initialized(void) { return g.initialized; }

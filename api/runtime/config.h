@@ -20,6 +20,7 @@ typedef struct hvd_config {
     char hostname[64];        /* HVD_HOSTNAME, "" = gethostname() */
     int64_t timeout_ns;       /* HVD_TIMEOUT_SECONDS */
     int64_t start_timeout_ns; /* HVD_START_TIMEOUT_SECONDS */
+    int64_t elastic_timeout_ns; /* HVD_ELASTIC_TIMEOUT_SECONDS */
     hvd_comm_config comm;     /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
                                  HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
     int chunk_forced;         /* HVD_CHUNK_BYTES was set */

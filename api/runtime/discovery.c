@@ -108,6 +108,33 @@ static hvd_status rendezvous(hvd_env_get_fn get, void *ctx,
     return HVD_OK;
 }
 
+/* hvdrun's elastic worker: its id; the rendezvous gives the rest. */
+static hvd_status elastic_worker(hvd_env_get_fn get, void *ctx,
+                                 hvd_procinfo *info, int *found) {
+    const char *on = get("HVD_ELASTIC", ctx);
+    hvd_status st;
+
+    *found = 0;
+    if (on == NULL || strcmp(on, "1") != 0)
+        return HVD_OK;
+    st = opt_int(get, ctx, "HVD_ELASTIC_WORKER", 0, MAX_RANKS, &info->worker);
+    if (st != HVD_OK)
+        return st;
+    if (info->worker < 0)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "HVD_ELASTIC=1 but HVD_ELASTIC_WORKER is not "
+                             "set: start elastic jobs with hvdrun --min-np/"
+                             "--max-np/--host-discovery-script");
+    if (get("HVD_RENDEZVOUS_ADDR", ctx) == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "HVD_ELASTIC=1 but HVD_RENDEZVOUS_ADDR is not "
+                             "set: an elastic job needs hvdrun's rendezvous");
+    info->elastic = 1;
+    info->source = "hvdrun";
+    *found = 1;
+    return HVD_OK;
+}
+
 hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
     hvd_procinfo pi;
     int found = 0;
@@ -115,6 +142,15 @@ hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
 
     memset(&pi, 0, sizeof(pi));
     pi.local_rank = pi.local_size = pi.cross_rank = pi.cross_size = -1;
+    pi.worker = -1;
+
+    st = elastic_worker(get, ctx, &pi, &found);
+    if (st != HVD_OK)
+        return st;
+    if (found) {
+        pi.rank = pi.size = -1;
+        goto out;
+    }
 
     st = rank_size(get, ctx, "HVD_RANK", "HVD_SIZE", &pi, &found);
     if (st != HVD_OK)

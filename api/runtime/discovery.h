@@ -6,7 +6,8 @@
  * HVD_RENDEZVOUS_PORT, HVD_SECRET, HVD_JOB_ID), Open MPI
  * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), Slurm (SLURM_PROCID,
  * SLURM_NTASKS, SLURM_LOCALID), PMI (PMI_RANK, PMI_SIZE); with none of
- * them, a job of one. Values a source does not give are -1 and are
+ * them, a job of one. An elastic worker of hvdrun (HVD_ELASTIC=1,
+ * HVD_ELASTIC_WORKER) learns its rank and size from the rendezvous. Values a source does not give are -1 and are
  * computed from the host names the ranks exchange at init.
  */
 #ifndef HVD_API_DISCOVERY_H
@@ -33,6 +34,11 @@ typedef struct hvd_procinfo {
     char secret[256];
     uint8_t job_id[HVD_JOB_ID_LEN];
     int have_job_id;
+    /* An elastic job's worker (HVD_ELASTIC=1, HVD_ELASTIC_WORKER): rank,
+     * size, local and cross ranks are -1 until the rendezvous places it
+     * in a generation (hvd_setup_elastic_join). */
+    int elastic;
+    int worker;
 } hvd_procinfo;
 
 /*

@@ -123,6 +123,20 @@ void hvd_eng_fail_all(hvd_engine *eng, hvd_status status, const char *text) {
     }
 }
 
+int hvd_eng_peers_changed(hvd_status status) {
+    switch (status) {
+    case HVD_ERR_PEER_LOST:
+    case HVD_ERR_TIMEOUT:
+    case HVD_ERR_TRANSPORT:
+    case HVD_ERR_AUTH:
+    case HVD_ERR_SHUTDOWN:
+    case HVD_ERR_PEERS_CHANGED:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* The engine cannot go on: remembers why (for later submissions). */
 hvd_status hvd_eng_fail(hvd_engine *eng, hvd_status status) {
     pthread_mutex_lock(&hvd_eng_lock);
@@ -488,6 +502,10 @@ const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes) {
         ((bytes + 7) & ~(size_t)7) > eng->cfg.step_carry_bytes)
         return NULL;
     return eng->tp->ops->name;
+}
+
+void hvd_engine_mark_reset(hvd_engine *eng) {
+    __atomic_store_n(&eng->resetting, 1, __ATOMIC_RELEASE);
 }
 
 hvd_status hvd_engine_stop(hvd_engine *eng) {

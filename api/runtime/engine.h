@@ -46,6 +46,7 @@ typedef struct hvd_engine_config {
     int64_t timeout_ns;        /* bound on waiting for the others to stop */
     const char *timeline_path; /* NULL: no timeline (rank 0 only) */
     int timeline_mark_cycles;  /* CYCLE_START marks in it */
+    int elastic; /* a lost peer fails operations with PEERS_CHANGED */
     /* Device tensors: the GPU and NCCL settings, and the transport's
      * mem_types; the engine fills in rank, size, tp, its communicators
      * and the wake-up. */
@@ -129,6 +130,10 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
  * say goodbye), else why not.
  */
 hvd_status hvd_engine_stop(hvd_engine *eng);
+
+/* Before hvd_engine_stop for hvd_elastic_reset: what is still pending then
+ * fails with HVD_ERR_PEERS_CHANGED instead of HVD_ERR_SHUTDOWN. */
+void hvd_engine_mark_reset(hvd_engine *eng);
 
 /* The engine's data communicator (its paths and table are read-only once
  * the engine runs, so other threads may plan with it: hvd_coll_plan). */

@@ -470,6 +470,12 @@ void *hvd_eng_main(void *arg) {
     st = engine_loop(eng);
     if (st == HVD_OK)
         st = hvd_eng_dev_drain(eng);
+    if (st != HVD_OK && eng->cfg.elastic && hvd_eng_peers_changed(st))
+        st = hvd_error_set(HVD_ERR_PEERS_CHANGED,
+                           "the job's ranks changed (elastic): restore the "
+                           "last committed state and call hvd_elastic_reset "
+                           "(rank %d: %s)",
+                           eng->rank, hvd_error_get());
     if (st != HVD_OK) {
         hvd_eng_fail(eng, st);
         char text[HVD_ERROR_MAX];
@@ -479,10 +485,14 @@ void *hvd_eng_main(void *arg) {
         hvd_eng_fail_all(eng, st, text);
     } else {
         char text[160];
+        int reset = __atomic_load_n(&eng->resetting, __ATOMIC_ACQUIRE);
         snprintf(text, sizeof(text),
-                 "hvd shut down on rank %d before this operation ran",
+                 reset ? "the job is being re-formed (hvd_elastic_reset on "
+                         "rank %d) before this operation ran"
+                       : "hvd shut down on rank %d before this operation ran",
                  eng->rank);
-        hvd_eng_fail_all(eng, HVD_ERR_SHUTDOWN, text);
+        hvd_eng_fail_all(eng, reset ? HVD_ERR_PEERS_CHANGED : HVD_ERR_SHUTDOWN,
+                         text);
     }
     /* The GPU is released by the thread that used it. */
     hvd_devexec_destroy(eng->dev, eng->cfg.timeout_ns);

@@ -186,6 +186,7 @@ struct hvd_engine {
     int stop_seen;     /* the engine thread has taken stop_requested in */
     int finished;      /* the thread has left its loop */
     hvd_status failed; /* HVD_OK while healthy */
+    int resetting;     /* stopped for hvd_elastic_reset (atomic) */
     char failmsg[HVD_ERROR_MAX];
     hvd_status stop_status;
 
@@ -276,6 +277,10 @@ void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
 void hvd_eng_complete(hvd_engine *eng, hvd_request *req, hvd_status status,
                       const char *error);
 void hvd_eng_fail_all(hvd_engine *eng, hvd_status status, const char *text);
+
+/* 1 if status says a peer is gone or failed (what an elastic job reports
+ * as HVD_ERR_PEERS_CHANGED), 0 for this rank's own errors. */
+int hvd_eng_peers_changed(hvd_status status);
 hvd_status hvd_eng_fail(hvd_engine *eng, hvd_status status);
 void hvd_eng_swap_timeline(hvd_engine *eng);
 

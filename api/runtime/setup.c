@@ -16,6 +16,7 @@
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/base/memtype.h"
+#include "transport/job_generation.h"
 #include "transport/rendezvous.h"
 #include "transport/transport.h"
 
@@ -126,6 +127,13 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
 
     local_addr_out[0] = '\0';
     *via_mpi = 0;
+    if (s->elastic_bs != NULL) {
+        /* This generation's rendezvous connection (hvd_setup_elastic_join),
+         * kept open for hvdrun's notices. */
+        snprintf(local_addr_out, 64, "%s", s->elastic_addr);
+        *bs_out = s->elastic_bs;
+        return HVD_OK;
+    }
     if (info->rdv_port != 0) {
         if (info->secret[0] == '\0' || !info->have_job_id)
             return hvd_error_set(HVD_ERR_AUTH,
@@ -175,7 +183,9 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
 #endif
 }
 
-static void close_bootstrap(hvd_bootstrap *bs, int via_mpi) {
+static void close_bootstrap(hvd_setup *s, hvd_bootstrap *bs, int via_mpi) {
+    if (bs == s->elastic_bs)
+        return; /* hvd_setup_close closes it */
 #ifdef HVD_WITH_MPI
     if (via_mpi) {
         hvd_mpi_bootstrap_close(bs);
@@ -465,6 +475,8 @@ void hvd_setup_close(hvd_setup *s) {
         hvd_paths_clear(&s->paths);
     s->have_paths = 0;
     hvd_transport_choice_close(&s->tps);
+    hvd_rdv_client_close(s->elastic_bs);
+    s->elastic_bs = NULL;
 }
 
 void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
@@ -491,6 +503,7 @@ void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
     ec->timeout_ns = s->cfg.timeout_ns;
     ec->timeline_path = s->cfg.timeline[0] != '\0' ? s->cfg.timeline : NULL;
     ec->timeline_mark_cycles = s->cfg.timeline_mark_cycles;
+    ec->elastic = s->info.elastic;
     ec->dev.tp_mem_types = s->tp_mem_types;
     ec->dev.gpu.device = s->gpu_device;
     ec->dev.gpu.stage_bytes = s->cfg.gpu_stage_bytes;
@@ -623,8 +636,46 @@ out:
     free(all);
     free((void *)hosts);
     free(pids);
-    close_bootstrap(bs, via_mpi);
+    close_bootstrap(s, bs, via_mpi);
     return st;
+}
+
+hvd_status hvd_setup_elastic_join(hvd_setup *s) {
+    hvd_procinfo *info = &s->info;
+    hvd_rdv_assignment asg;
+    hvd_status st;
+
+    if (info->secret[0] == '\0' || !info->have_job_id)
+        return hvd_error_set(HVD_ERR_AUTH,
+                             "HVD_SECRET and HVD_JOB_ID must be set for an "
+                             "elastic job (hvdrun sets them)");
+    if (!s->have_elastic_job_id) {
+        memcpy(s->elastic_job_id, info->job_id, HVD_JOB_ID_LEN);
+        s->have_elastic_job_id = 1;
+    }
+    st = hvd_rdv_client_join(info->rdv_addr, info->rdv_port, info->worker,
+                             s->elastic_job_id, info->secret,
+                             s->cfg.elastic_timeout_ns, &s->elastic_bs,
+                             s->elastic_addr, &asg);
+    if (st != HVD_OK)
+        return st;
+    info->rank = asg.rank;
+    info->size = asg.size;
+    info->local_rank = asg.local_rank;
+    info->local_size = asg.local_size;
+    info->cross_rank = asg.cross_rank;
+    info->cross_size = asg.cross_size;
+    s->generation = asg.generation;
+    /* Transports and shared memory of this generation only. */
+    hvd_job_id_of_generation(s->elastic_job_id, asg.generation,
+                             info->job_id);
+    HVD_INFO("api", "worker %d: rank %d of %d in generation %u",
+             info->worker, info->rank, info->size, asg.generation);
+    return HVD_OK;
+}
+
+int hvd_setup_elastic_updates(hvd_setup *s) {
+    return s->elastic_bs != NULL ? hvd_rdv_client_updates(s->elastic_bs) : 0;
 }
 
 hvd_status hvd_setup_goodbye(hvd_setup *s) {

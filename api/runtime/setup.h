@@ -29,6 +29,15 @@ typedef struct hvd_setup {
     int nccl_have_id; /* nccl_id is rank 0's */
     uint8_t nccl_id[HVD_NCCL_ID_BYTES];
     unsigned tp_mem_types; /* what the primary carries (HVD_MEM_BIT) */
+    /* An elastic job (docs/elastic.md): this generation's rendezvous
+     * connection, open while it lives (hvdrun's notices come on it), the
+     * address it used, hvdrun's job id (info.job_id is the generation's)
+     * and the generation. */
+    hvd_bootstrap *elastic_bs;
+    char elastic_addr[64];
+    uint8_t elastic_job_id[HVD_JOB_ID_LEN];
+    int have_elastic_job_id;
+    uint32_t generation;
 } hvd_setup;
 
 /*
@@ -46,6 +55,17 @@ hvd_status hvd_setup_job(hvd_setup *s);
 
 /* The engine's configuration from the setup. */
 void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec);
+
+/*
+ * An elastic worker (info.elastic): joins the rendezvous's next generation
+ * and takes its place there (rank, size, local and cross ranks, the
+ * generation's job id). Bounded by HVD_ELASTIC_TIMEOUT_SECONDS.
+ */
+hvd_status hvd_setup_elastic_join(hvd_setup *s);
+
+/* Notices hvdrun pushed since the join (hvd_rdv_client_updates): 0 or
+ * more, -1 if the connection to hvdrun broke; 0 outside an elastic job. */
+int hvd_setup_elastic_updates(hvd_setup *s);
 
 /* Orderly goodbye on the transports (collective; after the engine
  * stopped). */

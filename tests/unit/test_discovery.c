@@ -318,6 +318,47 @@ static void horovod_aliases(void **state) {
     assert_string_equal(name, "HOROVOD_TIMELINE");
 }
 
+/* hvdrun's elastic worker: the rendezvous will place it; its id and the
+ * rendezvous are required, and a stale HVD_RANK does not count. */
+static void elastic(void **state) {
+    (void)state;
+    var v[] = {{"HVD_ELASTIC", "1"},
+               {"HVD_ELASTIC_WORKER", "7"},
+               {"HVD_RANK", "0"},
+               {"HVD_SIZE", "2"},
+               {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+               {"HVD_RENDEZVOUS_PORT", "4711"},
+               {"HVD_SECRET", "abc"},
+               {"HVD_JOB_ID", "00112233445566778899aabbccddeeff"},
+               {NULL, NULL}};
+    var no_worker[] = {{"HVD_ELASTIC", "1"},
+                       {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+                       {"HVD_RENDEZVOUS_PORT", "4711"},
+                       {NULL, NULL}};
+    var no_rdv[] = {{"HVD_ELASTIC", "1"},
+                    {"HVD_ELASTIC_WORKER", "0"},
+                    {NULL, NULL}};
+    var off[] = {{"HVD_ELASTIC", "0"}, {"HVD_ELASTIC_WORKER", "3"},
+                 {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_true(pi.elastic);
+    assert_int_equal(pi.worker, 7);
+    assert_int_equal(pi.rank, -1);
+    assert_int_equal(pi.size, -1);
+    assert_int_equal(pi.local_rank, -1);
+    assert_int_equal(pi.rdv_port, 4711);
+    assert_true(pi.have_job_id);
+    assert_int_equal(discover(no_worker, &pi), HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(hvd_error_get(), "HVD_ELASTIC_WORKER"));
+    assert_int_equal(discover(no_rdv, &pi), HVD_ERR_INVALID_ARG);
+    assert_non_null(strstr(hvd_error_get(), "HVD_RENDEZVOUS_ADDR"));
+    assert_int_equal(discover(off, &pi), HVD_OK);
+    assert_false(pi.elastic);
+    assert_string_equal(pi.source, "single");
+}
+
 static void env_parsers(void **state) {
     (void)state;
     uint64_t b;
@@ -348,6 +389,7 @@ int main(void) {
         cmocka_unit_test(config_defaults_and_values),
         cmocka_unit_test(config_malformed),
         cmocka_unit_test(horovod_aliases),
+        cmocka_unit_test(elastic),
         cmocka_unit_test(env_parsers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,15 @@
+# Elastic jobs end to end (run_elastic.sh): test_elastic under hvdrun's
+# elastic mode while workers are killed (20 times), a host is added and
+# removed by the discovery script, and the job falls below --min-np.
+add_executable(test_elastic ${CMAKE_CURRENT_SOURCE_DIR}/test_elastic.c)
+target_link_libraries(test_elastic PRIVATE hvd Threads::Threads m)
+target_include_directories(test_elastic PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_elastic PRIVATE ${HVD_WARNINGS})
+
+foreach(case kills min-np grow)
+  add_test(NAME integration.elastic.${case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_elastic.sh
+                   $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_elastic> ${case})
+  set_tests_properties(integration.elastic.${case} PROPERTIES
+                       LABELS "integration;elastic" TIMEOUT 300)
+endforeach()
