@@ -141,8 +141,9 @@ static hvd_status init_locked(void) {
          * the launcher waited for); one while connecting peers is not. */
         if (st == HVD_ERR_TIMEOUT && g.job.info.rank < 0)
             break;
-        HVD_INFO("api", "worker %d: generation lost a member while it was "
-                        "set up (%s); joining the next",
+        HVD_INFO("api",
+                 "worker %d: generation lost a member while it was "
+                 "set up (%s); joining the next",
                  g.job.info.worker, hvd_error_get());
         st = init_once();
         tries++;

@@ -14,9 +14,9 @@
 
 #include "transport/transport.h"
 
-static inline void hvd_job_id_of_generation(const uint8_t job_id[HVD_JOB_ID_LEN],
-                                            uint32_t generation,
-                                            uint8_t out[HVD_JOB_ID_LEN]) {
+static inline void
+hvd_job_id_of_generation(const uint8_t job_id[HVD_JOB_ID_LEN],
+                         uint32_t generation, uint8_t out[HVD_JOB_ID_LEN]) {
     memcpy(out, job_id, HVD_JOB_ID_LEN);
     for (int i = 0; i < 4; i++)
         out[HVD_JOB_ID_LEN - 1 - i] ^= (uint8_t)(generation >> (8 * i));

@@ -785,6 +785,12 @@ int hvd_rdv_server_waiting(const hvd_rdv_server *srv) {
     return n;
 }
 
+int hvd_rdv_server_worker_waiting(const hvd_rdv_server *srv, int worker) {
+    return srv->elastic && worker >= 0 && worker < srv->max_workers &&
+           srv->workers[worker].state == W_ADDED &&
+           srv->workers[worker].waiting;
+}
+
 void hvd_rdv_server_end(hvd_rdv_server *srv, const char *why) {
     if (!srv->elastic)
         return;

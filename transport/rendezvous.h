@@ -125,6 +125,8 @@ void hvd_rdv_server_remove_worker(hvd_rdv_server *srv, int worker,
 uint32_t hvd_rdv_server_generation(const hvd_rdv_server *srv);
 int hvd_rdv_server_workers(const hvd_rdv_server *srv);
 int hvd_rdv_server_waiting(const hvd_rdv_server *srv);
+/* 1 if worker is added, not removed, and waiting to join. */
+int hvd_rdv_server_worker_waiting(const hvd_rdv_server *srv, int worker);
 
 /* Where a worker was placed in a generation. */
 typedef struct hvd_rdv_assignment {

@@ -16,29 +16,29 @@
 #include "transport/base/env.h"
 
 typedef struct hvd_config {
-    char transport[16];       /* HVD_TRANSPORT: auto, tcp, ... */
-    char hostname[64];        /* HVD_HOSTNAME, "" = gethostname() */
-    int64_t timeout_ns;       /* HVD_TIMEOUT_SECONDS */
-    int64_t start_timeout_ns; /* HVD_START_TIMEOUT_SECONDS */
+    char transport[16];         /* HVD_TRANSPORT: auto, tcp, ... */
+    char hostname[64];          /* HVD_HOSTNAME, "" = gethostname() */
+    int64_t timeout_ns;         /* HVD_TIMEOUT_SECONDS */
+    int64_t start_timeout_ns;   /* HVD_START_TIMEOUT_SECONDS */
     int64_t elastic_timeout_ns; /* HVD_ELASTIC_TIMEOUT_SECONDS */
-    hvd_comm_config comm;     /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
-                                 HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
-    int chunk_forced;         /* HVD_CHUNK_BYTES was set */
-    char tuning_file[512];    /* HVD_TUNING_FILE */
-    size_t fusion_threshold;  /* HVD_FUSION_THRESHOLD */
-    size_t fusion_tensor_max; /* HVD_FUSION_TENSOR_MAX */
-    size_t step_carry_bytes;  /* HVD_STEP_CARRY_BYTES */
-    int caller_progress;      /* HVD_CALLER_PROGRESS */
-    int spin_us;              /* HVD_SPIN_US; -1: chosen by the job */
-    int cache_capacity;       /* HVD_CACHE_CAPACITY */
-    int cycle_time_ms;        /* HVD_CYCLE_TIME_MS */
-    int stall_check_s;        /* HVD_STALL_CHECK_SECONDS */
-    int stall_shutdown_s;     /* HVD_STALL_SHUTDOWN_SECONDS */
-    char timeline[512];       /* HVD_TIMELINE */
-    int timeline_mark_cycles; /* HVD_TIMELINE_MARK_CYCLES: 0 or 1 */
-    int gpu_device;           /* HVD_GPU_DEVICE, -1: the local rank */
-    size_t gpu_stage_bytes;   /* HVD_GPU_STAGE_BYTES (same everywhere) */
-    int gpu_stage_depth;      /* HVD_GPU_STAGE_DEPTH */
+    hvd_comm_config comm;       /* HVD_CHUNK_BYTES, HVD_PIPELINE_DEPTH,
+                                   HVD_ALGORITHM, HVD_BCAST_ALGORITHM */
+    int chunk_forced;           /* HVD_CHUNK_BYTES was set */
+    char tuning_file[512];      /* HVD_TUNING_FILE */
+    size_t fusion_threshold;    /* HVD_FUSION_THRESHOLD */
+    size_t fusion_tensor_max;   /* HVD_FUSION_TENSOR_MAX */
+    size_t step_carry_bytes;    /* HVD_STEP_CARRY_BYTES */
+    int caller_progress;        /* HVD_CALLER_PROGRESS */
+    int spin_us;                /* HVD_SPIN_US; -1: chosen by the job */
+    int cache_capacity;         /* HVD_CACHE_CAPACITY */
+    int cycle_time_ms;          /* HVD_CYCLE_TIME_MS */
+    int stall_check_s;          /* HVD_STALL_CHECK_SECONDS */
+    int stall_shutdown_s;       /* HVD_STALL_SHUTDOWN_SECONDS */
+    char timeline[512];         /* HVD_TIMELINE */
+    int timeline_mark_cycles;   /* HVD_TIMELINE_MARK_CYCLES: 0 or 1 */
+    int gpu_device;             /* HVD_GPU_DEVICE, -1: the local rank */
+    size_t gpu_stage_bytes;     /* HVD_GPU_STAGE_BYTES (same everywhere) */
+    int gpu_stage_depth;        /* HVD_GPU_STAGE_DEPTH */
 } hvd_config;
 
 /* Defaults, then the variables get() returns, the runtime's and every

@@ -7,8 +7,9 @@
  * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), Slurm (SLURM_PROCID,
  * SLURM_NTASKS, SLURM_LOCALID), PMI (PMI_RANK, PMI_SIZE); with none of
  * them, a job of one. An elastic worker of hvdrun (HVD_ELASTIC=1,
- * HVD_ELASTIC_WORKER) learns its rank and size from the rendezvous. Values a source does not give are -1 and are
- * computed from the host names the ranks exchange at init.
+ * HVD_ELASTIC_WORKER) learns its rank and size from the rendezvous. Values a
+ * source does not give are -1 and are computed from the host names the ranks
+ * exchange at init.
  */
 #ifndef HVD_API_DISCOVERY_H
 #define HVD_API_DISCOVERY_H

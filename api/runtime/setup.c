@@ -667,10 +667,9 @@ hvd_status hvd_setup_elastic_join(hvd_setup *s) {
     info->cross_size = asg.cross_size;
     s->generation = asg.generation;
     /* Transports and shared memory of this generation only. */
-    hvd_job_id_of_generation(s->elastic_job_id, asg.generation,
-                             info->job_id);
-    HVD_INFO("api", "worker %d: rank %d of %d in generation %u",
-             info->worker, info->rank, info->size, asg.generation);
+    hvd_job_id_of_generation(s->elastic_job_id, asg.generation, info->job_id);
+    HVD_INFO("api", "worker %d: rank %d of %d in generation %u", info->worker,
+             info->rank, info->size, asg.generation);
     return HVD_OK;
 }
 

@@ -11,6 +11,9 @@
 #            job with hvdrun's message and status 1.
 #   grow     a discovery script: localhost:2, then 127.0.0.1:1 added (the
 #            job grows to 3), then removed (back to 2).
+#   laggard  3 workers, one stopped (SIGSTOP): the others time out on it
+#            (HVD_TIMEOUT_SECONDS=3), rejoin, and after --elastic-timeout
+#            hvdrun stops the one that did not; training goes on.
 # Every wait is bounded; the job runs under timeout(1).
 set -u
 
@@ -152,6 +155,24 @@ grow)
     finish_job 0
     npass=$(count "PASS elastic .* size 2 ")
     [ "$npass" -eq 2 ] || fail "$npass PASS lines of size 2"
+    grep "PASS elastic" "$out"
+    ;;
+laggard)
+    HVD_TIMEOUT_SECONDS=3 start_job -np 3 --min-np 2 --max-np 3 \
+        --elastic-timeout 3 \
+        -- "$prog" --stop-file "$dir/stop" --pace-us 2000 --commit 10
+    wait_lines 2 60 "^\[w[0-9]*\] ELASTIC" || fail "the job did not start"
+    mapfile -t pids < <(workers)
+    before=$(count "^\[w[0-9]*\] ELASTIC")
+    kill -STOP "${pids[1]}"
+    wait_lines "$before" 60 "^\[w[0-9]*\] ELASTIC" ||
+        fail "training did not resume without the stopped worker"
+    grep -q "did not rejoin within --elastic-timeout" "$out" ||
+        fail "no message about the worker that did not rejoin"
+    grep "did not rejoin" "$out"
+    touch "$dir/stop"
+    finish_job 0
+    grep -q "^\[w[0-9]*\] PASS elastic" "$out" || fail "no PASS line"
     grep "PASS elastic" "$out"
     ;;
 *)

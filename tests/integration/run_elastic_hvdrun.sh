@@ -55,13 +55,13 @@ contains "its message is shown" "$msg" "broken"
 out=$(timeout 30 "$hvdrun" --min-np 2 -np 2 sh -c \
     'echo "$HVD_ELASTIC $HVD_ELASTIC_WORKER $HVD_HOSTNAME ${HVD_RANK-unset}" \
           "${HVD_SIZE-unset} $HVD_ELASTIC_TIMEOUT_SECONDS"' 2>/dev/null | sort)
-check "worker environment" "[w0] 1 0 localhost unset unset 600
-[w1] 1 1 localhost unset unset 600" "$out"
+check "worker environment" "[w0] 1 0 localhost unset unset 1210
+[w1] 1 1 localhost unset unset 1210" "$out"
 out=$(timeout 30 "$hvdrun" --min-np 1 -np 1 --elastic-timeout 7 sh -c \
     'test -n "$HVD_SECRET" && test -n "$HVD_JOB_ID" &&
      test -n "$HVD_RENDEZVOUS_ADDR" && test -n "$HVD_RENDEZVOUS_PORT" &&
      echo "rdv ok $HVD_ELASTIC_TIMEOUT_SECONDS"' 2>/dev/null)
-check "rendezvous variables and --elastic-timeout" "[w0] rdv ok 7" "$out"
+check "rendezvous variables and --elastic-timeout" "[w0] rdv ok 24" "$out"
 
 # (6) A worker exiting 0 ends the job with 0, the others included.
 timeout 60 "$hvdrun" --min-np 1 -np 2 sh -c \

@@ -106,8 +106,7 @@ int main(int argc, char **argv) {
     st = hvd_init();
     if (st != HVD_OK) {
         printf("FAIL elastic worker %s: hvd_init: %s: %s\n",
-               getenv("HVD_ELASTIC_WORKER"), status_name(st),
-               hvd_last_error());
+               getenv("HVD_ELASTIC_WORKER"), status_name(st), hvd_last_error());
         return 1;
     }
     /* A worker that joins a running job takes rank 0's state. */
@@ -132,9 +131,10 @@ int main(int argc, char **argv) {
     for (;;) {
         int rank = hvd_rank(), size = hvd_size();
         for (int i = 0; i < N; i++)
-            buf[i] = cur.x[i] + f(cur.step, i) + (rank - (size - 1) / 2.0) * g(i);
-        buf[N] = rank == 0 && file_exists(stop_file) &&
-                 cur.step + 1 >= min_steps;
+            buf[i] =
+                cur.x[i] + f(cur.step, i) + (rank - (size - 1) / 2.0) * g(i);
+        buf[N] =
+            rank == 0 && file_exists(stop_file) && cur.step + 1 >= min_steps;
         buf[N + 1] = hvd_elastic_hosts_updated();
         st = hvd_allreduce("elastic.step", buf, buf, N + 2, HVD_FLOAT64,
                            HVD_SUM);

@@ -335,11 +335,10 @@ static void elastic(void **state) {
                        {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
                        {"HVD_RENDEZVOUS_PORT", "4711"},
                        {NULL, NULL}};
-    var no_rdv[] = {{"HVD_ELASTIC", "1"},
-                    {"HVD_ELASTIC_WORKER", "0"},
-                    {NULL, NULL}};
-    var off[] = {{"HVD_ELASTIC", "0"}, {"HVD_ELASTIC_WORKER", "3"},
-                 {NULL, NULL}};
+    var no_rdv[] = {
+        {"HVD_ELASTIC", "1"}, {"HVD_ELASTIC_WORKER", "0"}, {NULL, NULL}};
+    var off[] = {
+        {"HVD_ELASTIC", "0"}, {"HVD_ELASTIC_WORKER", "3"}, {NULL, NULL}};
     hvd_procinfo pi;
 
     assert_int_equal(discover(v, &pi), HVD_OK);

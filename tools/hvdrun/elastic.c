@@ -51,10 +51,11 @@
  *    other slot cools down or is blacklisted forever): exit status 1;
  *  - a generation above 1 + --reset-limit: exit status 1;
  *  - some workers wait to join a generation that the others do not join:
- *    after --elastic-timeout hvdrun says so (the waiting workers' own
- *    join times out then), after twice that it ends the job, exit status 1
- *    (the server reports how many wait, not which, so hvdrun cannot stop
- *    just the laggards);
+ *    after --elastic-timeout hvdrun stops the others (hung, or stuck
+ *    outside hvd), so the generation forms without them; if that still
+ *    does not happen, after twice that it ends the job, exit status 1.
+ *    Workers wait to be placed for 2 x --elastic-timeout + 10 s
+ *    (HVD_ELASTIC_TIMEOUT_SECONDS), longer than hvdrun takes to decide;
  *  - --timeout: 124; a signal to hvdrun: 128+N (passed on to the workers,
  *    a second one kills them).
  * Ending the job ends the server with the sentence said, stops every
@@ -994,9 +995,21 @@ static void check_policy(struct job *job, int64_t now) {
         if (el->partial_since == 0)
             el->partial_since = now;
         if (!el->said_partial && now >= el->partial_since + t) {
-            say("%d of %d workers have waited %ld s (--elastic-timeout) for "
-                "the others to rejoin",
-                waiting, workers, opt->elastic_timeout_s);
+            /* The others may be hung: they are stopped, and the
+             * generation forms without them (if --min-np allows). */
+            snprintf(why, sizeof(why),
+                     "did not rejoin within --elastic-timeout (%ld s) while "
+                     "%d of %d workers waited for it",
+                     opt->elastic_timeout_s, waiting, workers);
+            for (int i = 0; i < el->nworkers; i++) {
+                struct worker *w = el->workers[i];
+                if (w->r.state == RANK_RUNNING && !w->stopped &&
+                    !hvd_rdv_server_worker_waiting(job->srv, w->r.index)) {
+                    say("worker %d on %s %s", w->r.index, w->host->h.name,
+                        why);
+                    stop_worker(job, w, SIGTERM, why, now);
+                }
+            }
             el->said_partial = 1;
         }
         if (now >= el->partial_since + 2 * t) {
@@ -1272,9 +1285,12 @@ int elastic_setup(struct job *job) {
      * would be wrong. */
     for (size_t k = 0; k < ARRAY_LEN(job_vars); k++)
         env_unset(&job->env, job_vars[k]);
+    /* A worker waits to be placed longer than hvdrun waits before it
+     * acts (stops the workers that do not rejoin, or ends the job), so
+     * the decision is hvdrun's, not a race between the two clocks. */
     if (env_set(&job->env, "HVD_ELASTIC", "1") != 0 ||
         env_set_int(&job->env, "HVD_ELASTIC_TIMEOUT_SECONDS",
-                    opt->elastic_timeout_s) != 0)
+                    2 * opt->elastic_timeout_s + 10) != 0)
         goto no_memory;
 
     /* The hosts. */

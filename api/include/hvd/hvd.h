@@ -48,7 +48,7 @@ extern "C" {
     X(HVD_ERR_NO_MEMORY, "out of memory")                                      \
     X(HVD_ERR_UNSUPPORTED, "not supported by this build or machine")           \
     X(HVD_ERR_SHUTDOWN, "hvd was shut down or failed earlier")                 \
-    X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")          \
+    X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")            \
     X(HVD_ERR_PEERS_CHANGED,                                                   \
       "the job's ranks changed (elastic): restore your state and call "        \
       "hvd_elastic_reset")
