@@ -1005,8 +1005,7 @@ static void check_policy(struct job *job, int64_t now) {
                 struct worker *w = el->workers[i];
                 if (w->r.state == RANK_RUNNING && !w->stopped &&
                     !hvd_rdv_server_worker_waiting(job->srv, w->r.index)) {
-                    say("worker %d on %s %s", w->r.index, w->host->h.name,
-                        why);
+                    say("worker %d on %s %s", w->r.index, w->host->h.name, why);
                     stop_worker(job, w, SIGTERM, why, now);
                 }
             }
