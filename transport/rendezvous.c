@@ -1016,7 +1016,13 @@ static void conn_read(hvd_rdv_server *srv, rconn *c) {
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            if (srv->elastic && errno == ECONNRESET) {
+                /* A worker that resets closes its connection with
+                 * notices unread: the kernel resets it. */
+                HVD_DEBUG("rdv", "worker %d at %s closed its connection",
+                          c->worker, c->name);
+                conn_close(srv, c);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 HVD_WARN("rdv", "%s %d at %s: recv() failed: %s",
                          srv->elastic ? "worker" : "rank",
                          srv->elastic ? c->worker : c->rank, c->name,

@@ -5,6 +5,8 @@
 #   run_python.sh HVDRUN PYTHON LIBHVD NP MODULES ARGS...
 #
 # MODULES: the modules ARGS need, comma-separated (e.g. torch,numpy,pytest).
+# HVD_TEST_HVDRUN_ARGS: more hvdrun options (e.g. "--min-np 2"), split on
+# blanks.
 # Exit status: the run's (hvdrun gives a failed rank's), or 77 (skip) when
 # PYTHON or one of MODULES is missing, or libhvd is a ThreadSanitizer build.
 if [ $# -lt 6 ]; then
@@ -62,4 +64,5 @@ HVD_STALL_SHUTDOWN_SECONDS=${HVD_STALL_SHUTDOWN_SECONDS:-30}
 HVD_START_TIMEOUT_SECONDS=${HVD_START_TIMEOUT_SECONDS:-60}
 export HVD_LIBRARY PYTHONPATH PYTHONDONTWRITEBYTECODE \
     HVD_STALL_SHUTDOWN_SECONDS HVD_START_TIMEOUT_SECONDS
-exec timeout 240 "$hvdrun" -np "$np" -- "$@"
+# shellcheck disable=SC2086
+exec timeout 240 "$hvdrun" -np "$np" ${HVD_TEST_HVDRUN_ARGS:-} -- "$@"
