@@ -11,7 +11,8 @@ target_compile_options(test_multihost PRIVATE ${HVD_WARNINGS})
 
 add_test(NAME integration.multihost
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/run_multihost.sh
-                 $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_multihost>)
+                 $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_multihost>
+                 $<TARGET_FILE:test_elastic>)
 set_tests_properties(integration.multihost PROPERTIES
                      LABELS "integration;multihost" TIMEOUT 300
                      SKIP_RETURN_CODE 77)

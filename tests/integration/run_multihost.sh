@@ -4,7 +4,7 @@
 # different host names). hvdrun runs in host A: A's two ranks are forked,
 # B's two are started over ssh.
 #
-# Usage: run_multihost.sh HVDRUN TEST_MULTIHOST
+# Usage: run_multihost.sh HVDRUN TEST_MULTIHOST [TEST_ELASTIC]
 #
 # Needs root, ip netns, /usr/sbin/sshd, ssh, ssh-keygen and unshare;
 # without them it exits 77 (skipped). Everything it makes is named after
@@ -16,19 +16,22 @@
 # host), it checks the remote side of hvdrun: a remote rank's status, the
 # teardown of remote ranks when a local one fails and when hvdrun is
 # killed, the message when ssh cannot connect, and that the job secret is
-# on no command line.
+# on no command line. With TEST_ELASTIC, an elastic job across the two
+# hosts too: host B added to the discovery script's output grows the job
+# from 2 to 4 workers, removed shrinks it back to 2 (docs/elastic.md).
 set -u
 
 prefix=hvd-mh
 addr_a=10.47.0.1
 addr_b=10.47.0.2
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 HVDRUN TEST_MULTIHOST" >&2
+if [ $# -ne 2 ] && [ $# -ne 3 ]; then
+    echo "usage: $0 HVDRUN TEST_MULTIHOST [TEST_ELASTIC]" >&2
     exit 2
 fi
 hvdrun=$1
 test_prog=$2
+elastic_prog=${3:-}
 
 NETNS_LIB=$(cd "$(dirname "$0")" && pwd)/netns.sh
 . "$NETNS_LIB"
@@ -273,6 +276,47 @@ case $out in
     check "ssh failure message" ok ok ;;
 *) check "ssh failure message" "cannot start rank 1 on $addr_b: ssh exited with status 255 (...)" "$out" ;;
 esac
+
+# ---- an elastic job: host B joins the discovery output, then leaves ----
+# Polls (at most 60 s) until the job's output has more than $1 lines
+# matching $2.
+more_lines() {
+    n=0
+    while [ "$(grep -c -- "$2" "$dir/elastic.out")" -le "$1" ]; do
+        n=$((n + 1))
+        [ $n -gt 600 ] && return 1
+        sleep 0.1
+    done
+    return 0
+}
+if [ -n "$elastic_prog" ]; then
+    printf '%s:2\n' $addr_a >"$dir/hosts"
+    printf '#!/bin/sh\ncat %s\n' "$dir/hosts" >"$dir/discover.sh"
+    chmod +x "$dir/discover.sh"
+    in_a timeout 200 "$hvdrun" --min-np 2 --max-np 4 --elastic-timeout 60 \
+        --host-discovery-script "$dir/discover.sh" \
+        --network-interface "hvd-a-$$" $ssh_opts \
+        "$elastic_prog" --stop-file "$dir/stop" --pace-us 2000 \
+        >"$dir/elastic.out" 2>&1 &
+    job=$!
+    ok=1
+    more_lines 1 "ELASTIC .* size 2 " || ok=0
+    check "elastic: 2 workers on host A" 1 $ok
+    printf '%s:2\n%s:2\n' $addr_a $addr_b >"$dir/hosts"
+    more_lines 3 "ELASTIC .* size 4 " || ok=0
+    check "elastic: host B added, 4 workers" 1 $ok
+    before=$(grep -c "ELASTIC .* size 2 " "$dir/elastic.out")
+    printf '%s:2\n' $addr_a >"$dir/hosts"
+    more_lines $((before + 1)) "ELASTIC .* size 2 " || ok=0
+    check "elastic: host B removed, 2 workers" 1 $ok
+    touch "$dir/stop"
+    wait $job
+    check "elastic job's status" 0 $?
+    check "elastic: PASS lines of size 2" 2 \
+        "$(grep -c "PASS elastic .* size 2 " "$dir/elastic.out")"
+    check "elastic: no remote worker left" 1 "$(gone "$elastic_prog.*")"
+    [ $fails -eq 0 ] || tail -n 60 "$dir/elastic.out"
+fi
 
 [ $fails -eq 0 ] && echo "run_multihost: PASS" && exit 0
 echo "run_multihost: $fails FAILED"

@@ -383,8 +383,24 @@ int spawn_rank(struct job *job, struct rank *r) {
     return rc;
 }
 
+/* 1 if -x names the variable name. */
+static int exported(const struct job *job, const char *name) {
+    size_t len = strlen(name);
+
+    for (int k = 0; k < job->opt->nexports; k++)
+        if (strncmp(job->opt->exports[k], name, len) == 0 &&
+            (job->opt->exports[k][len] == '\0' ||
+             job->opt->exports[k][len] == '='))
+            return 1;
+    return 0;
+}
+
 /* Elastic: starts worker r (r->index is its worker id) on r->host, with
- * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set. */
+ * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set. --network-interface
+ * names this machine's interface: hosts the discovery script adds later
+ * may name theirs otherwise, so a remote worker gets no HVD_IFACE from it
+ * and listens where it reached the rendezvous from (-x HVD_IFACE=... sets
+ * one for every worker). */
 int spawn_worker(struct job *job, struct rank *r, const char *hostname) {
     struct strv args = {0};
     int rc;
@@ -396,7 +412,13 @@ int spawn_worker(struct job *job, struct rank *r, const char *hostname) {
     }
     if (!r->remote)
         return launch(job, r, NULL);
-    if (ssh_argv(job, r, &args) != 0) {
+    int drop_iface = job->opt->iface != NULL && !exported(job, "HVD_IFACE");
+    if (drop_iface)
+        env_unset(&job->env, "HVD_IFACE");
+    rc = ssh_argv(job, r, &args);
+    if (drop_iface && env_set(&job->env, "HVD_IFACE", job->opt->iface) != 0)
+        rc = -1;
+    if (rc != 0) {
         say("cannot start worker %d: out of memory", r->index);
         strv_free(&args);
         return -1;
