@@ -4,7 +4,8 @@
 #
 #   run_neighbours.sh HVDRUN TEST_SOAK
 #
-# Eight rounds; in each, two 3-rank jobs start at the same moment and run
+# HVD_NEIGHBOUR_ROUNDS rounds (8; the sanitizer builds run 3); in each,
+# two 3-rank jobs start at the same moment and run
 # 300 mixed operations each (allreduce, broadcast, allgather), from
 # different seeds: the two jobs use the same names for different
 # operations, so a connection across the jobs would fail a job or a check.
@@ -34,7 +35,7 @@ soak=$2
 prefix=hvd-nb
 ifname=hvdnb0
 addr=10.48.4.1
-rounds=8
+rounds=${HVD_NEIGHBOUR_ROUNDS:-8}
 
 for tool in timeout python3; do
     if ! command -v $tool >/dev/null 2>&1; then
