@@ -7,6 +7,8 @@
 #            job ends when the script says so and every rank's result
 #            equals a fault-free run's (checked by the workers); prints
 #            the time from each kill to training again.
+#   shrink   4 workers, one killed: no cooldown, so its slot is not used
+#            again and the job goes on with 3 (Horovod's default).
 #   min-np   3 workers, --min-np 3 and no replacement: one kill ends the
 #            job with hvdrun's message and status 1.
 #   grow     a discovery script: localhost:2, then 127.0.0.1:1 added (the
@@ -123,6 +125,21 @@ kills)
     worst=$(echo "$sorted" | tail -n 1)
     echo "kill to training again: median $median ms, worst $worst ms" \
         "(20 kills, 4 workers)"
+    grep "PASS elastic" "$out"
+    ;;
+shrink)
+    start_job -np 4 --min-np 2 --max-np 4 --elastic-timeout 60 \
+        -- "$prog" --stop-file "$dir/stop" --pace-us 2000 --commit 10
+    wait_lines 3 60 "^\[w[0-9]*\] ELASTIC" || fail "the job did not start"
+    mapfile -t pids < <(workers)
+    kill -KILL "${pids[2]}"
+    wait_lines 2 60 "ELASTIC .* size 3 " || fail "the job did not go on with 3"
+    echo "went on with 3 workers"
+    touch "$dir/stop"
+    finish_job 0
+    npass=$(count "PASS elastic .* size 3 ")
+    [ "$npass" -eq 3 ] || fail "$npass PASS lines of size 3"
+    grep "its slot is not used again" "$out"
     grep "PASS elastic" "$out"
     ;;
 min-np)

@@ -18,7 +18,8 @@
 # killed, the message when ssh cannot connect, and that the job secret is
 # on no command line. With TEST_ELASTIC, an elastic job across the two
 # hosts too: host B added to the discovery script's output grows the job
-# from 2 to 4 workers, removed shrinks it back to 2 (docs/elastic.md).
+# from 2 to 4 workers, removed shrinks it back to 2, added back grows it
+# to 4 again (docs/elastic.md).
 set -u
 
 prefix=hvd-mh
@@ -309,11 +310,15 @@ if [ -n "$elastic_prog" ]; then
     printf '%s:2\n' $addr_a >"$dir/hosts"
     more_lines $((before + 1)) "ELASTIC .* size 2 " || ok=0
     check "elastic: host B removed, 2 workers" 1 $ok
+    before=$(grep -c "ELASTIC .* size 4 " "$dir/elastic.out")
+    printf '%s:2\n%s:2\n' $addr_a $addr_b >"$dir/hosts"
+    more_lines $((before + 3)) "ELASTIC .* size 4 " || ok=0
+    check "elastic: host B back, 4 workers" 1 $ok
     touch "$dir/stop"
     wait $job
     check "elastic job's status" 0 $?
-    check "elastic: PASS lines of size 2" 2 \
-        "$(grep -c "PASS elastic .* size 2 " "$dir/elastic.out")"
+    check "elastic: PASS lines of size 4" 4 \
+        "$(grep -c "PASS elastic .* size 4 " "$dir/elastic.out")"
     check "elastic: no remote worker left" 1 "$(gone "$elastic_prog.*")"
     [ $fails -eq 0 ] || tail -n 60 "$dir/elastic.out"
 fi
