@@ -135,12 +135,12 @@ static hvd_status init_locked(void) {
     hvd_status st = init_once();
     int tries = 1;
 
-    while (st != HVD_OK && g.job.info.elastic && join_again(st) &&
-           tries < ELASTIC_MAX_TRIES) {
-        /* A timeout of the join itself is final (the sentence says what
-         * the launcher waited for); one while connecting peers is not. */
-        if (st == HVD_ERR_TIMEOUT && g.job.info.rank < 0)
-            break;
+    /* A failure of the join itself (no rank yet) is final: the server
+     * was not reached within HVD_ELASTIC_TIMEOUT_SECONDS, went away, or
+     * said why (the sentence tells); only a generation that failed while
+     * it was set up is worth joining again. */
+    while (st != HVD_OK && g.job.info.elastic && g.job.info.rank >= 0 &&
+           join_again(st) && tries < ELASTIC_MAX_TRIES) {
         HVD_INFO("api",
                  "worker %d: generation lost a member while it was "
                  "set up (%s); joining the next",
@@ -148,8 +148,8 @@ static hvd_status init_locked(void) {
         st = init_once();
         tries++;
     }
-    if (st != HVD_OK && g.job.info.elastic && join_again(st) &&
-        st != HVD_ERR_TIMEOUT) {
+    if (st != HVD_OK && g.job.info.elastic && g.job.info.rank >= 0 &&
+        join_again(st) && st != HVD_ERR_TIMEOUT) {
         char text[HVD_ERROR_MAX];
         snprintf(text, sizeof(text), "%s", hvd_error_get());
         st = hvd_error_set(HVD_ERR_PEERS_CHANGED, "%s", text);

@@ -16,6 +16,9 @@
 #   laggard  3 workers, one stopped (SIGSTOP): the others time out on it
 #            (HVD_TIMEOUT_SECONDS=3), rejoin, and after --elastic-timeout
 #            hvdrun stops the one that did not; training goes on.
+#   no-server  a worker whose rendezvous is not there (hvdrun gone):
+#            hvd_init fails once its join times out (1 s), with the
+#            connect error, not after 64 joins nor as PEERS_CHANGED.
 # Every wait is bounded; the job runs under timeout(1).
 set -u
 
@@ -191,6 +194,23 @@ laggard)
     finish_job 0
     grep -q "^\[w[0-9]*\] PASS elastic" "$out" || fail "no PASS line"
     grep "PASS elastic" "$out"
+    ;;
+no-server)
+    # A port nobody listens on: bind one, then let it go.
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    t0=$(now_ms)
+    HVD_ELASTIC=1 HVD_ELASTIC_WORKER=0 HVD_ELASTIC_TIMEOUT_SECONDS=1 \
+        HVD_RENDEZVOUS_ADDR=127.0.0.1 HVD_RENDEZVOUS_PORT=$port \
+        HVD_SECRET=elastic-test HVD_JOB_ID=00112233445566778899aabbccddeeff \
+        timeout -k 5 30 "$prog" --stop-file "$dir/never" >"$out" 2>&1
+    status=$?
+    t1=$(now_ms)
+    [ "$status" = 1 ] || fail "the worker exited with $status, expected 1"
+    [ $((t1 - t0)) -lt 10000 ] || fail "hvd_init took $((t1 - t0)) ms"
+    grep -q "FAIL elastic worker 0: hvd_init: HVD_ERR_TRANSPORT" "$out" ||
+        fail "no HVD_ERR_TRANSPORT from hvd_init"
+    grep "FAIL elastic" "$out"
+    echo "hvd_init failed after $((t1 - t0)) ms"
     ;;
 *)
     echo "unknown case $case_name" >&2
