@@ -791,6 +791,12 @@ int hvd_rdv_server_worker_waiting(const hvd_rdv_server *srv, int worker) {
            srv->workers[worker].waiting;
 }
 
+int hvd_rdv_server_worker_member(const hvd_rdv_server *srv, int worker) {
+    return srv->elastic && worker >= 0 && worker < srv->max_workers &&
+           srv->workers[worker].state == W_ADDED &&
+           srv->workers[worker].rank >= 0 && !srv->gen_dead;
+}
+
 void hvd_rdv_server_end(hvd_rdv_server *srv, const char *why) {
     if (!srv->elastic)
         return;

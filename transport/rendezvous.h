@@ -127,6 +127,10 @@ int hvd_rdv_server_workers(const hvd_rdv_server *srv);
 int hvd_rdv_server_waiting(const hvd_rdv_server *srv);
 /* 1 if worker is added, not removed, and waiting to join. */
 int hvd_rdv_server_worker_waiting(const hvd_rdv_server *srv, int worker);
+/* 1 if worker is a member of the current generation and no member has
+ * left it: it is setting up or training, and rejoins when it resets (at a
+ * commit after a notice), not because it lags. */
+int hvd_rdv_server_worker_member(const hvd_rdv_server *srv, int worker);
 
 /* Where a worker was placed in a generation. */
 typedef struct hvd_rdv_assignment {

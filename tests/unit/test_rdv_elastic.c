@@ -259,9 +259,14 @@ static void notices(void **state) {
 
     /* A notice pushed before a round is skipped (and counted) by the
      * round's wait. */
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 0), 1);
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 1), 1);
     assert_int_equal(hvd_rdv_server_add_worker(srv, 2, "h2"), HVD_OK);
     assert_int_equal(hvd_rdv_server_workers(srv), 3);
     assert_int_equal(hvd_rdv_server_waiting(srv), 0);
+    /* A new worker leaves the generation whole: its members train on. */
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 0), 1);
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 2), 0);
     pump(srv, 50);
     start(&c[0], port, 0, 0, 2);
     start(&c[1], port, 1, 0, 2);
@@ -278,6 +283,11 @@ static void notices(void **state) {
     assert_int_equal(updates_reach(srv, &c[1], 3), 3);
     pump(srv, 50);
     assert_int_equal(hvd_rdv_client_updates(c[0].bs), 3);
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 0), 1);
+    /* A member removed: the others are members of a broken generation. */
+    hvd_rdv_server_remove_worker(srv, 1, "it was killed");
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 0), 0);
+    assert_int_equal(hvd_rdv_server_worker_member(srv, 1), 0);
     close_all(c, 2);
     hvd_rdv_server_destroy(srv);
 }

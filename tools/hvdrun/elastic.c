@@ -54,6 +54,8 @@
  *    after --elastic-timeout hvdrun stops the others (hung, or stuck
  *    outside hvd), so the generation forms without them; if that still
  *    does not happen, after twice that it ends the job, exit status 1.
+ *    Members of a generation that lost no member are not waited for
+ *    this way: they train on and reset at their next commit;
  *    Workers wait to be placed for 2 x --elastic-timeout + 10 s
  *    (HVD_ELASTIC_TIMEOUT_SECONDS), longer than hvdrun takes to decide;
  *  - --timeout: 124; a signal to hvdrun: 128+N (passed on to the workers,
@@ -989,9 +991,21 @@ static void check_policy(struct job *job, int64_t now) {
         el->below_min_since = 0;
     }
 
+    /* Laggards: workers that neither wait to join nor belong to a
+     * generation that lost no member. Members of such a generation are
+     * training: told of a new worker, they reset at their next commit,
+     * however far off (stopping them would lose the state only they
+     * hold). Once a member left or rejoined, the others must come. */
     int workers = hvd_rdv_server_workers(job->srv);
     int waiting = hvd_rdv_server_waiting(job->srv);
-    if (waiting > 0 && waiting < workers) {
+    int lagging = 0;
+    for (int i = 0; i < el->nworkers; i++) {
+        const struct worker *w = el->workers[i];
+        lagging += w->r.state == RANK_RUNNING && !w->stopped &&
+                   !hvd_rdv_server_worker_waiting(job->srv, w->r.index) &&
+                   !hvd_rdv_server_worker_member(job->srv, w->r.index);
+    }
+    if (waiting > 0 && lagging > 0) {
         if (el->partial_since == 0)
             el->partial_since = now;
         if (!el->said_partial && now >= el->partial_since + t) {
@@ -1004,7 +1018,8 @@ static void check_policy(struct job *job, int64_t now) {
             for (int i = 0; i < el->nworkers; i++) {
                 struct worker *w = el->workers[i];
                 if (w->r.state == RANK_RUNNING && !w->stopped &&
-                    !hvd_rdv_server_worker_waiting(job->srv, w->r.index)) {
+                    !hvd_rdv_server_worker_waiting(job->srv, w->r.index) &&
+                    !hvd_rdv_server_worker_member(job->srv, w->r.index)) {
                     say("worker %d on %s %s", w->r.index, w->host->h.name, why);
                     stop_worker(job, w, SIGTERM, why, now);
                 }
@@ -1015,7 +1030,7 @@ static void check_policy(struct job *job, int64_t now) {
             snprintf(why, sizeof(why),
                      "%d of %d workers did not rejoin within twice "
                      "--elastic-timeout (%ld s): ending the job",
-                     workers - waiting, workers, 2 * opt->elastic_timeout_s);
+                     lagging, workers, 2 * opt->elastic_timeout_s);
             say("%s", why);
             end_job(job, EXIT_SETUP, why, SIGTERM, now);
         }
