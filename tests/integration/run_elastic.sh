@@ -16,6 +16,11 @@
 #   laggard  3 workers, one stopped (SIGSTOP): the others time out on it
 #            (HVD_TIMEOUT_SECONDS=3), rejoin, and after --elastic-timeout
 #            hvdrun stops the one that did not; training goes on.
+#   late-join  a discovery script adds a host while the 2 workers never
+#            commit (so never reset): they are not stopped as laggards
+#            after --elastic-timeout (they hold the only state), and when
+#            they finish, the new worker still waiting to join is stopped
+#            and the job exits 0.
 #   no-server  a worker whose rendezvous is not there (hvdrun gone):
 #            hvd_init fails once its join times out (1 s), with the
 #            connect error, not after 64 joins nor as PEERS_CHANGED.
@@ -194,6 +199,29 @@ laggard)
     finish_job 0
     grep -q "^\[w[0-9]*\] PASS elastic" "$out" || fail "no PASS line"
     grep "PASS elastic" "$out"
+    ;;
+late-join)
+    printf 'localhost:2\n' >"$dir/hosts"
+    printf '#!/bin/sh\ncat %s\n' "$dir/hosts" >"$dir/discover.sh"
+    chmod +x "$dir/discover.sh"
+    start_job -np 2 --min-np 2 --max-np 3 --elastic-timeout 2 \
+        --host-discovery-script "$dir/discover.sh" --discovery-interval 1 \
+        -- "$prog" --stop-file "$dir/stop" --pace-us 2000 --commit 100000000
+    wait_lines 1 60 "ELASTIC .* size 2 " || fail "the job did not start"
+    printf 'localhost:2\n127.0.0.1:1\n' >"$dir/hosts"
+    wait_lines 0 30 "127.0.0.1 (1 slot) joined" ||
+        fail "the host was not added"
+    # Past twice --elastic-timeout: the members must still be training.
+    sleep 6
+    grep -q "did not rejoin" "$out" &&
+        fail "the training members were stopped as laggards"
+    touch "$dir/stop"
+    finish_job 0
+    npass=$(count "PASS elastic .* size 2 ")
+    [ "$npass" -eq 2 ] || fail "$npass PASS lines of size 2"
+    grep "PASS elastic" "$out"
+    grep -q "stopping worker 2 " "$out" || fail "worker 2 was not stopped"
+    grep "stopping worker 2 " "$out"
     ;;
 no-server)
     # A port nobody listens on: bind one, then let it go.

@@ -712,6 +712,38 @@ static void blacklist(struct job *job, struct ehost *eh, int64_t now) {
         secs < 0 ? "; it is not used again" : "");
 }
 
+/*
+ * Worker done exited with status 0: the job is finishing. A worker that
+ * waits to join the next generation (one that was added while the others
+ * trained on) has no part in the end: it is stopped, so that the server's
+ * refusal of its join (HVD_ERR_SHUTDOWN) does not turn a finished job into
+ * a failed one.
+ */
+static void finishing_begins(struct job *job, struct worker *done,
+                             int64_t now) {
+    struct elastic *el = job->el;
+    char why[256];
+
+    el->finishing = 1;
+    say("worker %d on %s exited with status 0: the job is finishing "
+        "(no more workers start)",
+        done->r.index, done->host->h.name);
+    snprintf(why, sizeof(why),
+             "the job is finishing (worker %d succeeded) while it waited "
+             "to join",
+             done->r.index);
+    for (int k = 0; k < el->nworkers; k++) {
+        struct worker *w = el->workers[k];
+        if (w != done && w->r.state == RANK_RUNNING && !w->stopped &&
+            hvd_rdv_server_worker_waiting(job->srv, w->r.index)) {
+            say("stopping worker %d on %s: %s", w->r.index, w->host->h.name,
+                why);
+            stop_worker(job, w, SIGTERM, why, now);
+        }
+    }
+    hvd_rdv_server_end(job->srv, "a worker finished: the job is ending");
+}
+
 static void worker_exited(struct job *job, struct worker *w, int ws,
                           int64_t now) {
     struct elastic *el = job->el;
@@ -737,22 +769,13 @@ static void worker_exited(struct job *job, struct worker *w, int ws,
         return;
     }
     el->active--;
+    if (code == 0 && !el->ending && !el->finishing)
+        finishing_begins(job, w, now);
     hvd_rdv_server_remove_worker(job->srv, w->r.index, why);
     w->removed = 1;
     el->target = el->max_np;
-    if (el->ending)
+    if (el->ending || code == 0)
         return;
-    if (code == 0) {
-        if (!el->finishing) {
-            el->finishing = 1;
-            say("worker %d on %s exited with status 0: the job is finishing "
-                "(no more workers start)",
-                w->r.index, eh->h.name);
-            hvd_rdv_server_end(job->srv,
-                               "a worker finished: the job is ending");
-        }
-        return;
-    }
     if (el->finishing) {
         say("worker %d on %s %s", w->r.index, eh->h.name, why);
         if (el->finish_code < 0)
