@@ -19,6 +19,7 @@
 #include "transport/rendezvous.pb-c.h"
 
 /* A connection that has not authenticated in this time is dropped. */
+#define KEEPALIVE_NS (1000000000LL)
 #define HANDSHAKE_NS (10 * 1000000000LL)
 #define LEN_PREFIX 4
 /* Largest Contribute message: the blob plus protobuf's few bytes. */
@@ -101,6 +102,8 @@ typedef struct rresult {
     uint8_t data[];
 } rresult;
 
+static rresult *result_pack(const Hvd__Rdv__Result *res);
+
 static void result_put(rresult *r) {
     if (r != NULL && --r->refs == 0)
         free(r);
@@ -114,6 +117,7 @@ typedef struct rworker {
     int conn;    /* index of its authenticated connection, -1 */
     int waiting; /* asked to join the next generation, not yet placed */
     int rank;    /* rank in the current generation, -1 */
+    int64_t keepalive_at; /* waiting: when it was last sent anything */
     char *host;
     char why[160]; /* why it was removed */
 } rworker;
@@ -144,9 +148,10 @@ struct hvd_rdv_server {
     int max_workers;
     int min_np;
     rworker *workers;
-    int *gen_worker; /* rank -> worker id in the current generation */
-    rresult *notice; /* the notice of the current generation */
-    int gen_dead;    /* a member left: no round of it can complete */
+    int *gen_worker;    /* rank -> worker id in the current generation */
+    rresult *notice;    /* the notice of the current generation */
+    rresult *keepalive; /* what a waiting worker gets every second */
+    int gen_dead;       /* a member left: no round of it can complete */
     char dead_why[200];
     int ended;
     char end_why[256];
@@ -328,7 +333,11 @@ hvd_status hvd_rdv_server_create_elastic(const char *bind_addr, int port,
     srv->min_np = min_np < 1 ? 1 : min_np;
     srv->workers = calloc((size_t)max_workers, sizeof(*srv->workers));
     srv->gen_worker = calloc((size_t)max_workers, sizeof(*srv->gen_worker));
-    if (srv->workers == NULL || srv->gen_worker == NULL) {
+    Hvd__Rdv__Result ka = HVD__RDV__RESULT__INIT;
+    ka.notice = 1;
+    srv->keepalive = result_pack(&ka);
+    if (srv->workers == NULL || srv->gen_worker == NULL ||
+        srv->keepalive == NULL) {
         hvd_rdv_server_destroy(srv);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
@@ -875,6 +884,8 @@ static void elastic_message(hvd_rdv_server *srv, rconn *c,
             return;
         }
         w->waiting = 1;
+        w->keepalive_at = hvd_now_ns();
+        arm_timer(srv, 1);
         HVD_DEBUG("rdv", "worker %d waits for generation %u (%d of %d)",
                   c->worker, srv->generation + 1, hvd_rdv_server_waiting(srv),
                   hvd_rdv_server_workers(srv));
@@ -1124,6 +1135,37 @@ static void conn_event(hvd_rdv_server *srv, rconn *c, uint32_t events) {
         conn_read(srv, c);
 }
 
+/*
+ * Elastic: a worker waiting to be placed hears from the server every
+ * KEEPALIVE_NS (a notice, which a joining client skips), so that its
+ * timeout (HVD_ELASTIC_TIMEOUT_SECONDS) measures the server's silence, not
+ * the wait: it may wait as long as the members take to reach their next
+ * commit, while hvdrun lives. Returns the number of waiting workers.
+ */
+static int keep_alive(hvd_rdv_server *srv, int64_t now) {
+    int waiting = 0;
+
+    if (!srv->elastic || srv->keepalive == NULL)
+        return 0;
+    for (int id = 0; id < srv->max_workers; id++) {
+        rworker *w = &srv->workers[id];
+        if (w->state != W_ADDED || !w->waiting || w->conn < 0)
+            continue;
+        waiting++;
+        rconn *c = &srv->conns[w->conn];
+        if (now - w->keepalive_at < KEEPALIVE_NS || c->qlen > 0 ||
+            c->state != RC_READY)
+            continue;
+        c->q[c->qhead] = srv->keepalive;
+        srv->keepalive->refs++;
+        c->qlen = 1;
+        c->out_off = 0;
+        w->keepalive_at = now;
+        conn_flush(srv, c);
+    }
+    return waiting;
+}
+
 static void sweep(hvd_rdv_server *srv) {
     uint64_t ticks;
     int pending = 0;
@@ -1131,6 +1173,7 @@ static void sweep(hvd_rdv_server *srv) {
 
     while (read(srv->tfd, &ticks, sizeof(ticks)) > 0)
         ;
+    pending += keep_alive(srv, now);
     for (int i = 0; i < srv->nconns; i++) {
         rconn *c = &srv->conns[i];
         if (c->state != RC_HANDSHAKE && c->state != RC_CLOSING)
@@ -1190,6 +1233,7 @@ void hvd_rdv_server_destroy(hvd_rdv_server *srv) {
     free(srv->workers);
     free(srv->gen_worker);
     result_put(srv->notice);
+    result_put(srv->keepalive);
     free(srv->blobs);
     free(srv->blob_len);
     result_put(srv->result);
@@ -1614,19 +1658,23 @@ hvd_status hvd_rdv_client_join(const char *addr, int port, int worker,
     hvd_put32(buf, (uint32_t)plen);
     hvd__rdv__contribute__pack(&msg, buf + LEN_PREFIX);
     st = send_all(cl, buf, plen + LEN_PREFIX);
-    /* Notices are not sent before the assignment; skip any anyway. */
+    /* While this worker waits, the server sends a keepalive (a notice)
+     * every second: the timeout is of the server's silence. */
     while (st == HVD_OK) {
         st = recv_result(cl, 1, &res);
         if (st != HVD_OK || !res->notice)
             break;
+        cl->deadline = hvd_now_ns() + timeout_ns;
         hvd__rdv__result__free_unpacked(res, NULL);
         res = NULL;
     }
     if (st == HVD_ERR_TIMEOUT) {
         st = hvd_error_set(HVD_ERR_TIMEOUT,
-                           "worker %d: not placed in a generation within "
-                           "HVD_ELASTIC_TIMEOUT_SECONDS (%lld s): the "
-                           "launcher is waiting for other workers",
+                           "worker %d: the rendezvous server (hvdrun) said "
+                           "nothing for HVD_ELASTIC_TIMEOUT_SECONDS (%lld s) "
+                           "while this worker waited to be placed in a "
+                           "generation: is hvdrun stopped or its host cut "
+                           "off?",
                            worker, (long long)(timeout_ns / 1000000000LL));
         goto fail;
     }

@@ -5,6 +5,7 @@
  * while it is set up, the job's end, min-np and the join timeout. The
  * server is driven from the test's thread; each client runs in a thread
  * of its own, bounded by its timeout. */
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -476,13 +477,22 @@ static void end_and_timeout(void **state) {
     memset(c, 0, sizeof(c));
     assert_int_equal(hvd_rdv_server_add_worker(srv, 0, "h"), HVD_OK);
     assert_int_equal(hvd_rdv_server_add_worker(srv, 1, "h"), HVD_OK);
-    c[0].timeout_ns = 1000000000LL;
+    /* A waiting worker's timeout is of the server's silence: while the
+     * server runs, keepalives hold it (3 s of waiting on a 2 s timeout);
+     * once the server goes quiet, it ends. */
+    c[0].timeout_ns = 2000000000LL;
     start(&c[0], port, 0, 1, 0);
+    pump(srv, 3000);
+    assert_false(atomic_load(&c[0].done));
+    assert_int_equal(hvd_rdv_server_waiting(srv), 1);
+    int64_t quiet_end = hvd_now_ns() + 10 * 1000000000LL;
+    while (!atomic_load(&c[0].done) && hvd_now_ns() < quiet_end)
+        poll(NULL, 0, 10);
     finish(srv, one, 1);
     assert_int_equal(c[0].st, HVD_ERR_TIMEOUT);
-    assert_non_null(strstr(c[0].err, "worker 0: not placed in a generation "
-                                     "within HVD_ELASTIC_TIMEOUT_SECONDS "
-                                     "(1 s)"));
+    assert_non_null(strstr(c[0].err, "worker 0: the rendezvous server "
+                                     "(hvdrun) said nothing for "
+                                     "HVD_ELASTIC_TIMEOUT_SECONDS (2 s)"));
     pump(srv, 50);
     assert_int_equal(hvd_rdv_server_waiting(srv), 0);
 
