@@ -236,12 +236,19 @@ hvd_status hvd_elastic_reset(void) {
 }
 
 int hvd_elastic_hosts_updated(void) {
+    char saved[HVD_ERROR_MAX];
     int n = 0;
 
+    /* A question, not an operation: hvd_last_error() stays the caller's
+     * (a broken rendezvous connection sets a sentence, and shows up as
+     * the next operation's failure anyway). */
+    snprintf(saved, sizeof(saved), "%s", hvd_error_get());
     pthread_mutex_lock(&g.lock);
     if (g.initialized && g.job.info.elastic)
         n = hvd_setup_elastic_updates(&g.job);
     pthread_mutex_unlock(&g.lock);
+    if (n < 0)
+        hvd_error_copy(HVD_OK, saved);
     return n > 0;
 }
 
