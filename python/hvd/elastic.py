@@ -26,7 +26,10 @@ hvd.torch.elastic (TorchState, ElasticSampler) and hvd.tensorflow.elastic /
 hvd.keras.elastic build on this module.
 """
 
+import enum
 import functools
+import queue
+import time
 
 from hvd import _core
 from hvd import _lib as L
@@ -86,6 +89,46 @@ def reset():
 # State
 
 
+class HostUpdateResult(enum.IntFlag):
+    """What a host update did (Horovod's
+    horovod.runner.elastic.worker.HostUpdateResult), the second item of
+    the messages State.on_hosts_updated takes. hvd's launcher does not
+    say whether workers were added or removed: its notices are mixed."""
+    no_update = 0
+    removed = 1
+    added = 2
+    mixed = removed | added
+
+
+class _HostMessages(queue.Queue):
+    """State._host_messages, as Horovod has it: a queue of (timestamp,
+    HostUpdateResult) notices, those on_hosts_updated() puts and, the
+    first time it is looked at (empty, qsize, get) after hvdrun announced
+    a change of workers to this rank (hvd_elastic_hosts_updated), one for
+    that announcement. A State gets a new one at each re-formation."""
+
+    def __init__(self):
+        super().__init__()
+        self._noticed = False
+
+    def _poll(self):
+        if not self._noticed and hosts_updated():
+            self._noticed = True
+            self.put((time.time(), HostUpdateResult.mixed))
+
+    def empty(self):
+        self._poll()
+        return super().empty()
+
+    def qsize(self):
+        self._poll()
+        return super().qsize()
+
+    def get(self, block=True, timeout=None):
+        self._poll()
+        return super().get(block, timeout)
+
+
 def _allreduce_max(value, name):
     """The largest of every rank's int value (a small allreduce)."""
     import numpy as np
@@ -111,6 +154,10 @@ class State(object):
     def __init__(self, bcast_object, get_rank):
         self._bcast_object = bcast_object
         self._rank = get_rank
+        # Horovod's: notices of host updates, and the time of the last
+        # one acted on (its training scripts look at both).
+        self._host_messages = _HostMessages()
+        self._last_updated_timestamp = 0
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
@@ -121,9 +168,18 @@ class State(object):
     def on_reset(self):
         """Called by run() once the job is re-formed: reset(), then the
         reset callbacks in the order they were registered."""
+        self._host_messages = _HostMessages()
         self.reset()
         for callback in self._reset_callbacks:
             callback()
+
+    def on_hosts_updated(self, timestamp, update_res):
+        """Queues a notice that hosts were updated at timestamp (seconds,
+        as time.time()), update_res a HostUpdateResult (Horovod's
+        notification manager calls it; hvd's notices come from libhvd).
+        The next check_host_updates() acts on it if it is newer than the
+        last one acted on."""
+        self._host_messages.put((timestamp, update_res))
 
     def commit(self):
         """save(), then check_host_updates(). A commit copies the state (a
@@ -142,6 +198,16 @@ class State(object):
         if not is_enabled():
             return
         mine = 1 if L.elastic("hosts_updated")() else 0
+        # Notices queued (on_hosts_updated, or libhvd's seen through
+        # _host_messages) newer than the last acted on count too.
+        messages = getattr(self, "_host_messages", None)
+        last = getattr(self, "_last_updated_timestamp", 0)
+        while messages is not None and not messages.empty():
+            timestamp, _ = messages.get()
+            if timestamp > last:
+                last = timestamp
+                mine = 1
+        self._last_updated_timestamp = last
         if _allreduce_max(mine, "hvd.elastic.hosts_updated"):
             # hvd cannot tell added workers from removed ones: the state
             # is always synced after the reset (skip_sync=False).
@@ -241,4 +307,4 @@ def run(func):
 
 __all__ = ["State", "ObjectState", "run", "run_fn", "reset", "is_enabled",
            "hosts_updated", "generation", "HorovodInternalError",
-           "HostsUpdatedInterrupt"]
+           "HostsUpdatedInterrupt", "HostUpdateResult"]
