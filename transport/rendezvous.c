@@ -118,6 +118,7 @@ typedef struct rworker {
     int waiting; /* asked to join the next generation, not yet placed */
     int rank;    /* rank in the current generation, -1 */
     int64_t keepalive_at; /* waiting: when it was last sent anything */
+    int placed;           /* was a member of some generation */
     char *host;
     char why[160]; /* why it was removed */
 } rworker;
@@ -152,6 +153,7 @@ struct hvd_rdv_server {
     rresult *notice;    /* the notice of the current generation */
     rresult *keepalive; /* what a waiting worker gets every second */
     int gen_dead;       /* a member left: no round of it can complete */
+    int any_placed;     /* some generation got past its first round */
     char dead_why[200];
     int ended;
     char end_why[256];
@@ -548,6 +550,13 @@ static void finish_round(hvd_rdv_server *srv) {
     }
 
     HVD_DEBUG("rdv", "round %u complete (%d ranks)", srv->round, srv->size);
+    /* Elastic: once a generation's first round is done, its members are
+     * past the join and will hold its state (see state_lost). */
+    if (srv->elastic && srv->round == 0) {
+        for (int r = 0; r < srv->size; r++)
+            srv->workers[srv->gen_worker[r]].placed = 1;
+        srv->any_placed = 1;
+    }
     for (int r = 0; r < srv->size; r++) {
         free(srv->blobs[r]);
         srv->blobs[r] = NULL;
@@ -707,10 +716,22 @@ static void form_generation(hvd_rdv_server *srv, int n) {
 
 /* Elastic: forms the next generation once every worker added and not
  * removed waits and there are min_np of them. */
+int hvd_rdv_server_state_lost(const hvd_rdv_server *srv) {
+    if (!srv->elastic || !srv->any_placed)
+        return 0;
+    for (int id = 0; id < srv->max_workers; id++)
+        if (srv->workers[id].state == W_ADDED && srv->workers[id].placed)
+            return 0;
+    return 1;
+}
+
 static void check_formation(hvd_rdv_server *srv) {
     int live = 0, waiting = 0;
 
-    if (!srv->elastic || srv->ended)
+    /* Once no worker that was ever placed is left, nobody holds the
+     * training state: a generation of new workers only would start from
+     * scratch without anyone noticing (horovodrun's driver refuses too). */
+    if (!srv->elastic || srv->ended || hvd_rdv_server_state_lost(srv))
         return;
     for (int id = 0; id < srv->max_workers; id++) {
         if (srv->workers[id].state != W_ADDED)

@@ -125,6 +125,11 @@ void hvd_rdv_server_remove_worker(hvd_rdv_server *srv, int worker,
 uint32_t hvd_rdv_server_generation(const hvd_rdv_server *srv);
 int hvd_rdv_server_workers(const hvd_rdv_server *srv);
 int hvd_rdv_server_waiting(const hvd_rdv_server *srv);
+/* 1 once some generation got past its first bootstrap round and no live
+ * worker was a member of one that did: nobody holds the training state any
+ * more, and the server forms no further generation (hvdrun ends the job).
+ * 0 before that. */
+int hvd_rdv_server_state_lost(const hvd_rdv_server *srv);
 /* 1 if worker is added, not removed, and waiting to join. */
 int hvd_rdv_server_worker_waiting(const hvd_rdv_server *srv, int worker);
 /* 1 if worker is a member of the current generation and no member has

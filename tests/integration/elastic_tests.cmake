@@ -6,7 +6,7 @@ target_link_libraries(test_elastic PRIVATE hvd Threads::Threads m)
 target_include_directories(test_elastic PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(test_elastic PRIVATE ${HVD_WARNINGS})
 
-foreach(case kills shrink min-np grow laggard late-join no-server)
+foreach(case kills shrink state-lost min-np grow laggard late-join no-server)
   add_test(NAME integration.elastic.${case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/run_elastic.sh
                    $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_elastic> ${case})

@@ -9,6 +9,9 @@
 #            the time from each kill to training again.
 #   shrink   4 workers, one killed: no cooldown, so its slot is not used
 #            again and the job goes on with 3 (Horovod's default).
+#   state-lost  2 workers, both killed at once, replacements allowed:
+#            nobody holds the training state, so hvdrun ends the job at
+#            once (no generation of new workers only, starting over).
 #   min-np   3 workers, --min-np 3 and no replacement: one kill ends the
 #            job with hvdrun's message and status 1.
 #   grow     a discovery script: localhost:2, then 127.0.0.1:1 added (the
@@ -149,6 +152,18 @@ shrink)
     [ "$npass" -eq 3 ] || fail "$npass PASS lines of size 3"
     grep "its slot is not used again" "$out"
     grep "PASS elastic" "$out"
+    ;;
+state-lost)
+    start_job -np 2 --min-np 1 --max-np 2 --elastic-timeout 60 \
+        --blacklist-cooldown-range 0 0 --host-failures 100 \
+        -- "$prog" --stop-file "$dir/never" --pace-us 2000
+    wait_lines 1 60 "^\[w[0-9]*\] ELASTIC" || fail "the job did not start"
+    mapfile -t pids < <(workers)
+    kill -KILL "${pids[@]}"
+    finish_job 1
+    grep -q "nobody holds the training state" "$out" ||
+        fail "no message about the lost state"
+    grep "nobody holds" "$out"
     ;;
 min-np)
     start_job -np 3 --min-np 3 --elastic-timeout 3 \

@@ -466,6 +466,47 @@ static void min_np_holds(void **state) {
     hvd_rdv_server_destroy(srv);
 }
 
+/* Once every worker that took part in a generation (past its first
+ * round) is gone, nobody holds the state: no generation of new workers
+ * only forms (they would start over), and the server says so. */
+static void state_lost(void **state) {
+    (void)state;
+    hvd_rdv_server *srv = server(8, 1);
+    int port = hvd_rdv_server_port(srv);
+    client c[4];
+    client *two[2] = {&c[0], &c[1]};
+    client *newer[2] = {&c[2], &c[3]};
+
+    memset(c, 0, sizeof(c));
+    assert_int_equal(hvd_rdv_server_add_worker(srv, 0, "h"), HVD_OK);
+    assert_int_equal(hvd_rdv_server_add_worker(srv, 1, "h"), HVD_OK);
+    /* Joined but no round run yet: not lost (nothing was placed). */
+    assert_int_equal(hvd_rdv_server_state_lost(srv), 0);
+    start(&c[0], port, 0, 1, 1);
+    start(&c[1], port, 1, 1, 1);
+    finish(srv, two, 2);
+    assert_int_equal(c[0].st, HVD_OK);
+    assert_int_equal(hvd_rdv_server_state_lost(srv), 0);
+    hvd_rdv_server_remove_worker(srv, 0, "killed by SIGKILL");
+    assert_int_equal(hvd_rdv_server_state_lost(srv), 0);
+    hvd_rdv_server_remove_worker(srv, 1, "killed by SIGKILL");
+    assert_int_equal(hvd_rdv_server_state_lost(srv), 1);
+    close_all(c, 2);
+    assert_int_equal(hvd_rdv_server_add_worker(srv, 2, "h"), HVD_OK);
+    assert_int_equal(hvd_rdv_server_add_worker(srv, 3, "h"), HVD_OK);
+    c[2].timeout_ns = c[3].timeout_ns = 0;
+    start(&c[2], port, 2, 1, 0);
+    start(&c[3], port, 3, 1, 0);
+    pump(srv, 300);
+    assert_int_equal(hvd_rdv_server_waiting(srv), 2);
+    assert_int_equal(hvd_rdv_server_generation(srv), 1);
+    hvd_rdv_server_end(srv, "nobody holds the training state");
+    finish(srv, newer, 2);
+    assert_int_equal(c[2].st, HVD_ERR_SHUTDOWN);
+    assert_int_equal(c[3].st, HVD_ERR_SHUTDOWN);
+    hvd_rdv_server_destroy(srv);
+}
+
 static void end_and_timeout(void **state) {
     (void)state;
     hvd_rdv_server *srv = server(4, 1);
@@ -561,6 +602,7 @@ int main(void) {
         cmocka_unit_test(abandon_before_rounds),
         cmocka_unit_test(remove_forms),
         cmocka_unit_test(min_np_holds),
+        cmocka_unit_test(state_lost),
         cmocka_unit_test(end_and_timeout),
         cmocka_unit_test(fixed_updates),
     };

@@ -24,9 +24,10 @@
  * (until a time, or forever). The fill starts workers on the free slots
  * of hosts that are listed and not blacklisted, hosts in list order and
  * slots in order, while the workers running (not stopped by hvdrun) are
- * fewer than the target: -np at the start, --max-np (default: no limit)
- * after the first change (a worker reaped, the host list changed, a
- * cooldown ended). The fill runs on every turn of the loop.
+ * fewer than --max-np (default: no limit), as horovodrun's driver assigns
+ * every available slot up to its max; -np is the number of workers the
+ * job is meant to start with (the default of --min-np). The fill runs on
+ * every turn of the loop.
  *
  * A worker that exits non-zero or by a signal (and was not stopped by
  * hvdrun): removed from the server, its host's failure count goes up, and
@@ -614,7 +615,7 @@ static int start_worker(struct job *job, struct ehost *eh, int slot) {
         return -1;
     }
     el->next_id++;
-    if (spawn_worker(job, &w->r, eh->h.name) != 0) {
+    if (spawn_worker(job, &w->r, eh->h.name, el->active) != 0) {
         hvd_rdv_server_remove_worker(job->srv, id, "could not be started");
         worker_free(w);
         return -1;
@@ -988,6 +989,16 @@ static void check_policy(struct job *job, int64_t now) {
         return;
     }
 
+    if (!el->finishing && hvd_rdv_server_state_lost(job->srv)) {
+        snprintf(why, sizeof(why),
+                 "no worker that took part in a generation is left (the "
+                 "last generation was %u): nobody holds the training state "
+                 "to go on from, ending the job",
+                 gen);
+        say("%s", why);
+        end_job(job, EXIT_SETUP, why, SIGTERM, now);
+        return;
+    }
     if (!el->finishing && el->active < el->min_np) {
         if (el->below_min_since == 0)
             el->below_min_since = now;
@@ -1374,7 +1385,7 @@ int elastic_setup(struct job *job) {
     el->min_np = opt->min_np > 0 ? opt->min_np : opt->np > 0 ? opt->np : 0;
     if (el->min_np == 0)
         el->min_np = el->np > 0 ? el->np : 1;
-    el->target = el->np;
+    el->target = el->max_np;
     {
         long bound = opt->max_np > 0       ? opt->max_np
                      : free_slots > el->np ? free_slots

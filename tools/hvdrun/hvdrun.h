@@ -258,7 +258,8 @@ extern char start_marker[64];
 int spawn_rank(struct job *job, struct rank *r);
 /* Elastic: starts worker r (r->index is its worker id) on r->host, with
  * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set. */
-int spawn_worker(struct job *job, struct rank *r, const char *hostname);
+int spawn_worker(struct job *job, struct rank *r, const char *hostname,
+                 int expected_rank);
 
 /* ---- strbuf.c: the string builders of the ssh and mpirun commands ---- */
 

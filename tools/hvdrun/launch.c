@@ -396,17 +396,23 @@ static int exported(const struct job *job, const char *name) {
 }
 
 /* Elastic: starts worker r (r->index is its worker id) on r->host, with
- * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set. --network-interface
- * names this machine's interface: hosts the discovery script adds later
- * may name theirs otherwise, so a remote worker gets no HVD_IFACE from it
- * and listens where it reached the rendezvous from (-x HVD_IFACE=... sets
- * one for every worker). */
-int spawn_worker(struct job *job, struct rank *r, const char *hostname) {
+ * HVD_ELASTIC_WORKER and HVD_HOSTNAME (hostname) set, and for trainers
+ * written for horovodrun's elastic driver HOROVOD_HOSTNAME and
+ * HOROVOD_RANK: the rank it is expected to get in its first generation
+ * (the workers before it in id order; hvd_rank() is what counts).
+ * --network-interface names this machine's interface: hosts the discovery
+ * script adds later may name theirs otherwise, so a remote worker gets no
+ * HVD_IFACE from it and listens where it reached the rendezvous from (-x
+ * HVD_IFACE=... sets one for every worker). */
+int spawn_worker(struct job *job, struct rank *r, const char *hostname,
+                 int expected_rank) {
     struct strv args = {0};
     int rc;
 
     if (env_set_int(&job->env, "HVD_ELASTIC_WORKER", r->index) != 0 ||
-        env_set(&job->env, "HVD_HOSTNAME", hostname) != 0) {
+        env_set(&job->env, "HVD_HOSTNAME", hostname) != 0 ||
+        env_set(&job->env, "HOROVOD_HOSTNAME", hostname) != 0 ||
+        env_set_int(&job->env, "HOROVOD_RANK", expected_rank) != 0) {
         say("cannot start worker %d: out of memory", r->index);
         return -1;
     }
