@@ -526,4 +526,19 @@ hvd_status hvd_job_hand_over(const char *fn, hvd_request *req,
     return HVD_OK;
 }
 
+int hvd_job_express(hvd_request *req, hvd_status *st) {
+    hvd_engine *eng = NULL;
+
+    pthread_mutex_lock(&g.lock);
+    if (g.initialized && hvd_engine_express_enter(g.engine, req))
+        eng = g.engine;
+    pthread_mutex_unlock(&g.lock);
+    /* The engine stays until this thread lets go of it (hvd_engine_stop
+     * waits for it). */
+    if (eng == NULL)
+        return 0;
+    *st = hvd_engine_express_run(eng, req);
+    return 1;
+}
+
 int hvd_job_gpu_device(void) { return g.job.gpu_device; }

@@ -31,6 +31,14 @@ hvd_status hvd_job_pset(const char *fn, const char *name, int ps, int *size,
 /* Hands a filled request to the engine; on failure it is freed here. */
 hvd_status hvd_job_hand_over(const char *fn, hvd_request *req, hvd_handle *out);
 
+/*
+ * A blocking call's filled request (on the caller's stack) run at once by
+ * this thread if the engine is free (hvd_engine_express_enter): 1 with its
+ * outcome in *st (the sentence set on failure, without the call's prefix);
+ * 0 if it must go the usual way (hvd_job_request, hvd_job_hand_over).
+ */
+int hvd_job_express(hvd_request *req, hvd_status *st);
+
 /* The CUDA device of this rank's GPU work, -1: none. */
 int hvd_job_gpu_device(void);
 

@@ -14,6 +14,7 @@
 #include "api/hvd_internal.h"
 #include "api/job.h"
 #include "api/runtime/engine.h"
+#include "api/runtime/namemap.h"
 #include "collectives/coll.h"
 #include "transport/base/dtype.h"
 #include "transport/base/error.h"
@@ -579,9 +580,54 @@ hvd_status hvd_test(hvd_handle handle, int *done) {
     return hvd_engine_test(handle, done);
 }
 
+/*
+ * A blocking allreduce of host memory by the express way (api/job.h):
+ * its request on this stack, run at once by this thread if the engine is
+ * free. 0 if it must go the usual way (which also reports what is wrong
+ * with the call).
+ */
+static int express_allreduce(const char *name, const void *sendbuf,
+                             void *recvbuf, size_t count, hvd_dtype dtype,
+                             hvd_op op, hvd_status *st) {
+    static const char fn[] = "hvd_allreduce";
+    hvd_memtype mem = HVD_MEM_HOST;
+    hvd_request req;
+
+    if (name == NULL || t_ps != 0 || op == HVD_ADASUM || !hvd_op_valid(op) ||
+        check_buffers(fn, name, sendbuf, recvbuf, count, dtype) != HVD_OK ||
+        locate(fn, name, 1, &sendbuf, &recvbuf, &count, &mem) != HVD_OK ||
+        mem != HVD_MEM_HOST)
+        return 0;
+    memset(&req, 0, sizeof(req));
+    req.name = (char *)name; /* borrowed: the call lasts as long */
+    req.hash = hvd_namemap_hash(name);
+    req.n = 1;
+    req.send = &req.send1;
+    req.recv = &req.recv1;
+    req.counts = &req.count1;
+    req.send1 = sendbuf;
+    req.recv1 = recvbuf;
+    req.count1 = count;
+    req.desc.kind = HVD_KIND_ALLREDUCE;
+    req.desc.dtype = dtype;
+    req.desc.op = op;
+    req.desc.mem = mem;
+    req.desc.ncounts = 1;
+    req.desc.counts = req.counts;
+    if (!hvd_job_express(&req, st))
+        return 0;
+    if (*st != HVD_OK)
+        hvd_error_prefix("%s('%s') on rank %d: ", fn, name, hvd_rank());
+    return 1;
+}
+
 hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                          size_t count, hvd_dtype dtype, hvd_op op) {
     hvd_handle h;
+    hvd_status xst;
+
+    if (express_allreduce(name, sendbuf, recvbuf, count, dtype, op, &xst))
+        return xst;
     t_blocking = 1;
     hvd_status st =
         hvd_allreduce_async(name, sendbuf, recvbuf, count, dtype, op, &h);

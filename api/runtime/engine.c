@@ -249,15 +249,66 @@ static int may_drive(const hvd_engine *eng) {
 }
 
 /*
+ * Runs the engine's passes in this thread until req is done, the job
+ * fails or the last step ran (*last): polls for spin_ns, yielding, then
+ * blocks in the transport. The caller drives (eng->driving), without the
+ * lock.
+ */
+static hvd_status run_until_done(hvd_engine *eng, hvd_request *req, int *last) {
+    hvd_status st = HVD_OK;
+    int64_t spin_end = 0;
+    int spin = eng->cfg.spin_ns > 0;
+
+    /* The clock is read only once the wait is not short (a clock read
+     * costs as much as a pass that finds nothing). */
+    for (unsigned n = 1; !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE); n++) {
+        if (spin && n % 16 == 0) {
+            int64_t now = hvd_now_ns();
+            if (spin_end == 0)
+                spin_end = now + eng->cfg.spin_ns;
+            spin = now < spin_end;
+        }
+        st = hvd_eng_pass(eng, !spin, last);
+        if (st != HVD_OK || *last)
+            break;
+        /* While polling, a pause between looks, and now and then the core
+         * for anyone else runnable. */
+        if (spin && (eng->cfg.spin_yield || n % 64 == 0))
+            sched_yield();
+        else if (spin)
+            hvd_cpu_relax();
+    }
+    return st;
+}
+
+/* The driver lets go of the engine (under the lock): a failure st is
+ * handed to the engine thread, which takes over now if anything else
+ * needs it. */
+static void let_go(hvd_engine *eng, hvd_status st, int last) {
+    eng->driving = 0;
+    eng->drives++;
+    if (st != HVD_OK) {
+        eng->drive_status = st;
+        snprintf(eng->drive_text, sizeof(eng->drive_text), "%s",
+                 hvd_error_get());
+    }
+    eng->drive_last = last;
+    if (st != HVD_OK || last || eng->npending > 0 || eng->queue_head != NULL ||
+        eng->stop_requested)
+        pthread_cond_broadcast(&eng->turn_cond);
+    if (eng->wanted > 0)
+        pthread_cond_broadcast(&hvd_eng_cond);
+}
+
+/*
  * Runs the engine's passes in this thread until req is done, once the
  * engine thread has stood aside (it is woken out of the transport's wait
- * if it is in one): no hand-off to the engine thread and back. Polls for
- * spin_ns, yielding, then blocks in the transport. Leaves the engine to
- * the engine thread when req is done or the job fails or ends. Called
- * and returns with the lock held.
+ * if it is in one): no hand-off to the engine thread and back. Leaves the
+ * engine to the engine thread when req is done or the job fails or ends.
+ * Called and returns with the lock held.
  */
 static void drive(hvd_engine *eng, hvd_request *req) {
-    hvd_status st = HVD_OK;
+    hvd_status st;
     int last = 0, woke = 0;
 
     eng->wanted++;
@@ -282,38 +333,80 @@ static void drive(hvd_engine *eng, hvd_request *req) {
         return;
     eng->driving = 1;
     pthread_mutex_unlock(&hvd_eng_lock);
-
-    int64_t spin_end = hvd_now_ns() + eng->cfg.spin_ns;
-    int spin = eng->cfg.spin_ns > 0;
-    for (unsigned n = 1; !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE); n++) {
-        if (spin && n % 16 == 0)
-            spin = hvd_now_ns() < spin_end;
-        st = hvd_eng_pass(eng, !spin, &last);
-        if (st != HVD_OK || last)
-            break;
-        /* While polling, a pause between looks, and now and then the core
-         * for anyone else runnable. */
-        if (spin && (eng->cfg.spin_yield || n % 64 == 0))
-            sched_yield();
-        else if (spin)
-            hvd_cpu_relax();
-    }
-
+    st = run_until_done(eng, req, &last);
     pthread_mutex_lock(&hvd_eng_lock);
-    eng->driving = 0;
-    eng->driven_ns = hvd_now_ns();
-    if (st != HVD_OK) {
-        eng->drive_status = st;
-        snprintf(eng->drive_text, sizeof(eng->drive_text), "%s",
-                 hvd_error_get());
+    let_go(eng, st, last);
+}
+
+/* Waits (under the lock) until the engine is done with req. */
+static void wait_done(hvd_request *req) {
+    if (!req->done) {
+        int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
+
+        /* Yield while looking, so an engine thread that shares the core
+         * runs. */
+        pthread_mutex_unlock(&hvd_eng_lock);
+        while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) &&
+               hvd_now_ns() < spin_end)
+            sched_yield();
+        pthread_mutex_lock(&hvd_eng_lock);
+        while (!req->done)
+            pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
     }
-    eng->drive_last = last;
-    /* The engine thread takes over now if anything else needs it. */
-    if (st != HVD_OK || last || eng->npending > 0 || eng->queue_head != NULL ||
-        eng->stop_requested)
-        pthread_cond_broadcast(&eng->turn_cond);
-    if (eng->wanted > 0)
+}
+
+/*
+ * The express way of a blocking call (docs/design.md, "Who runs the
+ * engine"): when nobody runs the engine and nothing is queued, the
+ * calling thread takes the engine at once, puts req straight among the
+ * pending requests and runs the passes until it is done. req may live on
+ * the caller's stack: no allocation, no submission queue, no wake-up.
+ * What goes on the wire is what the queued way sends.
+ */
+int hvd_engine_express_enter(hvd_engine *eng, hvd_request *req) {
+    req->t_submit = hvd_coarse_ns();
+    req->state = REQ_NEW;
+    req->slot = -1;
+    req->next = NULL;
+    req->eng = eng;
+    req->will_wait = 1;
+    pthread_mutex_lock(&hvd_eng_lock);
+    /* The engine's own state (pending, timeline) is read here while
+     * nobody runs it. */
+    if (!may_drive(eng) || eng->driving || eng->engine_busy ||
+        eng->wanted > 0 || eng->queue_head != NULL || eng->stop_requested ||
+        eng->tl_swap || eng->npending > 0 || eng->devq_n > 0 ||
+        eng->timeline != NULL ||
+        hvd_namemap_get_h(&eng->inflight, req->name, req->hash) != NULL ||
+        hvd_namemap_put_h(&eng->inflight, req->name, req->hash, req) != 0) {
+        pthread_mutex_unlock(&hvd_eng_lock);
+        return 0;
+    }
+    eng->driving = 1;
+    eng->waiters++;
+    pthread_mutex_unlock(&hvd_eng_lock);
+    return 1;
+}
+
+hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {
+    hvd_status st;
+    int last = 0;
+
+    hvd_eng_take(eng, req);
+    st = run_until_done(eng, req, &last);
+    pthread_mutex_lock(&hvd_eng_lock);
+    let_go(eng, st, last);
+    /* If the job failed, the engine thread fails req too. */
+    wait_done(req);
+    if (--eng->waiters == 0)
         pthread_cond_broadcast(&hvd_eng_cond);
+    pthread_mutex_unlock(&hvd_eng_lock);
+    st = req->status;
+    if (st != HVD_OK)
+        hvd_error_copy(st, req->error);
+    free(req->error);
+    req->error = NULL;
+    return st;
 }
 
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
@@ -333,19 +426,7 @@ hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,
         if (--eng->waiters == 0)
             pthread_cond_broadcast(&hvd_eng_cond);
     }
-    if (!req->done) {
-        int64_t spin_end = hvd_now_ns() + WAIT_SPIN_NS;
-
-        /* Yield while looking, so an engine thread that shares the core
-         * runs. */
-        pthread_mutex_unlock(&hvd_eng_lock);
-        while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) &&
-               hvd_now_ns() < spin_end)
-            sched_yield();
-        pthread_mutex_lock(&hvd_eng_lock);
-        while (!req->done)
-            pthread_cond_wait(&hvd_eng_cond, &hvd_eng_lock);
-    }
+    wait_done(req);
     pthread_mutex_unlock(&hvd_eng_lock);
     st = req->status;
     if (st != HVD_OK)

@@ -148,6 +148,18 @@ const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes);
  * caller's) and the sentence is set. */
 hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req);
 
+/*
+ * A blocking call's request, run at once by the calling thread if the
+ * engine is free (nobody runs it, nothing queued or pending):
+ * hvd_engine_express_enter returns 1 and the engine is this thread's;
+ * hvd_engine_express_run then runs req to its end and returns its
+ * outcome (the sentence set on failure). req may live on the caller's
+ * stack (zeroed, then filled as for hvd_engine_submit; its name is
+ * borrowed). 0: the engine is busy, submit req as usual.
+ */
+int hvd_engine_express_enter(hvd_engine *eng, hvd_request *req);
+hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req);
+
 /* Waits for req, copies its sentence to this thread on failure (and its
  * name to name_out, namelen bytes, if not NULL), frees it. */
 hvd_status hvd_engine_wait(hvd_request *req, int *last_rank_out, char *name_out,

@@ -405,12 +405,17 @@ static hvd_status take_turn(hvd_engine *eng, int *last) {
         int64_t now = hvd_now_ns(), until = 0;
         if (eng->drive_status != HVD_OK || eng->drive_last)
             break;
+        /* A driver let go since the last look: the grace runs from now
+         * (drivers do not read the clock for it). */
+        if (eng->drives != eng->drives_seen) {
+            eng->drives_seen = eng->drives;
+            eng->grace_end = now + DRIVER_GRACE_NS;
+        }
         if (eng->driving || eng->wanted > 0)
             until = now + DRIVER_GRACE_NS;
-        else if (eng->driven_ns != 0 &&
-                 now < eng->driven_ns + DRIVER_GRACE_NS && !eng->async_queued &&
+        else if (now < eng->grace_end && !eng->async_queued &&
                  !eng->stop_requested && !eng->tl_swap)
-            until = eng->driven_ns + DRIVER_GRACE_NS;
+            until = eng->grace_end;
         if (until == 0)
             break;
         struct timespec ts;

@@ -259,7 +259,9 @@ struct hvd_engine {
     int engine_busy;          /* the engine thread is in a pass */
     int waiters;              /* threads that may drive: keep eng alive */
     int async_queued;         /* a request nobody waits for is queued */
-    int64_t driven_ns;        /* when a driver last let go */
+    uint64_t drives;          /* times a driver let go */
+    uint64_t drives_seen;     /* the engine thread's: drives it saw, */
+    int64_t grace_end;        /* and until when it stands aside */
     hvd_status drive_status;  /* a driver's pass failed: the job fails */
     char drive_text[HVD_ERROR_MAX];
     int drive_last; /* a driver ran the last step */
@@ -298,6 +300,7 @@ int hvd_eng_room(void **buf, size_t *cap, size_t len);
 int hvd_eng_invalidate(hvd_engine *eng, int slot);
 void hvd_eng_classify(hvd_engine *eng, hvd_request *req);
 int hvd_eng_queued(const hvd_engine *eng);
+void hvd_eng_take(hvd_engine *eng, hvd_request *req);
 void hvd_eng_intake(hvd_engine *eng, int *stop);
 int hvd_eng_has_news(const hvd_engine *eng, int stop);
 int hvd_eng_has_offers(const hvd_engine *eng);
@@ -309,6 +312,9 @@ int hvd_eng_dev_ready(hvd_engine *eng);
 hvd_status hvd_eng_dev_drain(hvd_engine *eng);
 void hvd_eng_dev_fail_all(hvd_engine *eng, hvd_status status, const char *text);
 hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n);
+/* An allreduce every rank carried in its step (r->parts): reduced here and
+ * its request completed. */
+hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r);
 
 /* engine_vote.c */
 int hvd_eng_vote_init(vote_table *vt, int size, int capacity);

@@ -310,6 +310,20 @@ static const char *negotiate_event(hvd_kind kind) {
     }
 }
 
+/* Takes a submitted request in: pending, and bound to its cache slot if
+ * the cache knows it. */
+void hvd_eng_take(hvd_engine *eng, hvd_request *req) {
+    if (pending_push(eng, req) != 0) {
+        hvd_eng_complete(eng, req, HVD_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    hvd_eng_classify(eng, req);
+    hvd_timeline_begin(eng->timeline, req->name,
+                       negotiate_event(req->desc.kind), req->t_submit,
+                       req->state == REQ_CACHED ? "\"cached\": true"
+                                                : "\"cached\": false");
+}
+
 /* Takes what the submitters queued; *stop says whether to stop. */
 void hvd_eng_intake(hvd_engine *eng, int *stop) {
     hvd_request *q;
@@ -329,15 +343,7 @@ void hvd_eng_intake(hvd_engine *eng, int *stop) {
     while (q != NULL) {
         hvd_request *next = q->next;
         q->next = NULL;
-        if (pending_push(eng, q) != 0) {
-            hvd_eng_complete(eng, q, HVD_ERR_NO_MEMORY, "out of memory");
-        } else {
-            hvd_eng_classify(eng, q);
-            hvd_timeline_begin(eng->timeline, q->name,
-                               negotiate_event(q->desc.kind), q->t_submit,
-                               q->state == REQ_CACHED ? "\"cached\": true"
-                                                      : "\"cached\": false");
-        }
+        hvd_eng_take(eng, q);
         q = next;
     }
 }

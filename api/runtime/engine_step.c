@@ -261,6 +261,60 @@ static void find_parts(hvd_engine *eng, uint64_t step, size_t nrun) {
 }
 
 /*
+ * The slot of a *lone* step k, else -1: rank 0 decides nothing in it and
+ * every rank offers and carries the one same slot, as in a loop of
+ * blocking calls. Such a step needs none of a cycle's general work (no
+ * table of offers over every slot, no list of responses): finish_lone
+ * runs it. A step that is anything else, malformed ones included, takes
+ * the general way, which checks it.
+ */
+static int lone_slot(hvd_engine *eng, const Hvd__Engine__Cycle *dec,
+                     uint64_t k) {
+    const Hvd__Engine__Step *m = eng->mine.msg;
+
+    if (dec->n_erase > 0 || dec->n_responses > 0 || dec->paused || dec->stop ||
+        eng->paused || eng->timeline != NULL || m->n_ready != 1 ||
+        m->n_carried != 1 || m->carried[0] != m->ready[0])
+        return -1;
+    uint32_t s = m->ready[0]; /* this rank's own: a slot it holds */
+    for (int r = 0; r < eng->size; r++) {
+        const step_msg *sm = part_of(eng, r, k);
+        if (sm->msg->n_ready != 1 || sm->msg->n_carried != 1 ||
+            sm->msg->ready[0] != s || sm->msg->carried[0] != s ||
+            sm->data_len != eng->mine.data_len)
+            return -1;
+    }
+    return (int)s;
+}
+
+/* Runs lone step k (slot s): what hvd_eng_run_cycle and the end of
+ * hvd_eng_step_finish do for it, in the same order. */
+static hvd_status finish_lone(hvd_engine *eng, int s, uint64_t k, double now) {
+    hvd_cache_entry *e = &eng->cache.slots[s];
+    resp r = {.name = e->name,
+              .hash = e->hash,
+              .desc = e->desc,
+              .status = HVD_OK,
+              .contributors = eng->size,
+              .cached = 1,
+              .parts = eng->parts};
+
+    eng->cycle = k;
+    eng->n_cached = 1;
+    eng->n_negotiated = eng->n_collectives = 0;
+    for (int i = 0; i < eng->size; i++)
+        eng->parts[i] = part_of(eng, i, k)->data;
+    hvd_cache_touch(&eng->cache, s, k);
+    if (eng->rank == 0)
+        hvd_eng_vote_reset(&eng->vt, eng->size, s, k);
+    hvd_status st = hvd_eng_run_carried(eng, &r);
+    if (st == HVD_OK && eng->rank == 0 && eng->vt.capacity > 0)
+        for (int i = 0; i < eng->size; i++)
+            hvd_eng_vote_offers(eng, i, part_of(eng, i, k)->msg->ready, 1, now);
+    return st;
+}
+
+/*
  * Every part is here: runs cycle cycle + 1 (rank 0's decision with the
  * slots every rank offers) and frees the parts. *last: it was the last.
  */
@@ -278,6 +332,11 @@ hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last) {
         st = hvd_error_set(HVD_ERR_TRANSPORT,
                            "step %llu from rank 0 has no cycle %llu in it",
                            (unsigned long long)k, (unsigned long long)k);
+        goto out;
+    }
+    int lone = lone_slot(eng, dec, k);
+    if (lone >= 0) {
+        st = finish_lone(eng, lone, k, now);
         goto out;
     }
     memset(eng->offers, 0, (size_t)ns * sizeof(*eng->offers));

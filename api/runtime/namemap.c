@@ -67,7 +67,8 @@ static hvd_namemap_slot *find(const hvd_namemap *map, const char *key,
         if (s->key == TOMBSTONE) {
             if (free_slot == NULL)
                 free_slot = s;
-        } else if (s->hash == hash && strcmp(s->key, key) == 0) {
+        } else if (s->hash == hash &&
+                   (s->key == key || strcmp(s->key, key) == 0)) {
             *found = 1;
             return s;
         }
