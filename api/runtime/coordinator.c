@@ -118,6 +118,8 @@ void hvd_coord_stopped(hvd_coord *c, int rank) {
 int hvd_coord_pending(const hvd_coord *c) { return c->count; }
 
 int hvd_coord_joined(const hvd_coord *c) {
+    if (c->count == 0)
+        return 0;
     const centry *join = hvd_namemap_get(&c->by_name, JOIN_NAME);
 
     return join != NULL ? join->nreported : 0;
@@ -362,6 +364,8 @@ static Hvd__Engine__Response *pset_decide(hvd_coord *c, const centry *e,
 
 hvd_status hvd_coord_collect(hvd_coord *c, double now,
                              Hvd__Engine__ResponseList *list) {
+    if (c->head == NULL)
+        return HVD_OK; /* nothing asked for */
     centry *join = hvd_namemap_get(&c->by_name, JOIN_NAME);
     const unsigned char *joined = join != NULL ? join->reported : NULL;
     int njoined = join != NULL ? join->nreported : 0;

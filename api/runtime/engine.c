@@ -393,7 +393,9 @@ hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {
     int last = 0;
 
     hvd_eng_take(eng, req);
-    st = run_until_done(eng, req, &last);
+    st = hvd_eng_express_step(eng, req, &last);
+    if (st == HVD_OK && !last)
+        st = run_until_done(eng, req, &last);
     pthread_mutex_lock(&hvd_eng_lock);
     let_go(eng, st, last);
     /* If the job failed, the engine thread fails req too. */

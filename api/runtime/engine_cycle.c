@@ -258,6 +258,10 @@ out:
 
 static double now_s(void) { return (double)hvd_now_ns() / 1e9; }
 
+/* The same clock a few ms behind, for what counts seconds (votes, stalls,
+ * the coordinator's deadlines): a pass reads it at no cost. */
+static double coarse_s(void) { return (double)hvd_coarse_ns() / 1e9; }
+
 /* How long the idle engine may wait (ms) before a timer needs it. */
 static int idle_timeout_ms(hvd_engine *eng) {
     double now = now_s(), next = now + IDLE_WAIT_MS / 1000.0;
@@ -335,7 +339,7 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
 
     /* What rank 0 must hear of: new names, invalidations, stop. Only
      * rank 0 keeps time (votes, stalls, the coordinator). */
-    double now = eng->rank == 0 ? now_s() : 0;
+    double now = eng->rank == 0 ? coarse_s() : 0;
     if (eng->rank == 0) {
         hvd_eng_swap_timeline(eng);
         if (!eng->in_step && eng->cfg.cycle_time_ms > 0 &&
@@ -384,6 +388,54 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
     if (hvd_eng_step_complete(eng))
         return hvd_eng_step_finish(eng, now, last);
     return idle_wait(eng, block ? idle_timeout_ms(eng) : 0);
+}
+
+/*
+ * The step of a blocking call's request taken in by hvd_engine_express_run,
+ * when it is all the engine has (cached, nothing else pending, nothing to
+ * tell rank 0): this rank's part goes out at once and the caller waits for
+ * the others' looking at nothing else (a pass looks at the submission
+ * queue, rank 0's news and timers each time). The step is the one a pass
+ * would send, so every rank may take either way. It returns once the step
+ * ran, or failed, or after spin_ns of polling, leaving the rest to the
+ * passes (hvd_eng_pass), as it does whenever req is not such a request.
+ */
+hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last) {
+    double now = eng->rank == 0 ? coarse_s() : 0;
+    int64_t spin_end = 0;
+    int has = 0;
+    hvd_status st;
+
+    *last = 0;
+    if (req->state != REQ_CACHED || eng->in_step || eng->npending != 1 ||
+        eng->ninval > 0 || eng->paused || eng->tp == NULL)
+        return HVD_OK;
+    /* What came first (on rank 0 an update may give it something to
+     * decide, which then goes in the step). */
+    st = hvd_eng_pump(eng, now);
+    if (st == HVD_OK && eng->rank == 0)
+        st = decide(eng, now, &has);
+    if (st == HVD_OK)
+        st = hvd_eng_step_start(eng);
+    for (unsigned n = 1; st == HVD_OK && !hvd_eng_step_complete(eng); n++) {
+        if (n % 16 == 0) {
+            int64_t t = hvd_now_ns();
+            if (spin_end == 0)
+                spin_end = t + eng->cfg.spin_ns;
+            if (t >= spin_end)
+                return HVD_OK; /* the passes wait from here */
+        }
+        if (eng->cfg.spin_yield || n % 64 == 0)
+            sched_yield();
+        else
+            hvd_cpu_relax();
+        st = eng->tp->ops->progress(eng->tp, 0);
+        if (st == HVD_OK)
+            st = hvd_eng_pump(eng, now);
+    }
+    if (st == HVD_OK)
+        st = hvd_eng_step_finish(eng, now, last);
+    return st;
 }
 
 /* How long the engine thread stands aside after a waiting thread ran the

@@ -162,6 +162,7 @@ typedef struct vote_table {
     int capacity;
     uint8_t *votes;    /* [rank * capacity + slot] */
     int *count;        /* ranks voting per slot */
+    int total;         /* the sum of count: votes for slots that wait */
     double *first;     /* when the first vote came (s) */
     double *warned;    /* when the stall inspector last warned */
     uint64_t *changed; /* last cycle that ran, erased or reused it */
@@ -356,6 +357,7 @@ hvd_status hvd_eng_pset_run(hvd_engine *eng, const hvd_opdesc *d, int id);
 /* engine_cycle.c */
 hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c);
 hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last);
+hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last);
 void *hvd_eng_main(void *arg);
 
 #endif

@@ -308,7 +308,10 @@ static hvd_status finish_lone(hvd_engine *eng, int s, uint64_t k, double now) {
     if (eng->rank == 0)
         hvd_eng_vote_reset(&eng->vt, eng->size, s, k);
     hvd_status st = hvd_eng_run_carried(eng, &r);
-    if (st == HVD_OK && eng->rank == 0 && eng->vt.capacity > 0)
+    /* Every rank offered only s, which ran: its votes are gone (reset
+     * above) and so are those for any slot it did not offer again. With
+     * none of those, the table holds nothing to change. */
+    if (st == HVD_OK && eng->rank == 0 && eng->vt.total > 0)
         for (int i = 0; i < eng->size; i++)
             hvd_eng_vote_offers(eng, i, part_of(eng, i, k)->msg->ready, 1, now);
     return st;

@@ -42,6 +42,7 @@ static void vote_set(vote_table *vt, int rank, int slot, double now) {
     if (*v)
         return;
     *v = 1;
+    vt->total++;
     if (vt->count[slot]++ == 0) {
         vt->first[slot] = now;
         vt->warned[slot] = -1;
@@ -54,6 +55,7 @@ static void vote_set(vote_table *vt, int rank, int slot, double now) {
 void hvd_eng_vote_reset(vote_table *vt, int size, int slot, uint64_t cycle) {
     for (int r = 0; r < size; r++)
         vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)slot] = 0;
+    vt->total -= vt->count[slot];
     vt->count[slot] = 0;
     vt->changed[slot] = cycle;
 }
@@ -62,6 +64,7 @@ void hvd_eng_vote_reset(vote_table *vt, int size, int slot, uint64_t cycle) {
 void hvd_eng_vote_clear(vote_table *vt, int size, int slot) {
     for (int r = 0; r < size; r++)
         vt->votes[(size_t)r * (size_t)vt->capacity + (size_t)slot] = 0;
+    vt->total -= vt->count[slot];
     vt->count[slot] = 0;
 }
 
@@ -108,6 +111,7 @@ void hvd_eng_vote_offers(hvd_engine *eng, int rank, const uint32_t *ready,
         } else if (!offered && row[s]) {
             row[s] = 0;
             vt->count[s]--;
+            vt->total--;
         }
     }
 }
