@@ -133,6 +133,87 @@ static void case_order(suite_rank *c) {
     }
 }
 
+/* zeros: messages whose ends are zero bytes, from none to all of them
+ * (shared memory does not copy the zeros at the end of a small control
+ * message; its receiver writes them). */
+static const size_t zlens[] = {1,  7,   8,   9,   16,   63,   64,
+                               65, 255, 256, 257, 4095, 4096, 4097};
+enum { NZLENS = sizeof(zlens) / sizeof(zlens[0]), NZ = 7 };
+
+static size_t zeros_at_end(size_t len, int v) {
+    const size_t z[NZ] = {0, 1, 7, 8, 9, len / 2, len};
+    return z[v] < len ? z[v] : len;
+}
+
+static void case_zeros(suite_rank *c) {
+    size_t n = (size_t)(c->size - 1) * 2 * NZLENS * NZ, i = 0;
+    hvd_req *sreq = calloc(n, sizeof(*sreq));
+    hvd_req *rreq = calloc(n, sizeof(*rreq));
+    uint8_t **sbuf = calloc(n, sizeof(*sbuf));
+    uint8_t **rbuf = calloc(n, sizeof(*rbuf));
+
+    for (int phase = 0; phase < 2; phase++) {
+        i = 0;
+        for (int p = 0; p < c->size; p++)
+            for (int ch = 0; ch < 2 && p != c->rank; ch++)
+                for (int k = 0; k < NZLENS; k++)
+                    for (int v = 0; v < NZ; v++, i++) {
+                        size_t len = zlens[k];
+                        hvd_status st;
+                        if (phase == 0) {
+                            rbuf[i] = malloc(len + 1);
+                            memset(rbuf[i], 0xEE, len + 1);
+                            st = c->ops->irecv(c->tp, p, ch, rbuf[i], len,
+                                               &rreq[i]);
+                        } else {
+                            size_t z = zeros_at_end(len, v);
+                            sbuf[i] = malloc(len);
+                            for (size_t b = 0; b < len; b++)
+                                sbuf[i][b] = b < len - z
+                                                 ? (uint8_t)(pattern(c->rank, p,
+                                                                     ch, k, b) |
+                                                             1)
+                                                 : 0;
+                            st = c->ops->isend(c->tp, p, ch, sbuf[i], len,
+                                               &sreq[i]);
+                        }
+                        if (st != HVD_OK)
+                            suite_fail("%s of %zu bytes: %s",
+                                       phase == 0 ? "irecv" : "isend", len,
+                                       hvd_last_error());
+                    }
+    }
+    wait_all(c, sreq, n);
+    wait_all(c, rreq, n);
+    i = 0;
+    for (int p = 0; p < c->size; p++)
+        for (int ch = 0; ch < 2 && p != c->rank; ch++)
+            for (int k = 0; k < NZLENS; k++)
+                for (int v = 0; v < NZ; v++, i++) {
+                    size_t len = zlens[k], z = zeros_at_end(len, v);
+                    for (size_t b = 0; b < len; b++) {
+                        uint8_t want =
+                            b < len - z
+                                ? (uint8_t)(pattern(p, c->rank, ch, k, b) | 1)
+                                : 0;
+                        if (rbuf[i][b] != want)
+                            suite_fail("a message of %zu bytes ending in %zu "
+                                       "zeros from rank %d, channel %d: byte "
+                                       "%zu is %u, not %u",
+                                       len, z, p, ch, b, rbuf[i][b], want);
+                    }
+                    if (rbuf[i][len] != 0xEE)
+                        suite_fail("a receive of %zu bytes wrote past its end",
+                                   len);
+                    free(sbuf[i]);
+                    free(rbuf[i]);
+                }
+    free(sreq);
+    free(rreq);
+    free(sbuf);
+    free(rbuf);
+}
+
 /* Sends msgs to peer with isendv where the transport has it, else as
  * isends (the semantics isendv promises). */
 static void send_batch(suite_rank *c, int peer, int ch, const hvd_sendv *msgs,
@@ -382,7 +463,7 @@ const suite_case suite_cases[] = {
     {"order", case_order, 2, 0},       {"sendv", case_sendv, 2, 0},
     {"control", case_control, 2, 0},   {"wake", case_wake, 1, 0},
     {"mismatch", case_mismatch, 2, 1}, {"kill", case_kill, 2, 1},
-    {"pending", case_pending, 2, 1},
+    {"pending", case_pending, 2, 1},   {"zeros", case_zeros, 2, 0},
 };
 const int suite_ncases = sizeof(suite_cases) / sizeof(suite_cases[0]);
 

@@ -33,6 +33,9 @@
  *             request completes
  *   pending   messages sent but never received, then shutdown on every
  *             rank: it returns, bounded, and close frees what is queued
+ *   zeros     messages of 1 byte to past a shared-memory cell whose ends
+ *             are zero bytes, from none to all of them, on both channels:
+ *             contents exact, nothing written past the end
  */
 #ifndef HVD_TESTS_TRANSPORT_SUITE_H
 #define HVD_TESTS_TRANSPORT_SUITE_H

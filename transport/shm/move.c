@@ -77,6 +77,25 @@ static void retire(speer *pe, msg *m) {
     pe->pending--;
 }
 
+/*
+ * Zero bytes at the end of a small control message (the engine pads its
+ * frames), in whole words: they are not copied through the FIFO, the
+ * receiver writes them (cell.zeros), so a short message moves only the
+ * cache lines it fills.
+ */
+static size_t zero_tail(const uint8_t *buf, size_t len) {
+    size_t z = 0;
+    uint64_t w;
+
+    while (z + 8 <= len) {
+        memcpy(&w, buf + len - z - 8, 8);
+        if (w != 0)
+            break;
+        z += 8;
+    }
+    return z;
+}
+
 /* Writes what fits of the messages queued for peer p on ch; retires the
  * CELL_RNDV ones p has read. Returns 1 if anything moved. */
 int hvd_shm_push(shm *tp, int p, int ch) {
@@ -107,10 +126,14 @@ int hvd_shm_push(shm *tp, int p, int ch) {
             q_pop(&pe->sendq[ch]);
         } else {
             size_t n = m->len - m->off < cbytes ? m->len - m->off : cbytes;
+            size_t z = ch == HVD_CHANNEL_CONTROL && m->off == 0 && n == m->len
+                           ? zero_tail(m->buf, n)
+                           : 0;
             c->kind = CELL_DATA;
-            c->len = n;
-            if (n > 0)
-                memcpy(payload_of(c), m->buf + m->off, n);
+            c->len = n - z;
+            c->zeros = (uint32_t)z;
+            if (n > z)
+                memcpy(payload_of(c), m->buf + m->off, n - z);
             m->off += n;
             atomic_store_explicit(&c->seq, ++pe->tail[ch],
                                   memory_order_release);
@@ -150,7 +173,8 @@ static int pull(shm *tp, int p, int ch) {
             pe->rx_head[ch] + 1)
             break;
         if (c->first != (m->off == 0) || c->msg_len != m->len ||
-            (c->kind == CELL_DATA && c->len > m->len - m->off) ||
+            (c->kind == CELL_DATA &&
+             (uint64_t)c->len + c->zeros > m->len - m->off) ||
             (c->kind != CELL_DATA && c->kind != CELL_RNDV)) {
             char who[160];
             hvd_shm_describe(tp, p, who, sizeof(who));
@@ -167,9 +191,12 @@ static int pull(shm *tp, int p, int ch) {
                 return 1;
             m->off = m->len;
             atomic_fetch_add_explicit(&f->acked, 1, memory_order_release);
-        } else if (c->len > 0) {
-            memcpy(m->buf + m->off, payload_of(c), c->len);
-            m->off += c->len;
+        } else {
+            if (c->len > 0)
+                memcpy(m->buf + m->off, payload_of(c), c->len);
+            if (c->zeros > 0)
+                memset(m->buf + m->off + c->len, 0, c->zeros);
+            m->off += c->len + c->zeros;
         }
         atomic_store_explicit(&f->head, ++pe->rx_head[ch],
                               memory_order_release);

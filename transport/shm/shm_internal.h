@@ -28,7 +28,7 @@
 #include "transport/transport.h"
 
 #define SHM_MAGIC 0x31306d6873647668ULL /* "hvdshm01" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define LINE 64
 #define NCHANNELS 2
 /* Cells per FIFO and payload bytes per cell, per channel. The data
@@ -57,7 +57,8 @@ typedef struct cell {
     uint64_t addr;    /* CELL_RNDV: the message in the sender's memory */
     uint32_t kind;
     uint32_t first; /* 1 on a message's first cell */
-    uint8_t pad[LINE - 40];
+    uint32_t zeros; /* zero bytes after the payload, not copied */
+    uint8_t pad[LINE - 44];
 } cell;
 _Static_assert(sizeof(cell) == LINE, "a cell header is one cache line");
 
