@@ -96,6 +96,16 @@ static size_t zero_tail(const uint8_t *buf, size_t len) {
     return z;
 }
 
+/* 1 if the FIFO f to pe on ch has a free cell. The receiver's head is
+ * read only when the last value read says the FIFO is full: its line then
+ * moves between the cores once per FIFO's worth of cells, not per cell. */
+static int has_room(speer *pe, fifo *f, int ch, uint32_t cap) {
+    if (pe->tail[ch] - pe->head_seen[ch] < cap)
+        return 1;
+    pe->head_seen[ch] = atomic_load_explicit(&f->head, memory_order_acquire);
+    return pe->tail[ch] - pe->head_seen[ch] < cap;
+}
+
 /* Writes what fits of the messages queued for peer p on ch; retires the
  * CELL_RNDV ones p has read. Returns 1 if anything moved. */
 int hvd_shm_push(shm *tp, int p, int ch) {
@@ -105,9 +115,7 @@ int hvd_shm_push(shm *tp, int p, int ch) {
     int wrote = 0, moved = 0;
     msg *m;
 
-    while ((m = q_front(&pe->sendq[ch])) != NULL &&
-           pe->tail[ch] - atomic_load_explicit(&f->head, memory_order_acquire) <
-               cap) {
+    while ((m = q_front(&pe->sendq[ch])) != NULL && has_room(pe, f, ch, cap)) {
         cell *c = cell_of(f, ch, pe->tail[ch]);
         c->msg_len = m->len;
         c->first = m->off == 0;

@@ -120,6 +120,8 @@ typedef struct speer {
     msgq ackq[NCHANNELS];  /* CELL_RNDV written, not yet read */
     msgq recvq[NCHANNELS];
     uint64_t tail[NCHANNELS];      /* cells written into its FIFO */
+    uint64_t head_seen[NCHANNELS]; /* its head when last read: cells it
+                                      had consumed then (at most head) */
     uint64_t rndv_sent[NCHANNELS]; /* CELL_RNDV messages sent to it */
     uint64_t rx_head[NCHANNELS];   /* cells consumed from it (mine) */
     int pending;                   /* messages in flight with it */
