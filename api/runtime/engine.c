@@ -80,11 +80,26 @@ static void call_back(hvd_request *req) {
     hvd_request_free(req);
 }
 
+/* The express request this thread runs the engine for, while it does
+ * (hvd_engine_express_run): its waiter is this thread, so it finishes
+ * without the lock (t_express_done), and its name leaves the engine's
+ * names in flight when the thread lets go of the engine. */
+static _Thread_local hvd_request *t_express;
+static _Thread_local int t_express_done;
+
 /* Tells req's waiter the outcome (engine thread). */
 void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
                     const char *error) {
     int called_back;
 
+    if (req == t_express) {
+        req->status = status;
+        if (status != HVD_OK)
+            req->error = strdup(error != NULL ? error : hvd_strerror(status));
+        req->done = 1;
+        t_express_done = 1;
+        return;
+    }
     pthread_mutex_lock(&hvd_eng_lock);
     req->status = status;
     if (status != HVD_OK)
@@ -392,11 +407,16 @@ hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {
     hvd_status st;
     int last = 0;
 
+    t_express = req;
+    t_express_done = 0;
     hvd_eng_take(eng, req);
     st = hvd_eng_express_step(eng, req, &last);
     if (st == HVD_OK && !last)
         st = run_until_done(eng, req, &last);
+    t_express = NULL;
     pthread_mutex_lock(&hvd_eng_lock);
+    if (t_express_done)
+        hvd_namemap_remove_h(&eng->inflight, req->name, req->hash);
     let_go(eng, st, last);
     /* If the job failed, the engine thread fails req too. */
     wait_done(req);

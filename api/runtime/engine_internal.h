@@ -314,8 +314,9 @@ hvd_status hvd_eng_dev_drain(hvd_engine *eng);
 void hvd_eng_dev_fail_all(hvd_engine *eng, hvd_status status, const char *text);
 hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n);
 /* An allreduce every rank carried in its step (r->parts): reduced here and
- * its request completed. */
-hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r);
+ * its request (req, or NULL: the one of that name) completed. */
+hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
+                               hvd_request *req);
 
 /* engine_vote.c */
 int hvd_eng_vote_init(vote_table *vt, int size, int capacity);

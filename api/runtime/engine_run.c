@@ -362,8 +362,10 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
  * An allreduce whose data every rank carried in its step message: reduced
  * here, in rank order (the same sum, bit for bit, on every rank).
  */
-hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r) {
-    hvd_request *req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
+hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
+                               hvd_request *req) {
+    if (req == NULL)
+        req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
     hvd_dtype dtype = r->desc.dtype;
     size_t count = (size_t)hvd_opdesc_total(&r->desc);
     int64_t t = stamp(eng);
@@ -625,7 +627,7 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
             continue;
         }
         if (r->parts != NULL || r->desc.kind != HVD_KIND_ALLREDUCE) {
-            st = r->parts != NULL ? hvd_eng_run_carried(eng, r)
+            st = r->parts != NULL ? hvd_eng_run_carried(eng, r, NULL)
                                   : run_other(eng, r);
             if (st != HVD_OK)
                 return st;

@@ -307,7 +307,8 @@ static hvd_status finish_lone(hvd_engine *eng, int s, uint64_t k, double now) {
     hvd_cache_touch(&eng->cache, s, k);
     if (eng->rank == 0)
         hvd_eng_vote_reset(&eng->vt, eng->size, s, k);
-    hvd_status st = hvd_eng_run_carried(eng, &r);
+    /* This rank carried s alone: its request is the one carried. */
+    hvd_status st = hvd_eng_run_carried(eng, &r, eng->mine_creq[0]);
     /* Every rank offered only s, which ran: its votes are gone (reset
      * above) and so are those for any slot it did not offer again. With
      * none of those, the table holds nothing to change. */

@@ -85,11 +85,17 @@ static void retire(speer *pe, msg *m) {
  */
 static size_t zero_tail(const uint8_t *buf, size_t len) {
     size_t z = 0;
-    uint64_t w;
+    uint64_t w[4];
 
+    while (z + 32 <= len) {
+        memcpy(w, buf + len - z - 32, 32);
+        if ((w[0] | w[1] | w[2] | w[3]) != 0)
+            break;
+        z += 32;
+    }
     while (z + 8 <= len) {
-        memcpy(&w, buf + len - z - 8, 8);
-        if (w != 0)
+        memcpy(w, buf + len - z - 8, 8);
+        if (w[0] != 0)
             break;
         z += 8;
     }
