@@ -58,6 +58,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         hvd_cache_erase(cache, s);
         if (eng->rank == 0) {
             hvd_eng_vote_reset(&eng->vt, eng->size, s, c->number);
+            eng->vt.nerase -= eng->vt.erase[s];
             eng->vt.erase[s] = 0;
         }
     }
@@ -184,7 +185,7 @@ static hvd_status decide(hvd_engine *eng, double now, int *has) {
         return st;
     c->paused = hvd_coord_joined(eng->coord) > 0;
     c->erase = eng->dec_erase;
-    for (int s = 0; s < eng->cache.nslots; s++)
+    for (int s = 0; s < eng->cache.nslots && vt->nerase > 0; s++)
         if (vt->erase[s])
             c->erase[c->n_erase++] = (uint32_t)s;
     for (int r = 0; r < eng->size; r++)

@@ -167,6 +167,7 @@ typedef struct vote_table {
     double *warned;    /* when the stall inspector last warned */
     uint64_t *changed; /* last cycle that ran, erased or reused it */
     uint8_t *erase;    /* invalidated by some rank: erase next cycle */
+    int nerase;        /* slots marked so */
     uint8_t *stop;     /* per rank: it has called hvd_shutdown */
 } vote_table;
 
@@ -323,6 +324,8 @@ int hvd_eng_vote_init(vote_table *vt, int size, int capacity);
 void hvd_eng_vote_free(vote_table *vt);
 void hvd_eng_vote_reset(vote_table *vt, int size, int slot, uint64_t cycle);
 void hvd_eng_vote_clear(vote_table *vt, int size, int slot);
+/* Marks slot to be erased in the next cycle. */
+void hvd_eng_vote_erase(vote_table *vt, int slot);
 hvd_status hvd_eng_local_update(hvd_engine *eng, int stop, double now);
 hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
                                 size_t len, double now);

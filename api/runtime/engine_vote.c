@@ -60,6 +60,11 @@ void hvd_eng_vote_reset(vote_table *vt, int size, int slot, uint64_t cycle) {
     vt->changed[slot] = cycle;
 }
 
+void hvd_eng_vote_erase(vote_table *vt, int slot) {
+    vt->nerase += !vt->erase[slot];
+    vt->erase[slot] = 1;
+}
+
 /* Forgets the votes for slot, nothing else. */
 void hvd_eng_vote_clear(vote_table *vt, int size, int slot) {
     for (int r = 0; r < size; r++)
@@ -83,7 +88,7 @@ hvd_status hvd_eng_local_update(hvd_engine *eng, int stop, double now) {
         }
     }
     for (int i = 0; i < eng->ninval; i++)
-        vt->erase[eng->inval[i]] = 1;
+        hvd_eng_vote_erase(vt, (int)eng->inval[i]);
     eng->ninval = 0;
     if (stop) {
         vt->stop[0] = 1;
@@ -129,7 +134,7 @@ hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
     /* Its votes come with its steps (hvd_eng_vote_offers). */
     for (size_t i = 0; i < u->n_invalidate; i++)
         if (u->invalidate[i] < (uint32_t)vt->capacity)
-            vt->erase[u->invalidate[i]] = 1;
+            hvd_eng_vote_erase(vt, (int)u->invalidate[i]);
     for (size_t i = 0; i < u->n_requests && st == HVD_OK; i++) {
         const Hvd__Engine__Request *it = u->requests[i];
         hvd_opdesc d;
@@ -229,6 +234,8 @@ hvd_status hvd_eng_vote_stalls(hvd_engine *eng, double now,
                                Hvd__Engine__ResponseList *list) {
     vote_table *vt = &eng->vt;
 
+    if (vt->total == 0)
+        return HVD_OK; /* no slot waits for anyone */
     for (int s = 0; s < eng->cache.nslots; s++) {
         char missing[128], have[128], text[HVD_ERROR_MAX];
         const hvd_cache_entry *e = &eng->cache.slots[s];
