@@ -443,6 +443,7 @@ hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last) {
  * engine: the next blocking call is usually that soon, and finds the
  * engine free. */
 #define DRIVER_GRACE_NS (500 * 1000LL)
+#define DRIVER_LOOK_NS (10 * 1000 * 1000LL)
 
 /*
  * The engine thread's turn: waits while a waiting thread runs the engine
@@ -464,8 +465,12 @@ static hvd_status take_turn(hvd_engine *eng, int *last) {
             eng->drives_seen = eng->drives;
             eng->grace_end = now + DRIVER_GRACE_NS;
         }
+        /* While a thread drives, whatever needs the engine thread wakes it
+         * (an asynchronous request, a stop, a timeline, a driver letting
+         * go with work left): it need not look often, and each look takes
+         * a core from a rank that polls. */
         if (eng->driving || eng->wanted > 0)
-            until = now + DRIVER_GRACE_NS;
+            until = now + DRIVER_LOOK_NS;
         else if (now < eng->grace_end && !eng->async_queued &&
                  !eng->stop_requested && !eng->tl_swap)
             until = eng->grace_end;
