@@ -59,6 +59,7 @@ static void ring_keeps_order_across_wraps(void **state) {
         for (int i = 0; i < 100; i++)
             push(&r, in++);
         assert_true(r.cap >= r.count);
+        assert_true((r.cap & (r.cap - 1)) == 0); /* indexed by a mask */
         while (r.count > 0)
             assert_int_equal(pop(&r), out++);
         assert_int_equal(in, out);

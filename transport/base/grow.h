@@ -30,7 +30,9 @@ static inline size_t hvd_grow_cap(size_t need, size_t limit) {
  * use from *head on, wrapping) to hold at least need: twice its capacity
  * (16 at first) until it does, the entries moved to the front (*head 0).
  * Returns the new buffer, or NULL without memory (v is then kept). Rings
- * never shrink, so a steady state does not allocate.
+ * never shrink, so a steady state does not allocate. A ring grown from
+ * nothing only ever has a power of two entries, so it is indexed with a
+ * mask (& (cap - 1)), not a division.
  */
 void *hvd_ring_grow(void *v, size_t elem, size_t *cap, size_t *head,
                     size_t count, size_t need);

@@ -391,7 +391,7 @@ hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
      * waits on this rank, so they must never wait for the peer.
      */
     if (channel == HVD_CHANNEL_CONTROL && !req->done && q->count > 0) {
-        msg *m = &q->v[(q->head + q->count - 1) % q->cap];
+        msg *m = &q->v[(q->head + q->count - 1) & (q->cap - 1)];
         uint8_t *copy = malloc(len > 0 ? len : 1);
         if (copy == NULL)
             return HVD_OK; /* it completes when written, as data does */

@@ -50,7 +50,7 @@ void hvd_shm_close(hvd_transport *t) {
             msgq *qs[2] = {&pe->sendq[ch], &pe->ackq[ch]};
             for (int k = 0; k < 2; k++)
                 for (size_t i = 0; i < qs[k]->count; i++) {
-                    msg *m = &qs[k]->v[(qs[k]->head + i) % qs[k]->cap];
+                    msg *m = &qs[k]->v[(qs[k]->head + i) & (qs[k]->cap - 1)];
                     if (m->owned)
                         free(m->buf);
                 }

@@ -97,7 +97,7 @@ hvd_status hvd_shm_fail_with(void *arg, hvd_status status, int culprit,
             msgq *qs[3] = {&pe->sendq[ch], &pe->ackq[ch], &pe->recvq[ch]};
             for (int k = 0; k < 3; k++) {
                 for (size_t i = 0; i < qs[k]->count; i++) {
-                    msg *m = &qs[k]->v[(qs[k]->head + i) % qs[k]->cap];
+                    msg *m = &qs[k]->v[(qs[k]->head + i) & (qs[k]->cap - 1)];
                     if (m->req != NULL)
                         hvd_shm_complete(m->req, status);
                     if (m->owned)

@@ -34,7 +34,7 @@
 /* Cells per FIFO and payload bytes per cell, per channel. The data
  * channel's cells carry whole pipeline chunks of small messages; the
  * control channel's carry the engine's small messages. */
-static const uint32_t ncells_of[NCHANNELS] = {8, 8};
+static const uint32_t ncells_of[NCHANNELS] = {8, 8}; /* powers of two */
 static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
 /* How long a waiting rank spins before it sleeps on its futex, by default
  * (HVD_SHM_SPIN_US). Long enough for the peer's reply to come while this
@@ -183,7 +183,7 @@ static inline fifo *fifo_of(uint8_t *seg, int src, int ch) {
 }
 
 static inline cell *cell_of(fifo *f, int ch, uint64_t n) {
-    size_t i = (size_t)(n % ncells_of[ch]);
+    size_t i = (size_t)(n & (ncells_of[ch] - 1)); /* a power of two */
     return (cell *)(void *)((uint8_t *)(f + 1) +
                             i * (sizeof(cell) + cell_bytes_of[ch]));
 }
@@ -201,7 +201,7 @@ static inline int q_push(msgq *q, const msg *m) {
             return -1;
         q->v = v;
     }
-    q->v[(q->head + q->count) % q->cap] = *m;
+    q->v[(q->head + q->count) & (q->cap - 1)] = *m;
     q->count++;
     return 0;
 }
@@ -209,7 +209,7 @@ static inline int q_push(msgq *q, const msg *m) {
 static inline msg *q_front(msgq *q) { return q->count ? &q->v[q->head] : NULL; }
 
 static inline void q_pop(msgq *q) {
-    q->head = (q->head + 1) % q->cap;
+    q->head = (q->head + 1) & (q->cap - 1);
     q->count--;
 }
 

@@ -141,17 +141,17 @@ static inline int q_reserve(partq *q, size_t more) {
 }
 
 static inline part *q_at(partq *q, size_t i) {
-    return &q->v[(q->head + i) % q->cap];
+    return &q->v[(q->head + i) & (q->cap - 1)];
 }
 
 static inline part *q_push(partq *q) {
-    part *p = &q->v[(q->head + q->count) % q->cap];
+    part *p = &q->v[(q->head + q->count) & (q->cap - 1)];
     q->count++;
     return p;
 }
 
 static inline void q_pop(partq *q) {
-    q->head = (q->head + 1) % q->cap;
+    q->head = (q->head + 1) & (q->cap - 1);
     q->count--;
 }
 
