@@ -14,7 +14,15 @@
  *             rest, and the names are cached again afterwards;
  *   join      the last rank joins amid cached names; the others go on;
  *   threads   two threads per rank interleave blocking calls on cached
- *             names, so ranks offer them in different combinations.
+ *             names, so ranks offer them in different combinations;
+ *   mixed     every rank picks, per call and differently from the others,
+ *             a blocking call on a free engine (its thread takes the
+ *             engine at once: the express way), an asynchronous call
+ *             waited for at once (the submission queue), or a blocking
+ *             call while another name's request is in flight (the engine
+ *             is not free); every fifth round the last rank changes one
+ *             name's count: HVD_ERR_MISMATCH for it on every rank, exact
+ *             results for the rest.
  *
  * Inputs are small integers from (rank, round, name, element): every result
  * is exact in every dtype, and each rank computes it from the same formula
@@ -407,16 +415,91 @@ static void test_threads(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* mixed                                                               */
+
+#define MX_NAMES 4
+#define MX_ROUNDS 40
+static const size_t mx_counts[MX_NAMES] = {1, 64, 5000, 70000};
+
+static hvd_status mx_wait(hvd_handle h, const char *what) {
+    hvd_status st = hvd_wait(h);
+    if (st != HVD_OK && st != HVD_ERR_MISMATCH)
+        fail("hvd_wait(%s): %s: %s", what, status_name(st), hvd_last_error());
+    return st;
+}
+
+static void test_mixed(void) {
+    struct op ops[MX_NAMES], side;
+    char name[64];
+
+    for (int i = 0; i < MX_NAMES; i++) {
+        snprintf(name, sizeof(name), "mx.%d", i);
+        op_init(&ops[i], name, 60 + i, i == 1 ? HVD_INT32 : HVD_FLOAT32,
+                i == 2 ? HVD_MAX : HVD_SUM, mx_counts[i], i == 1);
+    }
+    op_init(&side, "mx.side", 70, HVD_FLOAT64, HVD_SUM, 3, 0);
+    for (int round = 0; round < MX_ROUNDS; round++) {
+        int bad = round % 5 == 4 ? (round / 5) % MX_NAMES : -1;
+        for (int i = 0; i < MX_NAMES; i++) {
+            struct op *o = &ops[i];
+            int way = (g_rank + round + i) % 3, k = round * MX_NAMES + i;
+            size_t count = o->count + (i == bad && g_rank == g_size - 1);
+            hvd_handle h, hs;
+            hvd_status st;
+
+            /* Every rank submits the side request in every call, before
+             * (way 2) or after its blocking call. */
+            op_fill(&side, k);
+            if (way == 2 &&
+                hvd_allreduce_async(side.name, side.send, side.recv, side.count,
+                                    side.dtype, side.op, &hs) != HVD_OK)
+                fail("hvd_allreduce_async('mx.side'): %s", hvd_last_error());
+            op_fill(o, round);
+            if (way == 1) {
+                st = hvd_allreduce_async(o->name, o->send, o->recv, count,
+                                         o->dtype, o->op, &h);
+                if (st == HVD_OK)
+                    st = mx_wait(h, o->name);
+            } else {
+                st = hvd_allreduce(o->name, o->send, o->recv, count, o->dtype,
+                                   o->op);
+            }
+            if (way != 2 &&
+                hvd_allreduce_async(side.name, side.send, side.recv, side.count,
+                                    side.dtype, side.op, &hs) != HVD_OK)
+                fail("hvd_allreduce_async('mx.side'): %s", hvd_last_error());
+            if (mx_wait(hs, "mx.side") != HVD_OK)
+                fail("'mx.side' round %d: %s", k, hvd_last_error());
+            op_check(&side, k, g_size);
+            if (i != bad) {
+                if (st != HVD_OK)
+                    fail("round %d '%s' (way %d): %s: %s", round, o->name, way,
+                         status_name(st), hvd_last_error());
+                op_check(o, round, g_size);
+            } else if (st != HVD_ERR_MISMATCH ||
+                       !names_rank(hvd_last_error(), g_size - 1)) {
+                fail("round %d '%s' (way %d, rank %d changed its count): %s, "
+                     "expected HVD_ERR_MISMATCH naming that rank: \"%s\"",
+                     round, o->name, way, g_size - 1, status_name(st),
+                     hvd_last_error());
+            }
+        }
+    }
+    for (int i = 0; i < MX_NAMES; i++)
+        op_free(&ops[i]);
+    op_free(&side);
+}
+
+/* ------------------------------------------------------------------ */
 
 static const struct {
     const char *name;
     void (*run)(void);
     int min_size;
 } subtests[] = {
-    {"dtypes", test_dtypes, 1},
-    {"mismatch", test_mismatch, 2},
-    {"join", test_join, 2},
-    {"threads", test_threads, 1},
+    {"dtypes", test_dtypes, 1}, {"mismatch", test_mismatch, 2},
+    {"join", test_join, 2},     {"threads", test_threads, 1},
+    {"mixed", test_mixed, 2},
 };
 #define NSUBTESTS (sizeof(subtests) / sizeof(*subtests))
 
