@@ -82,10 +82,8 @@ static void call_back(hvd_request *req) {
 
 /* The express request this thread runs the engine for, while it does
  * (hvd_engine_express_run): its waiter is this thread, so it finishes
- * without the lock (t_express_done), and its name leaves the engine's
- * names in flight when the thread lets go of the engine. */
+ * without the lock. */
 static _Thread_local hvd_request *t_express;
-static _Thread_local int t_express_done;
 
 /* Tells req's waiter the outcome (engine thread). */
 void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
@@ -97,7 +95,6 @@ void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
         if (status != HVD_OK)
             req->error = strdup(error != NULL ? error : hvd_strerror(status));
         req->done = 1;
-        t_express_done = 1;
         return;
     }
     pthread_mutex_lock(&hvd_eng_lock);
@@ -224,7 +221,9 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
         st = hvd_error_set(HVD_ERR_SHUTDOWN,
                            "'%s' submitted while hvd shuts down", req->name);
     } else if (hvd_namemap_get_h(&eng->inflight, req->name, req->hash) !=
-               NULL) {
+                   NULL ||
+               (eng->express != NULL && eng->express->hash == req->hash &&
+                strcmp(eng->express->name, req->name) == 0)) {
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "'%s' is already in flight on rank %d: names must "
                            "be unique among operations in flight",
@@ -391,12 +390,12 @@ int hvd_engine_express_enter(hvd_engine *eng, hvd_request *req) {
     if (!may_drive(eng) || eng->driving || eng->engine_busy ||
         eng->wanted > 0 || eng->queue_head != NULL || eng->stop_requested ||
         eng->tl_swap || eng->npending > 0 || eng->devq_n > 0 ||
-        eng->timeline != NULL ||
-        hvd_namemap_get_h(&eng->inflight, req->name, req->hash) != NULL ||
-        hvd_namemap_put_h(&eng->inflight, req->name, req->hash, req) != 0) {
+        eng->timeline != NULL || eng->inflight.count > 0) {
         pthread_mutex_unlock(&hvd_eng_lock);
         return 0;
     }
+    /* The only name in flight (hvd_engine_submit refuses it meanwhile). */
+    eng->express = req;
     eng->driving = 1;
     eng->waiters++;
     pthread_mutex_unlock(&hvd_eng_lock);
@@ -408,18 +407,16 @@ hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {
     int last = 0;
 
     t_express = req;
-    t_express_done = 0;
     hvd_eng_take(eng, req);
     st = hvd_eng_express_step(eng, req, &last);
     if (st == HVD_OK && !last)
         st = run_until_done(eng, req, &last);
     t_express = NULL;
     pthread_mutex_lock(&hvd_eng_lock);
-    if (t_express_done)
-        hvd_namemap_remove_h(&eng->inflight, req->name, req->hash);
     let_go(eng, st, last);
     /* If the job failed, the engine thread fails req too. */
     wait_done(req);
+    eng->express = NULL;
     if (--eng->waiters == 0)
         pthread_cond_broadcast(&hvd_eng_cond);
     pthread_mutex_unlock(&hvd_eng_lock);

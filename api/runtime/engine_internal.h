@@ -184,6 +184,7 @@ struct hvd_engine {
     /* Shared with the submitting threads, under lock. */
     hvd_request *queue_head, *queue_tail;
     hvd_namemap inflight; /* names submitted and not finished */
+    hvd_request *express; /* and the express request's, not in that map */
     int stop_requested;
     int stop_seen;     /* the engine thread has taken stop_requested in */
     int finished;      /* the thread has left its loop */

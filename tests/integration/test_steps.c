@@ -22,7 +22,9 @@
  *             call while another name's request is in flight (the engine
  *             is not free); every fifth round the last rank changes one
  *             name's count: HVD_ERR_MISMATCH for it on every rank, exact
- *             results for the rest.
+ *             results for the rest;
+ *   inflight  a second submission of a name in flight on the same rank is
+ *             refused, also while the first runs the express way.
  *
  * Inputs are small integers from (rank, round, name, element): every result
  * is exact in every dtype, and each rank computes it from the same formula
@@ -491,6 +493,54 @@ static void test_mixed(void) {
 }
 
 /* ------------------------------------------------------------------ */
+/* inflight                                                            */
+
+static void *inflight_second(void *arg) {
+    hvd_status *out = arg;
+    hvd_handle h;
+    float x = 1, y = 0;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+
+    nanosleep(&ts, NULL);
+    *out = hvd_allreduce_async("if.dup", &x, &y, 1, HVD_FLOAT32, HVD_SUM, &h);
+    if (*out == HVD_OK)
+        hvd_wait(h);
+    return NULL;
+}
+
+/* A name in flight is refused to a second submission on the same rank,
+ * also while its first is a blocking call running the engine in its own
+ * thread (the express way, which keeps its name out of the engine's map):
+ * rank 0 blocks in 'if.dup' (the last rank calls it only after 300 ms)
+ * while another thread submits 'if.dup' at 100 ms. */
+static void test_inflight(void) {
+    hvd_status second = HVD_OK;
+    pthread_t th;
+    float x = (float)(g_rank + 1), y = 0;
+    struct timespec ts = {0, 300 * 1000 * 1000};
+
+    for (int round = 0; round < 3; round++) {
+        if (g_rank == 0 &&
+            pthread_create(&th, NULL, inflight_second, &second) != 0)
+            fail("pthread_create failed");
+        if (g_rank == g_size - 1)
+            nanosleep(&ts, NULL);
+        hvd_status st =
+            hvd_allreduce("if.dup", &x, &y, 1, HVD_FLOAT32, HVD_SUM);
+        if (st != HVD_OK || y != (float)(g_size * (g_size + 1) / 2))
+            fail("round %d 'if.dup': %s, %g", round, status_name(st),
+                 (double)y);
+        if (g_rank == 0) {
+            pthread_join(th, NULL);
+            if (second != HVD_ERR_INVALID_ARG)
+                fail("round %d: a second 'if.dup' submitted while the first "
+                     "was in flight returned %s, expected HVD_ERR_INVALID_ARG",
+                     round, status_name(second));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
 
 static const struct {
     const char *name;
@@ -499,7 +549,7 @@ static const struct {
 } subtests[] = {
     {"dtypes", test_dtypes, 1}, {"mismatch", test_mismatch, 2},
     {"join", test_join, 2},     {"threads", test_threads, 1},
-    {"mixed", test_mixed, 2},
+    {"mixed", test_mixed, 2},   {"inflight", test_inflight, 2},
 };
 #define NSUBTESTS (sizeof(subtests) / sizeof(*subtests))
 
