@@ -1174,7 +1174,10 @@ static int keep_alive(hvd_rdv_server *srv, int64_t now) {
             continue;
         waiting++;
         rconn *c = &srv->conns[w->conn];
-        if (now - w->keepalive_at < KEEPALIVE_NS || c->qlen > 0 ||
+        /* Half the period: the sweep's ticks (every KEEPALIVE_NS) need
+         * not line up with when the worker began to wait, and a tick just
+         * short of a whole period would double the silence. */
+        if (now - w->keepalive_at < KEEPALIVE_NS / 2 || c->qlen > 0 ||
             c->state != RC_READY)
             continue;
         c->q[c->qhead] = srv->keepalive;
