@@ -58,6 +58,23 @@ static uint8_t pattern(int src, int dst, int channel, int k, size_t i) {
     return (uint8_t)(src * 31 + dst * 17 + channel * 7 + k * 5 + (int)i * 3);
 }
 
+/* A received message's guard byte (0xEE after its len bytes) is intact:
+ * nothing was written past its end. Frees both buffers. */
+static void guard_free(uint8_t *sbuf, uint8_t *rbuf, size_t len) {
+    if (rbuf[len] != 0xEE)
+        suite_fail("a receive of %zu bytes wrote past its end", len);
+    free(sbuf);
+    free(rbuf);
+}
+
+static void batch_free(hvd_req *sreq, hvd_req *rreq, uint8_t **sbuf,
+                       uint8_t **rbuf) {
+    free(sreq);
+    free(rreq);
+    free(sbuf);
+    free(rbuf);
+}
+
 static const size_t sizes[] = {
     0, 1, 2, 3, 7, 8, 63, 4093, 65536, 65537, (1u << 20) + 3};
 enum { NSIZES = sizeof(sizes) / sizeof(sizes[0]) };
@@ -119,17 +136,10 @@ static void case_order(suite_rank *c) {
                                        "channel %d: byte %zu is %u, not %u",
                                        k, sizes[k], p, ch, b, rbuf[i][b],
                                        pattern(p, c->rank, ch, k, b));
-                    if (rbuf[i][sizes[k]] != 0xEE)
-                        suite_fail("a receive of %zu bytes wrote past its end",
-                                   sizes[k]);
-                    free(sbuf[i]);
-                    free(rbuf[i]);
+                    guard_free(sbuf[i], rbuf[i], sizes[k]);
                 }
         }
-        free(sreq);
-        free(rreq);
-        free(sbuf);
-        free(rbuf);
+        batch_free(sreq, rreq, sbuf, rbuf);
     }
 }
 
@@ -202,16 +212,9 @@ static void case_zeros(suite_rank *c) {
                                        "%zu is %u, not %u",
                                        len, z, p, ch, b, rbuf[i][b], want);
                     }
-                    if (rbuf[i][len] != 0xEE)
-                        suite_fail("a receive of %zu bytes wrote past its end",
-                                   len);
-                    free(sbuf[i]);
-                    free(rbuf[i]);
+                    guard_free(sbuf[i], rbuf[i], len);
                 }
-    free(sreq);
-    free(rreq);
-    free(sbuf);
-    free(rbuf);
+    batch_free(sreq, rreq, sbuf, rbuf);
 }
 
 /* Sends msgs to peer with isendv where the transport has it, else as
