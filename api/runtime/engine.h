@@ -1,23 +1,18 @@
 /*
- * The engine: one background thread per process that runs every
- * collective. Threads submit named requests; the engine matches them
- * across ranks, fuses small allreduces, and runs the collectives over
- * collectives/ in the same order on every rank.
+ * The engine: one per process, run by its background thread or by the
+ * thread of a blocking call. Threads submit named requests; the engine
+ * matches them across ranks, fuses small allreduces, and runs the
+ * collectives over collectives/ in the same order on every rank.
  *
- * A cycle, on every rank at once:
- *  1. a small allreduce (data channel) of one byte per response-cache slot
- *     ("I have this cached operation ready") plus a few flags: cached
- *     operations every rank has ready are decided here, with no message
- *     through rank 0;
- *  2. if any rank has requests the cache does not know, every rank sends
- *     them to the coordinator (rank 0, control channel), which answers with
- *     the operations every rank has now asked for (or errors);
- *  3. every rank runs the decided operations in the same order, fusing
- *     neighbouring allreduces of the same dtype and op.
- * Rank 0 starts a cycle when it has new work or a rank rings its doorbell
- * (a control message saying "I have new work"), so an idle job sends
- * nothing but transport heartbeats and no thread sleeps on a timer while
- * work is queued.
+ * It advances in steps (docs/design.md, "Steps"): in step k every rank
+ * sends every other rank the cache slots it has requests for, the data of
+ * the small allreduces among them and, rank 0 only, what it decided
+ * (negotiated responses, erasures, join, stop); once a rank holds every
+ * part it runs cycle k, the same on every rank. Requests the response
+ * cache does not know go to rank 0 (the coordinator) in an update first.
+ * An idle job sends nothing but transport heartbeats. A blocking call on
+ * a free engine takes it at once, its request on the caller's stack (the
+ * express way, hvd_engine_express_enter).
  */
 #ifndef HVD_API_ENGINE_H
 #define HVD_API_ENGINE_H
