@@ -409,7 +409,8 @@ hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last) {
 
     *last = 0;
     if (req->state != REQ_CACHED || eng->in_step || eng->npending != 1 ||
-        eng->ninval > 0 || eng->paused || eng->tp == NULL)
+        eng->ninval > 0 || eng->paused || eng->tp == NULL ||
+        (eng->rank == 0 && eng->cfg.cycle_time_ms > 0)) /* it batches */
         return HVD_OK;
     /* What came first (on rank 0 an update may give it something to
      * decide, which then goes in the step). */
