@@ -14,7 +14,6 @@
 #include "api/hvd_internal.h"
 #include "api/job.h"
 #include "api/runtime/engine.h"
-#include "api/runtime/namemap.h"
 #include "collectives/coll.h"
 #include "transport/base/dtype.h"
 #include "transport/base/error.h"
@@ -193,6 +192,19 @@ static hvd_status shape_count(const char *fn, const char *name, int ndim,
     return HVD_OK;
 }
 
+/* The values and the buffer of a one-buffer request. */
+static void fill_one(hvd_request *req, hvd_dtype dtype, hvd_op op, int root,
+                     hvd_memtype mem, const void *sendbuf, void *recvbuf,
+                     size_t count) {
+    req->desc.dtype = dtype;
+    req->desc.op = op;
+    req->desc.root = root;
+    req->desc.mem = mem;
+    req->send[0] = sendbuf;
+    req->recv[0] = recvbuf;
+    req->counts[0] = count;
+}
+
 /*
  * One buffer of kind (allreduce, broadcast or allgather), with its shape
  * (ndim >= 2) or without (ndim 0): checked, located, made a request of and
@@ -222,13 +234,7 @@ static hvd_status submit_one(const char *fn, const char *name, hvd_kind kind,
         st = hvd_job_request(fn, name, kind, t_ps, 1, &req);
     if (st != HVD_OK)
         return st;
-    req->desc.dtype = dtype;
-    req->desc.op = op;
-    req->desc.root = root;
-    req->desc.mem = mem;
-    req->send[0] = sendbuf;
-    req->recv[0] = recvbuf;
-    req->counts[0] = count;
+    fill_one(req, dtype, op, root, mem, sendbuf, recvbuf, count);
     hvd_opdesc_set_shape(&req->desc, ndim, shape);
     return hand_over(fn, req, out);
 }
@@ -599,21 +605,9 @@ static int express_allreduce(const char *name, const void *sendbuf,
         mem != HVD_MEM_HOST)
         return 0;
     memset(&req, 0, sizeof(req));
-    req.name = (char *)name; /* borrowed: the call lasts as long */
-    req.hash = hvd_namemap_hash(name);
-    req.n = 1;
-    req.send = &req.send1;
-    req.recv = &req.recv1;
-    req.counts = &req.count1;
-    req.send1 = sendbuf;
-    req.recv1 = recvbuf;
-    req.count1 = count;
+    hvd_request_init_one(&req, (char *)name); /* the call lasts as long */
     req.desc.kind = HVD_KIND_ALLREDUCE;
-    req.desc.dtype = dtype;
-    req.desc.op = op;
-    req.desc.mem = mem;
-    req.desc.ncounts = 1;
-    req.desc.counts = req.counts;
+    fill_one(&req, dtype, op, 0, mem, sendbuf, recvbuf, count);
     if (!hvd_job_express(&req, st))
         return 0;
     if (*st != HVD_OK)

@@ -11,30 +11,39 @@ pthread_cond_t hvd_eng_cond = PTHREAD_COND_INITIALIZER;
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 
+void hvd_request_init_one(hvd_request *req, char *name) {
+    req->name = name;
+    req->hash = hvd_namemap_hash(name);
+    req->n = 1;
+    req->send = &req->send1;
+    req->recv = &req->recv1;
+    req->counts = &req->count1;
+    req->desc.ncounts = 1;
+    req->desc.counts = req->counts;
+    req->slot = -1;
+}
+
 hvd_request *hvd_request_new(const char *name, int n) {
     hvd_request *req = calloc(1, sizeof(*req));
 
     if (req == NULL)
         return NULL;
     size_t len = strlen(name);
-    if (len < sizeof(req->name1))
-        req->name = memcpy(req->name1, name, len + 1);
-    else
-        req->name = strdup(name);
-    req->hash = hvd_namemap_hash(name);
+    char *copy = len < sizeof(req->name1) ? memcpy(req->name1, name, len + 1)
+                                          : strdup(name);
+    if (copy == NULL) {
+        free(req);
+        return NULL;
+    }
+    hvd_request_init_one(req, copy);
     req->n = n;
-    if (n == 1) {
-        req->send = &req->send1;
-        req->recv = &req->recv1;
-        req->counts = &req->count1;
-    } else {
+    if (n != 1) {
         req->send = calloc((size_t)n, sizeof(*req->send));
         req->recv = calloc((size_t)n, sizeof(*req->recv));
         req->counts = calloc((size_t)n, sizeof(*req->counts));
+        req->desc.ncounts = (size_t)n;
+        req->desc.counts = req->counts;
     }
-    req->desc.ncounts = (size_t)n;
-    req->desc.counts = req->counts;
-    req->slot = -1;
     if (req->name == NULL || req->send == NULL || req->recv == NULL ||
         req->counts == NULL) {
         hvd_request_free(req);
@@ -273,24 +282,12 @@ static hvd_status run_until_done(hvd_engine *eng, hvd_request *req, int *last) {
     int64_t spin_end = 0;
     int spin = eng->cfg.spin_ns > 0;
 
-    /* The clock is read only once the wait is not short (a clock read
-     * costs as much as a pass that finds nothing). */
     for (unsigned n = 1; !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE); n++) {
-        if (spin && n % 16 == 0) {
-            int64_t now = hvd_now_ns();
-            if (spin_end == 0)
-                spin_end = now + eng->cfg.spin_ns;
-            spin = now < spin_end;
-        }
         st = hvd_eng_pass(eng, !spin, last);
         if (st != HVD_OK || *last)
             break;
-        /* While polling, a pause between looks, and now and then the core
-         * for anyone else runnable. */
-        if (spin && (eng->cfg.spin_yield || n % 64 == 0))
-            sched_yield();
-        else if (spin)
-            hvd_cpu_relax();
+        if (spin)
+            spin = hvd_eng_spin(eng, n, &spin_end);
     }
     return st;
 }

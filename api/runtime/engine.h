@@ -106,6 +106,9 @@ typedef struct hvd_request {
  * (copied). Returns NULL when out of memory.
  */
 hvd_request *hvd_request_new(const char *name, int n);
+/* Sets up a zeroed request (on the caller's stack, say) for one buffer,
+ * named name (borrowed: it must outlive the request). */
+void hvd_request_init_one(hvd_request *req, char *name);
 void hvd_request_free(hvd_request *req);
 
 /*

@@ -391,6 +391,21 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
     return idle_wait(eng, block ? idle_timeout_ms(eng) : 0);
 }
 
+int hvd_eng_spin(const hvd_engine *eng, unsigned n, int64_t *end) {
+    if (n % 16 == 0) {
+        int64_t t = hvd_now_ns();
+        if (*end == 0)
+            *end = t + eng->cfg.spin_ns;
+        if (t >= *end)
+            return 0;
+    }
+    if (eng->cfg.spin_yield || n % 64 == 0)
+        sched_yield();
+    else
+        hvd_cpu_relax();
+    return 1;
+}
+
 /*
  * The step of a blocking call's request taken in by hvd_engine_express_run,
  * when it is all the engine has (cached, nothing else pending, nothing to
@@ -420,17 +435,8 @@ hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last) {
     if (st == HVD_OK)
         st = hvd_eng_step_start(eng);
     for (unsigned n = 1; st == HVD_OK && !hvd_eng_step_complete(eng); n++) {
-        if (n % 16 == 0) {
-            int64_t t = hvd_now_ns();
-            if (spin_end == 0)
-                spin_end = t + eng->cfg.spin_ns;
-            if (t >= spin_end)
-                return HVD_OK; /* the passes wait from here */
-        }
-        if (eng->cfg.spin_yield || n % 64 == 0)
-            sched_yield();
-        else
-            hvd_cpu_relax();
+        if (!hvd_eng_spin(eng, n, &spin_end))
+            return HVD_OK; /* the passes wait from here */
         st = eng->tp->ops->progress(eng->tp, 0);
         if (st == HVD_OK)
             st = hvd_eng_pump(eng, now);

@@ -363,6 +363,14 @@ hvd_status hvd_eng_pset_run(hvd_engine *eng, const hvd_opdesc *d, int id);
 hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c);
 hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last);
 hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last);
+/*
+ * The n-th look (from 1) of a thread polling for the engine: a pause
+ * between looks, the core yielded every 64 (at every look where the host
+ * has fewer cores than ranks). The clock is read every 16 looks only, the
+ * first time to start the cfg.spin_ns of polling (*end, 0 before): 0 once
+ * they have passed (no pause then: the caller blocks).
+ */
+int hvd_eng_spin(const hvd_engine *eng, unsigned n, int64_t *end);
 void *hvd_eng_main(void *arg);
 
 #endif
