@@ -1,5 +1,7 @@
 /* The verbs transport (verbs.h): send completions, failed work completions,
- * draining the completion queue and waiting on it. */
+ * draining the completion queue and waiting on it. Hands receive
+ * completions to rx.c and what freed send resources to tx.c; calls fail.c
+ * and post.c. */
 
 #include "transport/verbs/verbs_internal.h"
 

@@ -1,10 +1,18 @@
 /* The verbs transport (verbs.h): receiving: matching arrivals to irecvs,
- * control messages, the receive completions. */
+ * control messages, the receive completions. Calls tx.c (credits and the
+ * rendezvous go back through the send side), fail.c and post.c. */
 
 #include "transport/verbs/verbs_internal.h"
 
 /* ------------------------------------------------------------------ */
 /* Receiving                                                           */
+
+/* Posts receive buffer idx of q again; a failure fails the transport. */
+hvd_status hvd_vb_repost(vqp *q, uint32_t idx) {
+    int err = hvd_vb_post_recv(q, idx);
+
+    return err == 0 ? HVD_OK : hvd_vb_recv_failed(q, err);
+}
 
 static hvd_status mismatch(vqp *q, size_t sent, int more, size_t want) {
     return hvd_vb_peer_failf(

@@ -1,10 +1,64 @@
-/* The verbs transport (verbs.h): buffers, rings, queue pairs and their
- * connection, the hello, and close. */
+/* The verbs transport (verbs.h): setup and teardown: probe, open (the
+ * settings, GPUDirect RDMA, the bootstrap exchange, the hello), close and
+ * goodbye. Calls qp.c (buffers and queue pairs), progress.c (its one turn
+ * of the completion queue, for the hello and the goodbye), post.c and
+ * fail.c, and the components device.c, conn.c and mr.c. */
 
 #include "transport/verbs/verbs_internal.h"
 
-/* ------------------------------------------------------------------ */
-/* Setup                                                               */
+/* 1 if this rank can move CUDA device memory itself (GPUDirect RDMA);
+ * else why not, as a phrase, in why. */
+static int gpudirect_here(const hvd_ibv_seam *seam,
+                          const hvd_transport_params *params,
+                          const hvd_verbs_settings *set, char *why,
+                          size_t whylen) {
+    if (set->gpudirect == 0) {
+        snprintf(why, whylen, "HVD_IB_GPUDIRECT=0");
+        return 0;
+    }
+    if (params->gpu_device < 0 || seam->cuda_devices() <= 0) {
+        snprintf(why, whylen,
+                 "this rank has no CUDA device (or hvd was built without "
+                 "CUDA)");
+        return 0;
+    }
+    if (!seam->peermem_loaded()) {
+        snprintf(why, whylen,
+                 "the nvidia-peermem kernel module is not loaded on this "
+                 "rank's host (`modprobe nvidia-peermem`)");
+        return 0;
+    }
+    return 1;
+}
+
+/* probe over seam; ops is the verbs ops table (its settings). */
+hvd_status hvd_vb_probe(const hvd_transport_ops *ops, const hvd_ibv_seam *seam,
+                        const hvd_transport_params *params, hvd_caps *caps) {
+    hvd_verbs_settings set;
+    hvd_vdev_cfg cfg;
+    hvd_vdev dev;
+
+    memset(caps, 0, sizeof(*caps));
+    /* Between any ranks; auto prefers it to TCP where every rank has it. */
+    caps->reach = HVD_REACH_SAME_HOST | HVD_REACH_OTHER_HOSTS;
+    caps->priority = 20;
+    if (hvd_transport_read_settings(ops, params, &set) != HVD_OK) {
+        snprintf(caps->reason, sizeof(caps->reason), "%s", hvd_error_get());
+        return HVD_OK;
+    }
+    cfg = (hvd_vdev_cfg){
+        .device = set.device, .port = set.port, .gid_index = set.gid_index};
+    if (hvd_vdev_open(seam, &cfg, &dev, caps->reason, sizeof(caps->reason)) ==
+        HVD_VDEV_OK) {
+        char why[160];
+        caps->usable = 1;
+        hvd_vdev_close(seam, &dev);
+        if (gpudirect_here(seam, params, &set, why, sizeof(why)))
+            caps->mem_types =
+                HVD_MEM_BIT(HVD_MEM_HOST) | HVD_MEM_BIT(HVD_MEM_DEVICE);
+    }
+    return HVD_OK;
+}
 
 void hvd_vb_close(hvd_transport *t) {
     vtp *tp = (vtp *)t;
@@ -47,243 +101,6 @@ void hvd_vb_close(hvd_transport *t) {
     free(tp);
 }
 
-static uint32_t next_psn(uint64_t *state) {
-    /* xorshift64: PSNs only need to differ between incarnations. */
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    return (uint32_t)(*state & 0xffffff);
-}
-
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-/* Buffers, rings, completion queue and queue pairs (in INIT, receives
- * posted). The sentence of a failure is in hvd_last_error. */
-hvd_status hvd_vb_setup_local(vtp *tp, const hvd_verbs_settings *set) {
-    struct ibv_context *ctx = tp->dev.ctx;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), off = 0, per_qp[2];
-    uint32_t nrbufs[2], wr_cap[2];
-    uint64_t cqe = 16, seed;
-    int npeers = tp->size - 1;
-
-    tp->slots[0] = (uint32_t)set->ring_chunks;
-    tp->slot_bytes[0] = (uint32_t)set->chunk_bytes;
-    tp->slots[1] = CTL_SLOTS;
-    tp->slot_bytes[1] = CTL_SLOT_BYTES;
-    for (int ch = 0; ch < 2; ch++) {
-        nrbufs[ch] = EAGER_CREDITS + tp->slots[ch] + CTL_RESERVE + HVD_VRTR_MAX;
-        wr_cap[ch] = tp->slots[ch] + SEND_BUFS;
-        if (nrbufs[ch] > (uint32_t)tp->dev.attr.max_qp_wr ||
-            wr_cap[ch] > (uint32_t)tp->dev.attr.max_qp_wr)
-            return hvd_error_set(
-                HVD_ERR_TRANSPORT,
-                "%s allows %d work requests per queue "
-                "pair and HVD_IB_RING_CHUNKS=%u needs %u: "
-                "lower HVD_IB_RING_CHUNKS",
-                tp->dev.name, tp->dev.attr.max_qp_wr, tp->slots[0],
-                nrbufs[ch] > wr_cap[ch] ? nrbufs[ch] : wr_cap[ch]);
-        per_qp[ch] = ((size_t)nrbufs[ch] + SEND_BUFS) * EAGER_BYTES;
-        cqe += (uint64_t)npeers * (nrbufs[ch] + wr_cap[ch]);
-    }
-    if (cqe > (uint64_t)tp->dev.attr.max_cqe)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "%d peers need a completion queue of %llu "
-                             "entries and %s allows %d: lower "
-                             "HVD_IB_RING_CHUNKS",
-                             npeers, (unsigned long long)cqe, tp->dev.name,
-                             tp->dev.attr.max_cqe);
-
-    tp->pd = tp->seam->alloc_pd(ctx);
-    if (tp->pd == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "ibv_alloc_pd(%s) failed: %s",
-                             tp->dev.name, strerror(errno));
-
-    /* Local buffers: per queue pair its receive and send buffers, then
-     * the staging chunks. */
-    tp->stage_bytes = tp->slot_bytes[0];
-    tp->nstage =
-        (int)(2 * tp->slots[0] > STAGE_MIN ? 2 * tp->slots[0] : STAGE_MIN);
-    tp->mem_len = round_up((size_t)npeers * (per_qp[0] + per_qp[1]) +
-                               (size_t)tp->nstage * tp->stage_bytes,
-                           page);
-    tp->ring_len = round_up(
-        (size_t)hvd_vring_bytes(tp->size, tp->slots, tp->slot_bytes), page);
-    if (posix_memalign((void **)&tp->mem, page, tp->mem_len) != 0 ||
-        posix_memalign((void **)&tp->ring, page, tp->ring_len) != 0)
-        return hvd_error_set(HVD_ERR_NO_MEMORY,
-                             "out of memory allocating %zu bytes of RDMA "
-                             "buffers",
-                             tp->mem_len + tp->ring_len);
-    memset(tp->mem, 0, tp->mem_len);
-    memset(tp->ring, 0, tp->ring_len);
-    tp->mem_mr =
-        tp->seam->reg_mr(tp->pd, tp->mem, tp->mem_len, IBV_ACCESS_LOCAL_WRITE);
-    if (tp->mem_mr != NULL)
-        tp->ring_mr =
-            tp->seam->reg_mr(tp->pd, tp->ring, tp->ring_len,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (tp->mem_mr == NULL || tp->ring_mr == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "ibv_reg_mr of %zu bytes of RDMA buffers failed: "
-                             "%s (raise the locked-memory limit, `ulimit -l "
-                             "unlimited`, or lower HVD_IB_RING_CHUNKS)",
-                             tp->mem_mr == NULL ? tp->mem_len : tp->ring_len,
-                             strerror(errno));
-    tp->stage_free = malloc((size_t)tp->nstage * sizeof(*tp->stage_free));
-    if (tp->stage_free == NULL)
-        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-    tp->stage = tp->mem + (size_t)npeers * (per_qp[0] + per_qp[1]);
-    for (int i = 0; i < tp->nstage; i++)
-        tp->stage_free[i] = tp->nstage - 1 - i;
-    tp->nstage_free = tp->nstage;
-
-    tp->chan = tp->seam->create_comp_channel(ctx);
-    if (tp->chan == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "ibv_create_comp_channel(%s) failed: %s",
-                             tp->dev.name, strerror(errno));
-    int fl = fcntl(tp->chan->fd, F_GETFL);
-    if (fl < 0 || fcntl(tp->chan->fd, F_SETFL, fl | O_NONBLOCK) != 0)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "fcntl(completion channel, O_NONBLOCK) failed: "
-                             "%s",
-                             strerror(errno));
-    tp->cq = tp->seam->create_cq(ctx, (int)cqe, tp->chan);
-    if (tp->cq == NULL)
-        return hvd_error_set(
-            HVD_ERR_TRANSPORT, "ibv_create_cq(%s, %llu entries) failed: %s",
-            tp->dev.name, (unsigned long long)cqe, strerror(errno));
-
-    seed = (uint64_t)hvd_now_ns() ^ ((uint64_t)getpid() << 32) ^
-           (uint64_t)tp->rank;
-    if (seed == 0)
-        seed = 1;
-    for (int p = 0; p < tp->size; p++) {
-        if (p == tp->rank)
-            continue;
-        for (int ch = 0; ch < 2; ch++) {
-            vqp *q = &tp->qps[p * 2 + ch];
-            struct ibv_qp_init_attr ia;
-            struct ibv_qp_attr qa;
-
-            q->nrbufs = nrbufs[ch];
-            q->wr_cap = wr_cap[ch];
-            q->slots = tp->slots[ch];
-            q->slot_bytes = tp->slot_bytes[ch];
-            q->rbufs = tp->mem + off;
-            off += (size_t)nrbufs[ch] * EAGER_BYTES;
-            q->sbufs = tp->mem + off;
-            off += (size_t)SEND_BUFS * EAGER_BYTES;
-            q->ring = tp->ring + hvd_vring_offset(tp->size, tp->rank, p, ch, 0,
-                                                  tp->slots, tp->slot_bytes);
-            q->arr = calloc(q->nrbufs, sizeof(*q->arr));
-            q->wr = calloc(q->wr_cap, sizeof(*q->wr));
-            if (q->arr == NULL || q->wr == NULL)
-                return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-            memset(&ia, 0, sizeof(ia));
-            ia.send_cq = tp->cq;
-            ia.recv_cq = tp->cq;
-            ia.qp_type = IBV_QPT_RC;
-            ia.cap.max_send_wr = q->wr_cap;
-            ia.cap.max_recv_wr = q->nrbufs;
-            ia.cap.max_send_sge = 1;
-            ia.cap.max_recv_sge = 1;
-            q->qp = tp->seam->create_qp(tp->pd, &ia);
-            if (q->qp == NULL)
-                return hvd_error_set(HVD_ERR_TRANSPORT,
-                                     "ibv_create_qp(RC, %s) failed: %s (the "
-                                     "device may not offer reliable "
-                                     "connections)",
-                                     tp->dev.name, strerror(errno));
-            memset(&qa, 0, sizeof(qa));
-            qa.qp_state = IBV_QPS_INIT;
-            qa.pkey_index = 0;
-            qa.port_num = (uint8_t)tp->dev.port;
-            qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-            int err =
-                tp->seam->modify_qp(q->qp, &qa,
-                                    IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                                        IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-            if (err != 0)
-                return hvd_error_set(HVD_ERR_TRANSPORT,
-                                     "ibv_modify_qp(INIT) failed: %s",
-                                     strerror(err));
-            q->psn = next_psn(&seed);
-            for (uint32_t i = 0; i < q->nrbufs; i++) {
-                hvd_status st = hvd_vb_repost(q, i);
-                if (st != HVD_OK)
-                    return hvd_error_copy(st, tp->failure.text);
-            }
-        }
-    }
-
-    /* User buffers: registered on their own where that is safe; the cache
-     * also holds explicit registrations (hvd_verbs_register). */
-    tp->auto_reg = set->mr_cache == 1 || (set->mr_cache == 2 && tp->dev.odp);
-    return hvd_mr_cache_create(tp->seam, tp->pd, IBV_ACCESS_LOCAL_WRITE,
-                               tp->dev.odp, MR_CACHE_ENTRIES, MR_CACHE_BYTES,
-                               &tp->mrc);
-}
-
-/* Moves q to RTR then RTS towards the peer described by r and qi. */
-hvd_status hvd_vb_connect_qp(vtp *tp, vqp *q, const hvd_vconn *r,
-                             const hvd_vqpinfo *qi) {
-    struct ibv_qp_attr a;
-    int err;
-
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = (enum ibv_mtu)(r->mtu < tp->dev.mtu ? r->mtu : tp->dev.mtu);
-    a.dest_qp_num = qi->qpn;
-    a.rq_psn = qi->psn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = QP_MIN_RNR;
-    a.ah_attr.port_num = (uint8_t)tp->dev.port;
-    if (tp->dev.link_layer == IBV_LINK_LAYER_ETHERNET) {
-        a.ah_attr.is_global = 1;
-        memcpy(a.ah_attr.grh.dgid.raw, r->gid, 16);
-        a.ah_attr.grh.sgid_index = (uint8_t)tp->dev.gid_index;
-        a.ah_attr.grh.hop_limit = 64;
-    } else {
-        a.ah_attr.dlid = r->lid;
-    }
-    err = tp->seam->modify_qp(
-        q->qp, &a,
-        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (err != 0)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "ibv_modify_qp(RTR) towards rank %d (QPN %#x) "
-                             "failed: %s",
-                             q->peer, qi->qpn, strerror(err));
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = QP_TIMEOUT;
-    a.retry_cnt = QP_RETRY;
-    a.rnr_retry = QP_RNR_RETRY;
-    a.sq_psn = q->psn;
-    a.max_rd_atomic = 1;
-    err = tp->seam->modify_qp(q->qp, &a,
-                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                  IBV_QP_MAX_QP_RD_ATOMIC);
-    if (err != 0)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "ibv_modify_qp(RTS) towards rank %d failed: %s",
-                             q->peer, strerror(err));
-    q->rring = r->ring_addr +
-               hvd_vring_offset(tp->size, q->peer, tp->rank, q->ch, 0,
-                                (const uint32_t[]){r->slots[0], r->slots[1]},
-                                r->slot_bytes);
-    q->rkey = r->rkey;
-    q->rslots = r->slots[q->ch];
-    q->rslot_bytes = r->slot_bytes[q->ch];
-    q->reager_bytes = r->eager_bytes;
-    hvd_vcredit_init(&q->cr, r->eager_credits[q->ch], r->slots[q->ch],
-                     EAGER_CREDITS, q->slots);
-    return HVD_OK;
-}
-
 /* What every rank says after a setup step: all ranks take the same
  * decision from it. */
 typedef struct step_blob {
@@ -293,7 +110,7 @@ typedef struct step_blob {
 
 /* Allgathers this rank's outcome of a step; HVD_OK if every rank's was
  * good, else the first failing rank's sentence. */
-hvd_status hvd_vb_agree(vtp *tp, hvd_bootstrap *bs, hvd_status mine,
+static hvd_status agree(vtp *tp, hvd_bootstrap *bs, hvd_status mine,
                         const char *what) {
     step_blob me, *all = calloc((size_t)tp->size, sizeof(*all));
     hvd_status st;
@@ -321,7 +138,7 @@ hvd_status hvd_vb_agree(vtp *tp, hvd_bootstrap *bs, hvd_status mine,
 
 /* Sends HELLO on every queue pair and waits until every one has crossed
  * both ways (bounded by deadline). */
-hvd_status hvd_vb_hello(vtp *tp, int64_t deadline) {
+static hvd_status hello(vtp *tp, int64_t deadline) {
     hvd_status st = HVD_OK;
 
     for (int i = 0; i < tp->size * 2; i++) {
@@ -334,9 +151,9 @@ hvd_status hvd_vb_hello(vtp *tp, int64_t deadline) {
                 HVD_ERR_TRANSPORT, "ibv_post_send(hello) to rank %d failed: %s",
                 q->peer, err == 1 ? "no send buffer" : strerror(err));
     }
-    for (;;) {
+    for (int moved = 0;; moved = hvd_vb_step(tp, 100)) {
         int missing = -1;
-        if (hvd_vb_drain(tp) < 0)
+        if (moved < 0)
             return hvd_tp_failure_error(&tp->failure);
         for (int i = 0; i < tp->size * 2 && missing < 0; i++) {
             vqp *q = &tp->qps[i];
@@ -357,7 +174,353 @@ hvd_status hvd_vb_hello(vtp *tp, int64_t deadline) {
                                who);
             break;
         }
-        hvd_vb_wait_events(tp, 100);
     }
     return st;
+}
+
+/* What open keeps between its steps. */
+typedef struct open_state {
+    const hvd_transport_params *params;
+    const hvd_verbs_settings *set;
+    vtp *tp;
+    size_t blen;        /* one rank's connection data */
+    uint8_t *blobs;     /* every rank's, from the allgather */
+    uint8_t *mine;      /* this rank's */
+    hvd_vqpinfo *qinfo; /* per queue pair: the peer's QPN and PSN */
+    hvd_vconn *conns;   /* per rank */
+    hvd_status local;   /* this rank's outcome of the current step */
+    char why[256];      /* why this rank cannot use RDMA */
+    char gd_why[160];   /* why this rank cannot use GPUDirect RDMA */
+    int gd_here;
+    int gd_bad; /* the first rank without GPUDirect RDMA, or -1 */
+} open_state;
+
+/* The transport with its parameters, nothing allocated yet; NULL if out
+ * of memory. */
+static vtp *new_tp(const hvd_transport_ops *ops, const hvd_ibv_seam *seam,
+                   const hvd_transport_params *params) {
+    vtp *tp = calloc(1, sizeof(*tp));
+
+    if (tp == NULL)
+        return NULL;
+    tp->base.ops = ops;
+    tp->seam = seam;
+    tp->rank = params->rank;
+    tp->size = params->size;
+    tp->wakefd = -1;
+    tp->opening = 1;
+    tp->timeout_ns = params->timeout_ns;
+    tp->heartbeat_ns =
+        tp->timeout_ns / 4 < HEARTBEAT_NS ? tp->timeout_ns / 4 : HEARTBEAT_NS;
+    return tp;
+}
+
+/* The transport's per-peer arrays and open's own; out of memory is this
+ * rank's outcome of step 1 (it still takes part in the exchange, so that
+ * no rank waits for it). */
+static void alloc_open(open_state *os) {
+    vtp *tp = os->tp;
+
+    tp->qps = calloc((size_t)tp->size * 2, sizeof(*tp->qps));
+    tp->pending = calloc((size_t)tp->size, sizeof(*tp->pending));
+    tp->last_active = calloc((size_t)tp->size, sizeof(*tp->last_active));
+    os->blobs = malloc(os->blen * (size_t)tp->size);
+    os->mine = calloc(1, os->blen);
+    os->qinfo = calloc((size_t)tp->size * 2, sizeof(*os->qinfo));
+    os->conns = calloc((size_t)tp->size, sizeof(*os->conns));
+    hvd_tp_copy_names(os->params, tp->size, &tp->hosts, &tp->pids);
+    if (tp->qps == NULL || tp->pending == NULL || tp->last_active == NULL ||
+        os->blobs == NULL || os->mine == NULL || os->qinfo == NULL ||
+        os->conns == NULL)
+        os->local = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; tp->qps != NULL && i < tp->size * 2; i++) {
+        tp->qps[i].tp = tp;
+        tp->qps[i].peer = i / 2;
+        tp->qps[i].ch = i % 2;
+        tp->qps[i].index = i;
+    }
+}
+
+/* Step 1, this rank's part: the device, buffers and queue pairs. */
+static void open_local(open_state *os, const hvd_ibv_seam *seam) {
+    vtp *tp = os->tp;
+    hvd_vdev_cfg cfg = {.device = os->set->device,
+                        .port = os->set->port,
+                        .gid_index = os->set->gid_index};
+
+    if (os->local == HVD_OK && hvd_vdev_open(seam, &cfg, &tp->dev, os->why,
+                                             sizeof(os->why)) != HVD_VDEV_OK)
+        os->local = hvd_error_set(HVD_ERR_UNSUPPORTED, "%s", os->why);
+    if (os->local == HVD_OK) {
+        tp->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        os->local = tp->wakefd < 0
+                        ? hvd_error_set(HVD_ERR_TRANSPORT, "eventfd failed: %s",
+                                        strerror(errno))
+                        : hvd_vb_setup_local(tp, os->set);
+    }
+    if (os->local != HVD_OK)
+        snprintf(os->why, sizeof(os->why), "%s", hvd_error_get());
+}
+
+/* This rank's connection data (conn.h) into os->mine: whether it can use
+ * RDMA and GPUDirect RDMA, its port, rings and queue pairs. */
+static void encode_mine(open_state *os) {
+    vtp *tp = os->tp;
+    hvd_vconn c;
+
+    memset(&c, 0, sizeof(c));
+    c.rank = (uint32_t)tp->rank;
+    c.size = (uint32_t)tp->size;
+    if (os->local == HVD_OK) {
+        c.flags = HVD_VCONN_USABLE | (os->gd_here ? HVD_VCONN_GPUDIRECT : 0);
+        c.lid = (uint16_t)tp->dev.lid;
+        c.port = (uint8_t)tp->dev.port;
+        c.link_layer = (uint8_t)tp->dev.link_layer;
+        c.mtu = (uint8_t)tp->dev.mtu;
+        c.gid_index = tp->dev.gid_index;
+        memcpy(c.gid, tp->dev.gid.raw, 16);
+        c.ring_addr = (uintptr_t)tp->ring;
+        c.rkey = tp->ring_mr->rkey;
+        c.eager_bytes = EAGER_BYTES;
+        for (int ch = 0; ch < 2; ch++) {
+            c.eager_credits[ch] = EAGER_CREDITS;
+            c.slots[ch] = (uint16_t)tp->slots[ch];
+            c.slot_bytes[ch] = tp->slot_bytes[ch];
+        }
+        for (int i = 0; i < tp->size * 2; i++)
+            if (tp->qps[i].qp != NULL)
+                os->qinfo[i] = (hvd_vqpinfo){.qpn = tp->qps[i].qp->qp_num,
+                                             .psn = tp->qps[i].psn};
+    }
+    if (os->mine != NULL)
+        hvd_vconn_encode(&c, os->qinfo, os->mine);
+}
+
+/* Reads every rank's connection data from the allgather: HVD_OK if every
+ * rank can use RDMA (every rank sees the same flags and takes the same
+ * decision), and who cannot use GPUDirect RDMA. */
+static hvd_status read_peers(open_state *os) {
+    vtp *tp = os->tp;
+    int unusable = -1;
+
+    for (int p = 0; p < tp->size; p++) {
+        hvd_vqpinfo q2[2];
+        hvd_status dst =
+            hvd_vconn_decode(os->blobs + (size_t)p * os->blen, os->blen, p,
+                             tp->size, tp->rank, &os->conns[p], q2);
+        if (dst != HVD_OK) {
+            if (os->local == HVD_OK)
+                os->local = dst;
+            continue;
+        }
+        if (!(os->conns[p].flags & HVD_VCONN_USABLE)) {
+            if (unusable < 0)
+                unusable = p;
+            continue;
+        }
+        os->qinfo[p * 2] = q2[0];
+        os->qinfo[p * 2 + 1] = q2[1];
+        if (!(os->conns[p].flags & HVD_VCONN_GPUDIRECT) && os->gd_bad < 0)
+            os->gd_bad = p;
+    }
+    if (unusable < 0)
+        return HVD_OK;
+    if (unusable == tp->rank)
+        return hvd_error_set(os->local != HVD_OK ? os->local
+                                                 : HVD_ERR_UNSUPPORTED,
+                             "%s", os->why);
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "rank %d cannot use RDMA (its log says why)",
+                         unusable);
+}
+
+/* GPUDirect RDMA only if every rank can: the engine gives all ranks
+ * device memory for an operation, or none. Every rank sees the same
+ * flags. */
+static hvd_status agree_gpudirect(open_state *os) {
+    vtp *tp = os->tp;
+    int gd_bad = os->gd_bad;
+
+    tp->gpudirect = gd_bad < 0;
+    tp->gpu_device = os->params->gpu_device;
+    if (gd_bad < 0 || os->set->gpudirect != 1)
+        return HVD_OK;
+    if (gd_bad == tp->rank)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_IB_GPUDIRECT=1: %s; set it to auto to "
+                             "stage device memory through host memory",
+                             os->gd_why);
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "HVD_IB_GPUDIRECT=1: rank %d cannot move CUDA "
+                         "device memory over RDMA (no CUDA device or "
+                         "no nvidia-peermem there); set it to auto to "
+                         "stage device memory through host memory",
+                         gd_bad);
+}
+
+/* Step 2, this rank's part: connects every queue pair. */
+static void connect_all(open_state *os) {
+    vtp *tp = os->tp;
+
+    for (int p = 0; os->local == HVD_OK && p < tp->size; p++) {
+        if (p == tp->rank)
+            continue;
+        if (os->conns[p].link_layer != tp->dev.link_layer) {
+            os->local =
+                hvd_error_set(HVD_ERR_TRANSPORT,
+                              "rank %d's RDMA port is %s and this rank's "
+                              "%s: they cannot connect",
+                              p, hvd_vdev_link_name(os->conns[p].link_layer),
+                              hvd_vdev_link_name(tp->dev.link_layer));
+            break;
+        }
+        for (int ch = 0; os->local == HVD_OK && ch < 2; ch++)
+            os->local =
+                hvd_vb_connect_qp(tp, &tp->qps[p * 2 + ch], &os->conns[p],
+                                  &os->qinfo[p * 2 + ch]);
+    }
+}
+
+static void log_open(const open_state *os) {
+    const vtp *tp = os->tp;
+
+    HVD_DEBUG("verbs",
+              "%s port %d (%s, LID %d, GID index %d, MTU %d): %d peers, "
+              "data chunks of %u bytes x %u, sends from user buffers: %s",
+              tp->dev.name, tp->dev.port,
+              hvd_vdev_link_name(tp->dev.link_layer), tp->dev.lid,
+              tp->dev.gid_index, 128 << tp->dev.mtu, tp->size - 1,
+              tp->slot_bytes[0], tp->slots[0],
+              !tp->auto_reg ? "no (staged)"
+              : tp->dev.odp ? "yes (on-demand paging)"
+                            : "yes (pinned, HVD_IB_MR_CACHE=on)");
+    if (tp->gpudirect)
+        HVD_DEBUG("verbs", "GPUDirect RDMA: on (CUDA device memory is read "
+                           "and written by the HCA)");
+    else if (os->set->gpudirect != 0 && os->params->gpu_device >= 0)
+        HVD_DEBUG("verbs", "GPUDirect RDMA: off (%s)",
+                  os->gd_here ? "another rank cannot" : os->gd_why);
+}
+
+static void free_scratch(open_state *os) {
+    free(os->blobs);
+    free(os->mine);
+    free(os->qinfo);
+    free(os->conns);
+}
+
+/*
+ * open over seam with the settings read; ops is the verbs ops table. Three
+ * steps, each agreed by every rank: the connection data (device, buffers,
+ * queue pairs; whether every rank can use RDMA and GPUDirect RDMA),
+ * connecting every queue pair, a HELLO across every one.
+ */
+hvd_status hvd_vb_open(const hvd_transport_ops *ops, const hvd_ibv_seam *seam,
+                       const hvd_transport_params *params,
+                       const hvd_verbs_settings *set, hvd_transport **out) {
+    open_state os = {.params = params,
+                     .set = set,
+                     .blen = HVD_VCONN_LEN(params->size),
+                     .local = HVD_OK,
+                     .gd_bad = -1};
+    hvd_bootstrap *bs = params->bootstrap;
+    int64_t deadline = hvd_now_ns() + params->connect_timeout_ns;
+    hvd_status st;
+
+    os.gd_here =
+        gpudirect_here(seam, params, set, os.gd_why, sizeof(os.gd_why));
+    os.tp = new_tp(ops, seam, params);
+    if (os.tp == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    if (os.blen > HVD_RDV_MAX_BLOB) {
+        /* Every rank decides the same from the size alone. */
+        st = hvd_error_set(HVD_ERR_UNSUPPORTED,
+                           "the verbs transport exchanges %zu bytes per rank "
+                           "at start, more than the bootstrap carries (%d): "
+                           "a job of %d ranks is too large for it; use tcp",
+                           os.blen, HVD_RDV_MAX_BLOB, params->size);
+        goto fail;
+    }
+    alloc_open(&os);
+
+    /* Step 1: device, buffers and queue pairs; the connection data. */
+    open_local(&os, seam);
+    encode_mine(&os);
+    if (os.mine == NULL || os.blobs == NULL) {
+        /* Nothing to send: this rank cannot take part; the others time
+         * out in the bootstrap. */
+        st = os.local;
+        goto fail;
+    }
+    st = bs->allgather(bs, os.mine, os.blen, os.blobs);
+    if (st == HVD_OK)
+        st = read_peers(&os);
+    if (st == HVD_OK)
+        st = agree_gpudirect(&os);
+    if (st != HVD_OK)
+        goto fail;
+
+    /* Step 2: connect every queue pair. */
+    connect_all(&os);
+    st = agree(os.tp, bs, os.local, "connecting RDMA queue pairs");
+    if (st != HVD_OK)
+        goto fail;
+
+    /* Step 3: a HELLO across every queue pair, so that ports that cannot
+     * reach each other fail here, on every rank, not in a collective. */
+    os.local = hello(os.tp, deadline);
+    st = agree(os.tp, bs, os.local, "checking RDMA connectivity");
+    if (st != HVD_OK)
+        goto fail;
+
+    log_open(&os);
+    free_scratch(&os);
+    os.tp->opening = 0;
+    *out = &os.tp->base;
+    return HVD_OK;
+fail : {
+    char text[HVD_ERROR_MAX];
+    snprintf(text, sizeof(text), "%s", hvd_error_get());
+    os.tp->shutting_down = 1; /* no ABORT notices from a failed open */
+    hvd_vb_close(&os.tp->base);
+    free_scratch(&os);
+    return hvd_error_copy(st, text);
+}
+}
+
+/* Goodbye: a BYE on every queue pair, and the peers' BYEs, bounded by
+ * the timeout; whatever is missing then is only logged. */
+hvd_status hvd_vb_shutdown(hvd_transport *t) {
+    vtp *tp = (vtp *)t;
+    int64_t deadline =
+        hvd_now_ns() +
+        (tp->timeout_ns < SHUTDOWN_NS ? tp->timeout_ns : SHUTDOWN_NS);
+
+    if (tp->failure.status != HVD_OK)
+        return HVD_OK;
+    tp->shutting_down = 1;
+    while (hvd_now_ns() < deadline && tp->failure.status == HVD_OK) {
+        int open_qps = 0;
+        for (int i = 0; i < tp->size * 2; i++) {
+            vqp *q = &tp->qps[i];
+            if (q->qp == NULL)
+                continue;
+            if (!q->bye_tx) {
+                int err = hvd_vb_post_ctl(q, HVD_VMSG_BYE, NULL, 0);
+                if (err == 0)
+                    q->bye_tx = 1;
+                else if (err > 1)
+                    break;
+            }
+            /* Done with a pair once the peer said goodbye and ours has
+             * been acknowledged. */
+            if (!q->bye_tx || !q->bye_rx || q->wr_done < q->wr_posted)
+                open_qps++;
+        }
+        if (open_qps == 0)
+            return HVD_OK;
+        hvd_vb_step(tp, 100);
+    }
+    HVD_DEBUG("verbs", "not every peer said goodbye in time");
+    return HVD_OK;
 }

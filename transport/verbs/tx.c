@@ -1,5 +1,6 @@
 /* The verbs transport (verbs.h): sending: eager buffers, chunks through the
- * peer's ring, rendezvous writes. */
+ * peer's ring, rendezvous writes, credits and what the rendezvous owes the
+ * peer. Calls fail.c and post.c only. */
 
 #include "transport/verbs/verbs_internal.h"
 
@@ -21,15 +22,6 @@ hvd_status hvd_vb_maybe_credit(vqp *q) {
     if (err <= 1)
         return HVD_OK; /* posted, or later when a buffer frees */
     return hvd_vb_post_failed(q, "credit message", err);
-}
-
-hvd_status hvd_vb_post_failed(vqp *q, const char *what, int err) {
-    char who[160];
-
-    hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT,
-                        -1, "ibv_post_send(%s) to %s failed: %s", what, who,
-                        strerror(err));
 }
 
 /* Posts the eager message m if a credit, a send buffer and a work request

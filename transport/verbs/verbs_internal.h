@@ -1,19 +1,36 @@
 /*
- * The verbs transport's own declarations, shared by its files (verbs.h
- * has what the rest of hvd uses):
- *  verbs.c      failures and control messages, heartbeats and stalls,
- *               isend and irecv, goodbye, and the ops table;
- *  tx.c         sending: eager buffers, chunks through the peer's ring,
- *               rendezvous writes;
- *  rx.c         receiving: matching arrivals to irecvs, control
- *               messages, the receive completions;
- *  completion.c send completions, failed work completions, draining the
- *               completion queue and waiting on it;
- *  setup.c      buffers, rings, queue pairs and their connection, the
- *               hello, and close;
- *  open.c       probe and open: the settings, GPUDirect, the bootstrap
- *               exchange; memory registration.
- * Nothing outside transport/verbs/ includes this.
+ * The verbs transport's own declarations, shared by its files (verbs.h has
+ * what the rest of hvd uses). Nothing outside transport/verbs/ includes
+ * this. Its files, and the one way their calls go (a file calls only
+ * files below it, never one above):
+ *
+ *   verbs.c       the ops table and its thin entries; hvd_verbs_register
+ *                 and the counters                 -> setup.c, progress.c
+ *   setup.c       probe, open (the settings, GPUDirect RDMA, the bootstrap
+ *                 exchange, the hello), close, goodbye
+ *                                                  -> qp.c, progress.c
+ *   qp.c          buffers, rings, the completion queue, queue pairs and
+ *                 connecting them
+ *   progress.c    moving data: isend, irecv, progress (heartbeats and
+ *                 stalled peers), wake; the only file above that calls
+ *                 the three below it             -> completion.c, rx.c, tx.c
+ *   completion.c  send completions, failed work completions, draining the
+ *                 completion queue and waiting on it   -> rx.c, tx.c
+ *   rx.c          receiving: matching arrivals to irecvs, control
+ *                 messages, the receive completions    -> tx.c
+ *   tx.c          sending: eager buffers, chunks through the peer's ring,
+ *                 rendezvous writes, credits
+ *   fail.c        failure (the first one wins, ABORT notices to the
+ *                 peers); every file above may call it -> post.c
+ *   post.c        posting work requests; calls no file of the transport
+ *   settings.c    the HVD_IB_* settings table (settings.h)
+ *
+ * and its components, which call none of the files above: device.c
+ * (device and port, device.h), conn.c (the connection data, conn.h),
+ * proto.c (the protocol's pure parts, proto.h), mr.c (the registration
+ * cache, mr.h), seam.c (the libibverbs calls, seam.h; a fake behind them
+ * in the unit tests). So no lower file needs to tell a higher one
+ * anything: what a completion frees, completion.c hands to tx.c itself.
  */
 #ifndef HVD_TRANSPORT_VERBS_INTERNAL_H
 #define HVD_TRANSPORT_VERBS_INTERNAL_H
@@ -288,13 +305,48 @@ static inline hvd_vrdv *rtr_find(vqp *q, uint64_t seq) {
     return NULL;
 }
 
-/* verbs.c */
+/* verbs.c: the ops table (verbs.h). */
+
+/* setup.c */
+hvd_status hvd_vb_probe(const hvd_transport_ops *ops, const hvd_ibv_seam *seam,
+                        const hvd_transport_params *params, hvd_caps *caps);
+hvd_status hvd_vb_open(const hvd_transport_ops *ops, const hvd_ibv_seam *seam,
+                       const hvd_transport_params *params,
+                       const hvd_verbs_settings *set, hvd_transport **out);
+void hvd_vb_close(hvd_transport *t);
+hvd_status hvd_vb_shutdown(hvd_transport *t);
+
+/* qp.c */
+hvd_status hvd_vb_setup_local(vtp *tp, const hvd_verbs_settings *set);
+hvd_status hvd_vb_connect_qp(vtp *tp, vqp *q, const hvd_vconn *r,
+                             const hvd_vqpinfo *qi);
+
+/* progress.c */
+hvd_status hvd_vb_isend(hvd_transport *t, int peer, int channel,
+                        const void *buf, size_t len, hvd_req *req);
+hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                        size_t len, hvd_req *req);
+hvd_status hvd_vb_progress(hvd_transport *t, int timeout_ms);
+void hvd_vb_wake(hvd_transport *t);
+int hvd_vb_step(vtp *tp, int wait_ms);
+
+/* completion.c */
+int hvd_vb_drain(vtp *tp);
+int hvd_vb_wait_events(vtp *tp, int timeout_ms);
+
+/* rx.c */
+hvd_status hvd_vb_repost(vqp *q, uint32_t idx);
+hvd_status hvd_vb_match(vqp *q);
+hvd_status hvd_vb_on_bye(vqp *q);
+hvd_status hvd_vb_recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc);
+
+/* tx.c */
+hvd_status hvd_vb_maybe_credit(vqp *q);
+hvd_status hvd_vb_rdv_progress(vqp *q);
+hvd_status hvd_vb_tx_progress(vqp *q);
+
+/* fail.c */
 void hvd_vb_describe(const vtp *tp, int peer, char *out, size_t outlen);
-int hvd_vb_post_wr(vqp *q, struct ibv_send_wr *wr, const wrctx *ctx);
-int hvd_vb_post_sbuf(vqp *q, const hvd_vhdr *h, const void *payload,
-                     size_t plen, const wrctx *ctx);
-int hvd_vb_post_ctl(vqp *q, uint8_t type, const uint8_t *payload, size_t plen);
-const char *hvd_vb_ctl_name(uint8_t type);
 hvd_status hvd_vb_fail_with(void *arg, hvd_status status, int culprit,
                             int origin, const char *text);
 /* Fails the transport with q's peer as the culprit, in the sentence
@@ -302,35 +354,15 @@ hvd_status hvd_vb_fail_with(void *arg, hvd_status status, int culprit,
 hvd_status hvd_vb_peer_failf(vqp *q, hvd_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 hvd_status hvd_vb_protocol_error(vqp *q, const char *what);
-hvd_status hvd_vb_repost(vqp *q, uint32_t idx);
-
-/* tx.c */
-hvd_status hvd_vb_maybe_credit(vqp *q);
 hvd_status hvd_vb_post_failed(vqp *q, const char *what, int err);
-hvd_status hvd_vb_rdv_progress(vqp *q);
-hvd_status hvd_vb_tx_progress(vqp *q);
+hvd_status hvd_vb_recv_failed(vqp *q, int err);
 
-/* rx.c */
-hvd_status hvd_vb_match(vqp *q);
-hvd_status hvd_vb_on_bye(vqp *q);
-hvd_status hvd_vb_recv_done(vqp *q, uint32_t idx, const struct ibv_wc *wc);
-
-/* completion.c */
-int hvd_vb_drain(vtp *tp);
-int hvd_vb_wait_events(vtp *tp, int timeout_ms);
-
-/* setup.c */
-void hvd_vb_close(hvd_transport *t);
-hvd_status hvd_vb_setup_local(vtp *tp, const hvd_verbs_settings *set);
-hvd_status hvd_vb_connect_qp(vtp *tp, vqp *q, const hvd_vconn *r,
-                             const hvd_vqpinfo *qi);
-hvd_status hvd_vb_agree(vtp *tp, hvd_bootstrap *bs, hvd_status mine,
-                        const char *what);
-hvd_status hvd_vb_hello(vtp *tp, int64_t deadline);
-
-/* open.c */
-hvd_status hvd_vb_probe(const hvd_transport_params *params, hvd_caps *caps);
-hvd_status hvd_vb_open(const hvd_transport_params *params, hvd_transport **out);
-unsigned hvd_vb_mem_types(hvd_transport *t);
+/* post.c */
+int hvd_vb_post_wr(vqp *q, struct ibv_send_wr *wr, const wrctx *ctx);
+int hvd_vb_post_sbuf(vqp *q, const hvd_vhdr *h, const void *payload,
+                     size_t plen, const wrctx *ctx);
+int hvd_vb_post_ctl(vqp *q, uint8_t type, const uint8_t *payload, size_t plen);
+int hvd_vb_post_recv(vqp *q, uint32_t idx);
+const char *hvd_vb_ctl_name(uint8_t type);
 
 #endif
