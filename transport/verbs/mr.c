@@ -152,6 +152,109 @@ hvd_status hvd_mr_get(hvd_mr_cache *c, const void *addr, size_t len,
     return hvd_mr_get_id(c, addr, len, type, 0, out);
 }
 
+/* Before device memory is registered: checks that it can be, and drops
+ * the regions of its address range with another buffer id, which belong
+ * to allocations that are gone. */
+static hvd_status prepare_device(hvd_mr_cache *c, uintptr_t a, size_t len,
+                                 uint64_t buffer_id) {
+    hvd_mr_entry *e, *next;
+
+    if (!c->seam->peermem_loaded())
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "registering CUDA device memory for RDMA "
+                             "needs the nvidia-peermem kernel module "
+                             "(`modprobe nvidia-peermem`); without it "
+                             "GPU buffers go through host memory");
+    for (e = c->head; e != NULL; e = next) {
+        next = e->next;
+        if (e->type == HVD_MEM_DEVICE && e->buffer_id != buffer_id &&
+            overlaps(e, a, a + len)) {
+            drop(c, e);
+            c->st.invalidations++;
+            c->st.reused++;
+        }
+    }
+    return HVD_OK;
+}
+
+/* Grows [*ustart, *uend) to the union with every region of the same
+ * allocation it overlaps (repeating: a union may reach a further region).
+ * Returns 1 if it overlaps any. */
+static int grow_union(hvd_mr_cache *c, hvd_mem_type type, uint64_t buffer_id,
+                      uintptr_t *ustart, uintptr_t *uend) {
+    int grew = 1, merged = 0;
+
+    for (int round = 0; grew && round <= c->st.live; round++) {
+        grew = 0;
+        for (hvd_mr_entry *e = c->head; e != NULL; e = e->next) {
+            if (e->type != type || e->buffer_id != buffer_id ||
+                !overlaps(e, *ustart, *uend))
+                continue;
+            if (e->start < *ustart || e->end > *uend) {
+                *ustart = e->start < *ustart ? e->start : *ustart;
+                *uend = e->end > *uend ? e->end : *uend;
+                grew = 1;
+            }
+            merged = 1;
+        }
+    }
+    return merged;
+}
+
+/* Registers the union [*ustart, *uend) into *out, or where that fails
+ * and *merged, the buffer's own span [start, end) alone (then *merged is 0
+ * and the union is that span). */
+static hvd_status register_span(hvd_mr_cache *c, hvd_mem_type type, int access,
+                                uintptr_t start, uintptr_t end,
+                                uintptr_t *ustart, uintptr_t *uend, int *merged,
+                                struct ibv_mr **out) {
+    struct ibv_mr *mr;
+    int err;
+
+    errno = 0;
+    mr = c->seam->reg_mr(c->pd, (void *)*ustart, (size_t)(*uend - *ustart),
+                         access);
+    if (mr == NULL && *merged) {
+        /* The union could not be registered: take the buffer alone and
+         * leave the others be. */
+        *merged = 0;
+        *ustart = start;
+        *uend = end;
+        errno = 0;
+        mr = c->seam->reg_mr(c->pd, (void *)*ustart, (size_t)(*uend - *ustart),
+                             access);
+    }
+    if (mr != NULL) {
+        *out = mr;
+        return HVD_OK;
+    }
+    err = errno ? errno : EINVAL;
+    return hvd_error_set(
+        HVD_ERR_TRANSPORT, "ibv_reg_mr(%p, %zu bytes, %s memory) failed: %s%s",
+        (void *)*ustart, (size_t)(*uend - *ustart),
+        type == HVD_MEM_DEVICE ? "CUDA" : "host", strerror(err),
+        err == ENOMEM || err == EPERM
+            ? " (raise the locked-memory limit, `ulimit -l "
+              "unlimited`)"
+            : "");
+}
+
+/* Drops the regions of the same allocation inside a new union
+ * [ustart, uend): it replaces them. */
+static void drop_merged(hvd_mr_cache *c, hvd_mem_type type, uint64_t buffer_id,
+                        uintptr_t ustart, uintptr_t uend) {
+    hvd_mr_entry *next;
+
+    for (hvd_mr_entry *x = c->head; x != NULL; x = next) {
+        next = x->next;
+        if (x->type == type && x->buffer_id == buffer_id &&
+            overlaps(x, ustart, uend)) {
+            drop(c, x);
+            c->st.invalidations++;
+        }
+    }
+}
+
 hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
                          hvd_mem_type type, uint64_t buffer_id,
                          hvd_mr_entry **out) {
@@ -159,6 +262,7 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
     struct ibv_mr *mr = NULL;
     hvd_mr_entry *e;
     int access = c->access, merged = 0;
+    hvd_status st;
 
     if (len == 0)
         len = 1;
@@ -174,26 +278,11 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
     }
 
     if (type == HVD_MEM_DEVICE) {
-        if (!c->seam->peermem_loaded())
-            return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                                 "registering CUDA device memory for RDMA "
-                                 "needs the nvidia-peermem kernel module "
-                                 "(`modprobe nvidia-peermem`); without it "
-                                 "GPU buffers go through host memory");
-        /* Device allocations are registered exactly as given: rounding
-         * could reach into another allocation. Regions of this address
-         * range with another buffer id belong to allocations that are
-         * gone. */
-        hvd_mr_entry *next;
-        for (e = c->head; e != NULL; e = next) {
-            next = e->next;
-            if (e->type == HVD_MEM_DEVICE && e->buffer_id != buffer_id &&
-                overlaps(e, a, a + len)) {
-                drop(c, e);
-                c->st.invalidations++;
-                c->st.reused++;
-            }
-        }
+        /* Registered exactly as given: rounding could reach into another
+         * allocation. */
+        st = prepare_device(c, a, len, buffer_id);
+        if (st != HVD_OK)
+            return st;
         start = a;
         end = a + len;
         access |= IBV_ACCESS_REMOTE_WRITE;
@@ -207,50 +296,13 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
     }
     ustart = start;
     uend = end;
-    if (type == HVD_MEM_HOST || buffer_id != 0) {
-        /* Grow to the union with every region of the same allocation it
-         * overlaps (repeat: a union may reach a further region); device
-         * memory of unknown allocation is never merged. */
-        int grew = 1;
-        for (int round = 0; grew && round <= c->st.live; round++) {
-            grew = 0;
-            for (e = c->head; e != NULL; e = e->next) {
-                if (e->type != type || e->buffer_id != buffer_id ||
-                    !overlaps(e, ustart, uend))
-                    continue;
-                if (e->start < ustart || e->end > uend) {
-                    ustart = e->start < ustart ? e->start : ustart;
-                    uend = e->end > uend ? e->end : uend;
-                    grew = 1;
-                }
-                merged = 1;
-            }
-        }
-    }
-    errno = 0;
-    mr =
-        c->seam->reg_mr(c->pd, (void *)ustart, (size_t)(uend - ustart), access);
-    if (mr == NULL && merged) {
-        /* The union could not be registered: take the buffer alone and
-         * leave the others be. */
-        merged = 0;
-        ustart = start;
-        uend = end;
-        errno = 0;
-        mr = c->seam->reg_mr(c->pd, (void *)ustart, (size_t)(uend - ustart),
-                             access);
-    }
-    if (mr == NULL) {
-        int err = errno ? errno : EINVAL;
-        return hvd_error_set(
-            HVD_ERR_TRANSPORT,
-            "ibv_reg_mr(%p, %zu bytes, %s memory) failed: %s%s", (void *)ustart,
-            (size_t)(uend - ustart), type == HVD_MEM_DEVICE ? "CUDA" : "host",
-            strerror(err),
-            err == ENOMEM || err == EPERM
-                ? " (raise the locked-memory limit, `ulimit -l unlimited`)"
-                : "");
-    }
+    /* Device memory of unknown allocation is never merged. */
+    if (type == HVD_MEM_HOST || buffer_id != 0)
+        merged = grow_union(c, type, buffer_id, &ustart, &uend);
+    st = register_span(c, type, access, start, end, &ustart, &uend, &merged,
+                       &mr);
+    if (st != HVD_OK)
+        return st;
     if (type == HVD_MEM_DEVICE)
         c->seam->sync_memops((const void *)start);
     e = calloc(1, sizeof(*e));
@@ -258,17 +310,8 @@ hvd_status hvd_mr_get_id(hvd_mr_cache *c, const void *addr, size_t len,
         c->seam->dereg_mr(mr);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
-    if (merged) {
-        hvd_mr_entry *next;
-        for (hvd_mr_entry *x = c->head; x != NULL; x = next) {
-            next = x->next;
-            if (x->type == type && x->buffer_id == buffer_id &&
-                overlaps(x, ustart, uend)) {
-                drop(c, x);
-                c->st.invalidations++;
-            }
-        }
-    }
+    if (merged)
+        drop_merged(c, type, buffer_id, ustart, uend);
     e->start = ustart;
     e->end = uend;
     e->type = type;
