@@ -30,7 +30,7 @@
 #include <openssl/hmac.h>
 
 #include "transport/base/clock.h"
-#include "transport/handshake.h"
+#include "transport/bootstrap/handshake.h"
 
 static const uint8_t job[HVD_JOB_ID_LEN] = {0x6a, 0x6f, 0x62, 0x2d, 0x69, 0x64,
                                             0x2d, 0x66, 0x6f, 0x72, 0x2d, 0x66,

@@ -52,7 +52,7 @@
 #include <unistd.h>
 
 #include "transport/base/log.h"
-#include "transport/job_generation.h"
+#include "transport/bootstrap/job_id.h"
 #include "transport/shm/shm.h"
 
 /* What hvdrun changed for itself, restored in each rank before exec. */

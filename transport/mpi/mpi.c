@@ -11,7 +11,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
 
 /* MPI counts are int: hvd messages are cut into parts of at most this. */
 #define PART_MAX ((size_t)1 << 30)

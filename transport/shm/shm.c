@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
 
 /* ------------------------------------------------------------------ */
 /* Layout                                                              */

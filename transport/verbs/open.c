@@ -106,7 +106,8 @@ static hvd_status open_set(const hvd_ibv_seam *seam,
     mine = calloc(1, blen);
     qinfo = calloc((size_t)tp->size * 2, sizeof(*qinfo));
     conns = calloc((size_t)tp->size, sizeof(*conns));
-    hvd_tp_copy_names(params, tp->size, &tp->hosts, &tp->pids);
+    hvd_tp_copy_names(params->hosts, params->pids, tp->size, &tp->hosts,
+                      &tp->pids);
     if (tp->qps == NULL || tp->pending == NULL || tp->last_active == NULL ||
         blobs == NULL || mine == NULL || qinfo == NULL || conns == NULL) {
         /* Still take part in the exchange, so no rank waits for us. */

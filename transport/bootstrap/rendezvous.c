@@ -1,4 +1,4 @@
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -14,9 +14,9 @@
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/base/wire.h"
-#include "transport/handshake.h"
-#include "transport/net.h"
-#include "transport/rendezvous.pb-c.h"
+#include "transport/bootstrap/handshake.h"
+#include "transport/bootstrap/net.h"
+#include "transport/bootstrap/rendezvous.pb-c.h"
 
 /* A connection that has not authenticated in this time is dropped. */
 #define KEEPALIVE_NS (1000000000LL)
