@@ -11,16 +11,26 @@
  *                  name
  *   rendezvous.h   the rendezvous, client and server (fixed and elastic
  *                  mode); its messages are rendezvous.proto
- *   rendezvous.c   the client (used by hvd_init) and the server, fixed
- *                  and elastic (run by hvdrun)
- *   job_id.h       the id of an elastic generation
+ *   rdv_client.c   the client: connecting, joining a generation, the
+ *                  allgather rounds (used by hvd_init)
+ *   rdv_server.c   the server: listening, accepting, reading, a fixed
+ *                  job's rounds, the sweep of stalled connections (run
+ *                  by hvdrun)
+ *   rdv_elastic.c  the elastic server's workers and generations
+ *   rdv_conn.c     one server connection: its queue of answers, sending,
+ *                  failing and closing it; a round's answer to every rank
+ *   rdv_internal.h private: the framing client and server share, and the
+ *                  server's state, shared by its three files
+ *   job_id.{c,h}   a job id as text, and the id of an elastic generation
  *   handshake.c/h  the handshake every connection of a job starts with
  *   net.c/h        sockets and the choice of addresses
  *   failure.c/h    how a transport fails for good: the first failure
  *                  wins, the stall sentence, how a peer is named
  *
- * Calls go one way: the rendezvous calls handshake.c and net.c, which
- * call nothing here.
+ * Calls go one way: rdv_server.c calls rdv_elastic.c and rdv_conn.c,
+ * rdv_elastic.c calls rdv_conn.c; the server and the client call
+ * handshake.c and net.c; handshake.c, net.c, job_id.c and failure.c call
+ * nothing of this folder.
  */
 #ifndef HVD_TRANSPORT_BOOTSTRAP_BOOTSTRAP_H
 #define HVD_TRANSPORT_BOOTSTRAP_BOOTSTRAP_H
