@@ -1,8 +1,9 @@
 /*
  * The job id: the 16 random bytes hvdrun makes for a job, which every
  * handshake and every shared-memory name carries, as text (hvdrun hands
- * it to the ranks in HVD_JOB_ID), and the id of an elastic job's
- * generation.
+ * it to the ranks in HVD_JOB_ID), the id of an elastic job's generation,
+ * and the names of a job's shared-memory segments, which live here so
+ * that hvdrun removes what a job leaves without knowing a transport.
  *
  * The job id of a generation (docs/elastic.md) is the job id hvdrun made,
  * with the generation folded into its last four bytes, so a message,
