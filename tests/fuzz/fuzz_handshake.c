@@ -1,6 +1,6 @@
 /*
- * Fuzz target: the connection handshake (transport/handshake.c), both
- * roles, as a pure state machine and over a socket.
+ * Fuzz target: the connection handshake (transport/bootstrap/handshake.c),
+ * both roles, as a pure state machine and over a socket.
  *
  *   byte 0  bit 0: 0 = server, 1 = client
  *           bit 1: "assist": the target puts the right MAC into the

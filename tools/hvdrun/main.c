@@ -5,8 +5,8 @@
  *            [--] program [args...]
  *
  * hvdrun makes a fresh job secret and job id, opens the rendezvous server
- * (transport/rendezvous.h) and starts N copies of the program, each in its
- * own process group and with HVD_RANK, HVD_SIZE, ... in its environment.
+ * (transport/bootstrap/rendezvous.h) and starts N copies of the program, each
+ * in its own process group and with HVD_RANK, HVD_SIZE, ... in its environment.
  * Then one poll() loop copies every rank's output to hvdrun's own, one
  * "[rank] line" per write(), serves the rendezvous and reaps the ranks. The
  * first rank that fails takes the job down: the others get SIGTERM, SIGKILL

@@ -196,8 +196,8 @@ typedef struct mpi_tp {
 } mpi_tp;
 
 /*
- * The transport's fail function (transport/failure.h): the first failure
- * wins; every request in flight completes with it; when this rank found
+ * The transport's fail function (transport/bootstrap/failure.h): the first
+ * failure wins; every request in flight completes with it; when this rank found
  * it (origin is this rank), every peer is told, so that none waits for a
  * rank that has stopped.
  */
