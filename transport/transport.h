@@ -24,9 +24,7 @@
 #include "hvd/hvd.h"
 #include "transport/base/env.h"
 #include "transport/base/memtype.h"
-
-#define HVD_JOB_ID_LEN 16
-#define HVD_HOST_MAX 64
+#include "transport/bootstrap/bootstrap.h"
 
 /*
  * Channels: independent ordered streams between each pair of ranks.
@@ -54,25 +52,6 @@ typedef struct hvd_sendv {
     const void *buf;
     size_t len;
 } hvd_sendv;
-
-/*
- * The bootstrap: the out-of-band channel through which ranks find each
- * other during hvd_init (hvdrun's rendezvous; mpirun's MPI in a later
- * release). Every rank calls allgather in the same order.
- */
-typedef struct hvd_bootstrap hvd_bootstrap;
-struct hvd_bootstrap {
-    int rank;
-    int size;
-    /*
-     * Gathers len bytes from every rank into all_out (size * len bytes, in
-     * rank order). Blocking, bounded by the start timeout. Every rank passes
-     * the same len.
-     */
-    hvd_status (*allgather)(hvd_bootstrap *bs, const void *mine, size_t len,
-                            void *all_out);
-    void *ctx;
-};
 
 /* What the job tells a transport at open. Borrowed for the call only. */
 typedef struct hvd_transport_params {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "transport/base/error.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 #define MAX_RANKS (1L << 24)
 

@@ -16,8 +16,8 @@
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/base/memtype.h"
-#include "transport/job_generation.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/job_id.h"
+#include "transport/bootstrap/rendezvous.h"
 #include "transport/transport.h"
 
 #include <openssl/rand.h>

@@ -27,7 +27,7 @@
 #include "api/runtime/engine.pb-c.h"
 #include "transport/base/dtype.h"
 #include "transport/base/log.h"
-#include "transport/rendezvous.pb-c.h"
+#include "transport/bootstrap/rendezvous.pb-c.h"
 
 static void describe(const hvd_opdesc *d) {
     char text[256];

@@ -1,6 +1,6 @@
 /*
- * Fuzz target: the connection handshake (transport/handshake.c), both
- * roles, as a pure state machine and over a socket.
+ * Fuzz target: the connection handshake (transport/bootstrap/handshake.c),
+ * both roles, as a pure state machine and over a socket.
  *
  *   byte 0  bit 0: 0 = server, 1 = client
  *           bit 1: "assist": the target puts the right MAC into the
@@ -30,7 +30,7 @@
 #include <openssl/hmac.h>
 
 #include "transport/base/clock.h"
-#include "transport/handshake.h"
+#include "transport/bootstrap/handshake.h"
 
 static const uint8_t job[HVD_JOB_ID_LEN] = {0x6a, 0x6f, 0x62, 0x2d, 0x69, 0x64,
                                             0x2d, 0x66, 0x6f, 0x72, 0x2d, 0x66,

@@ -20,8 +20,8 @@
 # TIME_WAIT, and every round leaves its own connections in TIME_WAIT for
 # the next: by the fifth round every port of the range is busy or has
 # connections in TIME_WAIT (about 180 of them at the end), which is where
-# bind(port 0) and connect() alone give up (transport/net.c then takes a
-# port in TIME_WAIT itself). Without root the jobs share the host's
+# bind(port 0) and connect() alone give up (transport/bootstrap/net.c then
+# takes a port in TIME_WAIT itself). Without root the jobs share the host's
 # loopback and its usual range. Pass: every job exits 0 with every rank's PASS. Exit status: 0
 # pass, 1 fail, 77 skip.
 set -u

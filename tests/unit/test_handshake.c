@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "transport/base/clock.h"
-#include "transport/handshake.h"
+#include "transport/bootstrap/handshake.h"
 
 static const uint8_t job_a[HVD_JOB_ID_LEN] = {1, 2,  3,  4,  5,  6,  7,  8,
                                               9, 10, 11, 12, 13, 14, 15, 16};

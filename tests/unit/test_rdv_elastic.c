@@ -20,7 +20,7 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/rendezvous.h"
 
 #define SECRET "elastic-secret"
 #define CLIENT_TIMEOUT_NS (10 * 1000000000LL)

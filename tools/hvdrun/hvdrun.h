@@ -21,8 +21,8 @@
 
 #include "tools/config_file.h"
 #include "tools/hostfile.h"
-#include "transport/net.h"
-#include "transport/rendezvous.h"
+#include "transport/bootstrap/net.h"
+#include "transport/bootstrap/rendezvous.h"
 
 #define MAX_RANKS HVD_HOST_MAX_SLOTS
 #define DEFAULT_GRACE_S 3

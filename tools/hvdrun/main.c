@@ -5,8 +5,8 @@
  *            [--] program [args...]
  *
  * hvdrun makes a fresh job secret and job id, opens the rendezvous server
- * (transport/rendezvous.h) and starts N copies of the program, each in its
- * own process group and with HVD_RANK, HVD_SIZE, ... in its environment.
+ * (transport/bootstrap/rendezvous.h) and starts N copies of the program, each
+ * in its own process group and with HVD_RANK, HVD_SIZE, ... in its environment.
  * Then one poll() loop copies every rank's output to hvdrun's own, one
  * "[rank] line" per write(), serves the rendezvous and reaps the ranks. The
  * first rank that fails takes the job down: the others get SIGTERM, SIGKILL
@@ -52,8 +52,7 @@
 #include <unistd.h>
 
 #include "transport/base/log.h"
-#include "transport/job_generation.h"
-#include "transport/shm/shm.h"
+#include "transport/bootstrap/job_id.h"
 
 /* What hvdrun changed for itself, restored in each rank before exec. */
 sigset_t orig_sigmask;
@@ -134,14 +133,14 @@ int main(int argc, char **argv) {
     /* A rank killed while hvd_init set up shared memory leaves its segment
      * behind (ranks unlink them as soon as all have mapped them). */
     {
-        int removed = hvd_shm_cleanup_job(job.job_id);
+        int removed = hvd_job_cleanup_segments(job.job_id);
         /* An elastic job's generations each name theirs after their own
-         * job id (transport/job_generation.h). */
+         * job id (transport/bootstrap/job_id.h). */
         uint32_t gens = job.el != NULL ? hvd_rdv_server_generation(job.srv) : 0;
         for (uint32_t g = 1; g <= gens; g++) {
             uint8_t id[HVD_JOB_ID_LEN];
             hvd_job_id_of_generation(job.job_id, g, id);
-            removed += hvd_shm_cleanup_job(id);
+            removed += hvd_job_cleanup_segments(id);
         }
         if (removed > 0)
             HVD_INFO("hvdrun",

@@ -11,7 +11,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
 
 /* MPI counts are int: hvd messages are cut into parts of at most this. */
 #define PART_MAX ((size_t)1 << 30)
@@ -196,8 +196,8 @@ typedef struct mpi_tp {
 } mpi_tp;
 
 /*
- * The transport's fail function (transport/failure.h): the first failure
- * wins; every request in flight completes with it; when this rank found
+ * The transport's fail function (transport/bootstrap/failure.h): the first
+ * failure wins; every request in flight completes with it; when this rank found
  * it (origin is this rank), every peer is told, so that none waits for a
  * rank that has stopped.
  */

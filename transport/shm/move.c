@@ -14,7 +14,7 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
 
 /* ------------------------------------------------------------------ */
 /* Moving data                                                         */

@@ -103,7 +103,7 @@ static int open_pidfd(pid_t pid) {
 static hvd_status make_segment(shm *tp, const hvd_transport_params *params) {
     int fd;
 
-    hvd_shm_segment_name(params->job_id, tp->rank, tp->seg_name,
+    hvd_job_segment_name(params->job_id, tp->rank, tp->seg_name,
                          sizeof(tp->seg_name));
     tp->seg_len = segment_bytes(tp->nlocal);
     fd = shm_open(tp->seg_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -151,7 +151,7 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
     char name[96];
     int fd;
 
-    hvd_shm_segment_name(params->job_id, p, name, sizeof(name));
+    hvd_job_segment_name(params->job_id, p, name, sizeof(name));
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "shm_open(%s) of rank %d failed: %s", name, p,

@@ -1,6 +1,5 @@
 #include "transport/shm/shm_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -15,39 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "transport/failure.h"
-
-/* ------------------------------------------------------------------ */
-/* Layout                                                              */
-
-void hvd_shm_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
-                          char *out, size_t outlen) {
-    char hex[2 * HVD_JOB_ID_LEN + 1];
-    for (int i = 0; i < HVD_JOB_ID_LEN; i++)
-        snprintf(hex + 2 * i, 3, "%02x", job_id[i]);
-    snprintf(out, outlen, "/hvd-%s-%d", hex, rank);
-}
-
-int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]) {
-    char prefix[96];
-    DIR *d = opendir("/dev/shm");
-    struct dirent *e;
-    int removed = 0;
-    size_t plen;
-
-    if (d == NULL)
-        return 0;
-    hvd_shm_segment_name(job_id, 0, prefix, sizeof(prefix));
-    plen = strlen(prefix) - 1; /* "/hvd-<hex>-" */
-    while ((e = readdir(d)) != NULL) {
-        char name[300];
-        snprintf(name, sizeof(name), "/%s", e->d_name);
-        if (strncmp(name, prefix, plen) == 0 && shm_unlink(name) == 0)
-            removed++;
-    }
-    closedir(d);
-    return removed;
-}
+#include "transport/bootstrap/failure.h"
 
 /* ------------------------------------------------------------------ */
 /* Waking and failing                                                  */

@@ -23,7 +23,8 @@
 
 #include "transport/base/error.h"
 #include "transport/base/grow.h"
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
+#include "transport/bootstrap/job_id.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
 

@@ -17,8 +17,8 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
-#include "transport/handshake.h"
-#include "transport/net.h"
+#include "transport/bootstrap/handshake.h"
+#include "transport/bootstrap/net.h"
 
 /* ------------------------------------------------------------------ */
 /* Connection setup                                                    */
@@ -370,7 +370,8 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     tp->socks =
         calloc((size_t)tp->size * (size_t)tp->nconn, sizeof(*tp->socks));
-    hvd_tp_copy_names(params, tp->size, &tp->hosts, &tp->pids);
+    hvd_tp_copy_names(params->hosts, params->pids, tp->size, &tp->hosts,
+                      &tp->pids);
     if (tp->peers == NULL || tp->socks == NULL) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto fail;

@@ -1,8 +1,8 @@
 /*
  * The TCP transport: a full mesh of HVD_TCP_NSOCKS non-blocking sockets per
  * pair of ranks, one epoll progress engine, TCP_NODELAY, an authenticated
- * handshake on every connection (transport/handshake.h) and framed messages
- * (transport/tcp/frame.h) streamed straight from and into the caller's
+ * handshake on every connection (transport/bootstrap/handshake.h) and framed
+ * messages (transport/tcp/frame.h) streamed straight from and into the caller's
  * buffers. A message of at least HVD_TCP_STRIPE_MIN bytes is striped across all
  * sockets of the pair; a smaller one goes whole onto one socket, chosen
  * round-robin by message number.

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 
 #include "transport/base/grow.h"
-#include "transport/failure.h"
-#include "transport/net.h"
+#include "transport/bootstrap/failure.h"
+#include "transport/bootstrap/net.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/tcp.h"
 #include "transport/transport.h"

@@ -228,7 +228,8 @@ static void alloc_open(open_state *os) {
     os->mine = calloc(1, os->blen);
     os->qinfo = calloc((size_t)tp->size * 2, sizeof(*os->qinfo));
     os->conns = calloc((size_t)tp->size, sizeof(*os->conns));
-    hvd_tp_copy_names(os->params, tp->size, &tp->hosts, &tp->pids);
+    hvd_tp_copy_names(os->params->hosts, os->params->pids, tp->size, &tp->hosts,
+                      &tp->pids);
     if (tp->qps == NULL || tp->pending == NULL || tp->last_active == NULL ||
         os->blobs == NULL || os->mine == NULL || os->qinfo == NULL ||
         os->conns == NULL)

@@ -21,14 +21,14 @@
  * to send, so it is unit-tested and fuzzed without sockets. hvd_hs_io()
  * drives it over a non-blocking socket.
  */
-#ifndef HVD_TRANSPORT_HANDSHAKE_H
-#define HVD_TRANSPORT_HANDSHAKE_H
+#ifndef HVD_TRANSPORT_BOOTSTRAP_HANDSHAKE_H
+#define HVD_TRANSPORT_BOOTSTRAP_HANDSHAKE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "hvd/hvd.h"
-#include "transport/transport.h"
+#include "transport/bootstrap/bootstrap.h"
 
 #define HVD_HS_MAGIC 0x48564448u /* "HVDH" */
 #define HVD_HS_VERSION 1

@@ -3,24 +3,26 @@
  *
  * hvdrun runs the server on an ephemeral port of the chosen interface
  * (loopback by default). Each rank connects, proves it holds the job secret
- * (transport/handshake.h), and then takes part in rounds of "allgather":
- * every rank sends one blob per round, and once all ranks have sent theirs
- * the server sends each the concatenation in rank order. The rounds carry
- * host names and transport addresses (TCP listen ports, later RDMA queue
- * pair numbers). Messages are protobuf-c (transport/rendezvous.proto).
+ * (transport/bootstrap/handshake.h), and then takes part in rounds of
+ * "allgather": every rank sends one blob per round, and once all ranks have
+ * sent theirs the server sends each the concatenation in rank order. The rounds
+ * carry host names and transport addresses (TCP listen ports, later RDMA queue
+ * pair numbers). Messages are protobuf-c
+ * (transport/bootstrap/rendezvous.proto).
  *
  * The server is non-blocking: hvdrun polls hvd_rdv_server_fd() with its
  * other descriptors and calls hvd_rdv_server_progress() when it is readable.
  * A connection without the secret, or one that stalls, is dropped and
  * logged without disturbing the job.
  */
-#ifndef HVD_TRANSPORT_RENDEZVOUS_H
-#define HVD_TRANSPORT_RENDEZVOUS_H
+#ifndef HVD_TRANSPORT_BOOTSTRAP_RENDEZVOUS_H
+#define HVD_TRANSPORT_BOOTSTRAP_RENDEZVOUS_H
 
 #include <stdint.h>
 
 #include "hvd/hvd.h"
-#include "transport/transport.h"
+#include "transport/bootstrap/bootstrap.h"
+#include "transport/bootstrap/job_id.h"
 
 /* Largest blob one rank may send in one round. */
 #define HVD_RDV_MAX_BLOB (64 * 1024)
@@ -169,9 +171,5 @@ int hvd_rdv_client_updates(hvd_bootstrap *bs);
 /* Tells the elastic server that the job is ending: every waiting or
  * later join gets HVD_ERR_SHUTDOWN with the sentence why. */
 void hvd_rdv_server_end(hvd_rdv_server *srv, const char *why);
-
-/* Hex text <-> job id (32 hex digits). Returns 0 on success. */
-int hvd_job_id_parse(const char *hex, uint8_t job_id_out[HVD_JOB_ID_LEN]);
-void hvd_job_id_format(const uint8_t job_id[HVD_JOB_ID_LEN], char hex[33]);
 
 #endif

@@ -1,4 +1,4 @@
-#include "transport/net.h"
+#include "transport/bootstrap/net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

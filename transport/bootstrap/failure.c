@@ -1,4 +1,4 @@
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,11 +36,12 @@ hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
     return fail(tp, status, culprit, self, text);
 }
 
-void hvd_tp_copy_names(const hvd_transport_params *params, int size,
+void hvd_tp_copy_names(const char (*job_hosts)[HVD_HOST_MAX],
+                       const int *job_pids, int size,
                        char (**hosts)[HVD_HOST_MAX], int **pids) {
     *hosts = NULL;
     *pids = NULL;
-    if (params->hosts == NULL || params->pids == NULL)
+    if (job_hosts == NULL || job_pids == NULL)
         return;
     *hosts = malloc((size_t)size * sizeof(**hosts));
     *pids = malloc((size_t)size * sizeof(**pids));
@@ -51,8 +52,8 @@ void hvd_tp_copy_names(const hvd_transport_params *params, int size,
         *pids = NULL;
         return;
     }
-    memcpy(*hosts, params->hosts, (size_t)size * sizeof(**hosts));
-    memcpy(*pids, params->pids, (size_t)size * sizeof(**pids));
+    memcpy(*hosts, job_hosts, (size_t)size * sizeof(**hosts));
+    memcpy(*pids, job_pids, (size_t)size * sizeof(**pids));
 }
 
 void hvd_tp_describe(char *out, size_t outlen, int peer, int size,

@@ -2,8 +2,8 @@
  * Socket helpers shared by the rendezvous and the TCP transport. Addresses
  * are numeric IPv4 or IPv6 strings; nothing here resolves names.
  */
-#ifndef HVD_TRANSPORT_NET_H
-#define HVD_TRANSPORT_NET_H
+#ifndef HVD_TRANSPORT_BOOTSTRAP_NET_H
+#define HVD_TRANSPORT_BOOTSTRAP_NET_H
 
 #include <stddef.h>
 #include <sys/socket.h>

@@ -12,12 +12,12 @@
  *   hvd_tp_failure_error  the recorded one as this thread's error
  *   hvd_tp_failf      formats a sentence and calls the fail function
  */
-#ifndef HVD_TRANSPORT_FAILURE_H
-#define HVD_TRANSPORT_FAILURE_H
+#ifndef HVD_TRANSPORT_BOOTSTRAP_FAILURE_H
+#define HVD_TRANSPORT_BOOTSTRAP_FAILURE_H
 
 #include "hvd/hvd.h"
 #include "transport/base/error.h"
-#include "transport/transport.h"
+#include "transport/bootstrap/bootstrap.h"
 
 typedef struct hvd_tp_failure {
     hvd_status status;        /* HVD_OK until the transport fails */
@@ -54,11 +54,14 @@ hvd_status hvd_tp_failf(hvd_tp_fail_fn fail, void *tp, int self,
     __attribute__((format(printf, 6, 7)));
 
 /*
- * Copies params' host names and pids, when it has them, for a transport's
- * sentences (hvd_tp_describe); the caller frees both. Without them, or
- * without memory, both are NULL and the sentences say "rank N" only.
+ * Copies the job's host names and pids (size entries each, as a
+ * transport's params carry them), when it has them, for a transport's
+ * sentences (hvd_tp_describe); the caller frees both copies. Without them
+ * (either NULL), or without memory, both are NULL and the sentences say
+ * "rank N" only.
  */
-void hvd_tp_copy_names(const hvd_transport_params *params, int size,
+void hvd_tp_copy_names(const char (*job_hosts)[HVD_HOST_MAX],
+                       const int *job_pids, int size,
                        char (**hosts)[HVD_HOST_MAX], int **pids);
 
 /*

@@ -1,4 +1,4 @@
-#include "transport/handshake.h"
+#include "transport/bootstrap/handshake.h"
 
 #include <errno.h>
 #include <poll.h>

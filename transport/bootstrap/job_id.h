@@ -1,0 +1,48 @@
+/*
+ * The job id: the 16 random bytes hvdrun makes for a job, which every
+ * handshake and every shared-memory name carries, as text (hvdrun hands
+ * it to the ranks in HVD_JOB_ID), the id of an elastic job's generation,
+ * and the names of a job's shared-memory segments, which live here so
+ * that hvdrun removes what a job leaves without knowing a transport.
+ *
+ * The job id of a generation (docs/elastic.md) is the job id hvdrun made,
+ * with the generation folded into its last four bytes, so a message,
+ * connection or segment of one generation can never be taken by another.
+ * The rendezvous itself keeps hvdrun's id; hvdrun uses this to clean up
+ * the segments of every generation.
+ */
+#ifndef HVD_TRANSPORT_BOOTSTRAP_JOB_ID_H
+#define HVD_TRANSPORT_BOOTSTRAP_JOB_ID_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "transport/bootstrap/bootstrap.h"
+
+/* Hex text <-> job id (32 hex digits). Returns 0 on success. */
+int hvd_job_id_parse(const char *hex, uint8_t job_id_out[HVD_JOB_ID_LEN]);
+void hvd_job_id_format(const uint8_t job_id[HVD_JOB_ID_LEN], char hex[33]);
+
+/* Name of the shared-memory segment of rank in job job_id
+ * ("/hvd-<32 hex>-<rank>"): the shared-memory transport makes its segment
+ * under it. */
+void hvd_job_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
+                          char *out, size_t outlen);
+
+/*
+ * Removes every segment of job job_id still in /dev/shm (a rank that died
+ * during hvd_init leaves its own). Returns how many were removed. hvdrun
+ * calls it when a job ends, for each generation of an elastic job.
+ */
+int hvd_job_cleanup_segments(const uint8_t job_id[HVD_JOB_ID_LEN]);
+
+static inline void
+hvd_job_id_of_generation(const uint8_t job_id[HVD_JOB_ID_LEN],
+                         uint32_t generation, uint8_t out[HVD_JOB_ID_LEN]) {
+    memcpy(out, job_id, HVD_JOB_ID_LEN);
+    for (int i = 0; i < 4; i++)
+        out[HVD_JOB_ID_LEN - 1 - i] ^= (uint8_t)(generation >> (8 * i));
+}
+
+#endif
