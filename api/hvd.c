@@ -41,17 +41,6 @@ static struct {
     int nps_unnamed;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER, .job.gpu_device = -1};
 
-const char *hvd_strerror(hvd_status status) {
-    switch (status) {
-#define HVD_STATUS_TEXT_(name, text)                                           \
-    case name:                                                                 \
-        return text;
-        HVD_STATUS_MAP(HVD_STATUS_TEXT_)
-#undef HVD_STATUS_TEXT_
-    }
-    return "unknown status";
-}
-
 const char *hvd_last_error(void) { return hvd_error_get(); }
 
 #ifdef HVD_WITH_MPI

@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/transport.h"
 
 /* Largest blob one rank may send in one round. */

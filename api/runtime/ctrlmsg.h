@@ -11,7 +11,7 @@
 
 #include "api/runtime/engine.pb-c.h"
 #include "api/runtime/opdesc.h"
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 /* Most buffers of one (grouped) operation a peer may describe. */
 #define HVD_CTRL_MAX_COUNTS (1 << 20)

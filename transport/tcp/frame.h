@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_FRAME_MAGIC 0x4856
 #define HVD_FRAME_HDR_LEN 24

@@ -74,7 +74,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_VHDR_LEN 16
 
