@@ -115,7 +115,8 @@ fail:
  * away while the transports connected). */
 static int join_again(hvd_status st) {
     return st == HVD_ERR_PEERS_CHANGED || st == HVD_ERR_PEER_LOST ||
-           st == HVD_ERR_TRANSPORT || st == HVD_ERR_TIMEOUT;
+           st == HVD_ERR_TRANSPORT || st == HVD_ERR_PROTOCOL ||
+           st == HVD_ERR_TIMEOUT;
 }
 
 #define ELASTIC_MAX_TRIES 64

@@ -38,7 +38,7 @@ void hvd_vconn_encode(const hvd_vconn *c, const hvd_vqpinfo *qps,
     }
 }
 
-#define BAD(...) hvd_error_set(HVD_ERR_TRANSPORT, __VA_ARGS__)
+#define BAD(...) hvd_error_set(HVD_ERR_PROTOCOL, __VA_ARGS__)
 
 hvd_status hvd_vconn_decode(const uint8_t *buf, size_t len, int from, int size,
                             int me, hvd_vconn *out, hvd_vqpinfo qps_out[2]) {

@@ -46,7 +46,8 @@ extern "C" {
     X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")            \
     X(HVD_ERR_PEERS_CHANGED,                                                   \
       "the job's ranks changed (elastic): restore your state and call "        \
-      "hvd_elastic_reset")
+      "hvd_elastic_reset")                                                     \
+    X(HVD_ERR_PROTOCOL, "a peer sent a malformed or unexpected message")
 
 typedef enum {
 #define HVD_STATUS_ENUM_(name, text) name,
