@@ -41,17 +41,6 @@ static struct {
     int nps_unnamed;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER, .job.gpu_device = -1};
 
-const char *hvd_strerror(hvd_status status) {
-    switch (status) {
-#define HVD_STATUS_TEXT_(name, text)                                           \
-    case name:                                                                 \
-        return text;
-        HVD_STATUS_MAP(HVD_STATUS_TEXT_)
-#undef HVD_STATUS_TEXT_
-    }
-    return "unknown status";
-}
-
 const char *hvd_last_error(void) { return hvd_error_get(); }
 
 #ifdef HVD_WITH_MPI
@@ -126,7 +115,8 @@ fail:
  * away while the transports connected). */
 static int join_again(hvd_status st) {
     return st == HVD_ERR_PEERS_CHANGED || st == HVD_ERR_PEER_LOST ||
-           st == HVD_ERR_TRANSPORT || st == HVD_ERR_TIMEOUT;
+           st == HVD_ERR_TRANSPORT || st == HVD_ERR_PROTOCOL ||
+           st == HVD_ERR_TIMEOUT;
 }
 
 #define ELASTIC_MAX_TRIES 64

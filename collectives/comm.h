@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/base/memops.h"
 #include "transport/transport.h"
 

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/base/memops.h"
 #include "transport/transport.h"
 

@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #ifdef __cplusplus
 extern "C" {

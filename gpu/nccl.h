@@ -14,7 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 typedef struct hvd_nccl_api {
     int version;

@@ -52,7 +52,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/transport.h"
 
 typedef struct hvd_stage_seam {

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/base/env.h"
 #include "transport/base/memtype.h"
 #include "transport/bootstrap/bootstrap.h"

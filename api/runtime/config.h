@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "collectives/comm.h"
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/base/env.h"
 
 typedef struct hvd_config {

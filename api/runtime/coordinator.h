@@ -15,7 +15,7 @@
 
 #include "api/runtime/engine.pb-c.h"
 #include "api/runtime/opdesc.h"
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 typedef struct hvd_coord hvd_coord;
 

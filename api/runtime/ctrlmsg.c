@@ -23,28 +23,28 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
     size_t esize;
 
     if (name == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "%s without a name", what);
+        return hvd_error_set(HVD_ERR_PROTOCOL, "%s without a name", what);
     if (kind >= HVD_KIND_COUNT)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' of unknown kind %u",
+        return hvd_error_set(HVD_ERR_PROTOCOL, "%s '%s' of unknown kind %u",
                              what, name, kind);
     if (!hvd_dtype_valid((hvd_dtype)dtype))
-        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown dtype %u",
+        return hvd_error_set(HVD_ERR_PROTOCOL, "%s '%s' with unknown dtype %u",
                              what, name, dtype);
     if (!hvd_op_valid((hvd_op)op) &&
         !(op == HVD_ADASUM && kind == HVD_KIND_ALLREDUCE))
-        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with unknown op %u",
+        return hvd_error_set(HVD_ERR_PROTOCOL, "%s '%s' with unknown op %u",
                              what, name, op);
     if (mem >= HVD_MEM_COUNT)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "%s '%s' with unknown memory type %u", what, name,
                              mem);
     if (ncounts < 1 || ncounts > HVD_CTRL_MAX_COUNTS)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "%s '%s' with %zu buffers",
-                             what, name, ncounts);
+        return hvd_error_set(HVD_ERR_PROTOCOL, "%s '%s' with %zu buffers", what,
+                             name, ncounts);
     if (pset > INT32_MAX ||
         (pset != 0 && (kind == HVD_KIND_PSET || kind == HVD_KIND_JOIN ||
                        kind == HVD_KIND_CALL)))
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "%s '%s' of a %s in process set %u", what, name,
                              hvd_kind_name((hvd_kind)kind), pset);
     if (kind == HVD_KIND_PSET) {
@@ -52,32 +52,32 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
         for (size_t i = 0; op == HVD_PSET_CREATE && i < ncounts; i++)
             if (counts[i] >= (uint64_t)size ||
                 (i > 0 && counts[i] <= counts[i - 1]))
-                return hvd_error_set(HVD_ERR_TRANSPORT,
+                return hvd_error_set(HVD_ERR_PROTOCOL,
                                      "%s '%s' creates a process set whose "
                                      "ranks are not ascending ranks of the job",
                                      what, name);
         if ((op != HVD_PSET_CREATE && op != HVD_PSET_REMOVE) ||
             (op == HVD_PSET_REMOVE && root <= 0) || (size_t)size < ncounts ||
             nshape > 0)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "%s '%s': a malformed process set operation",
                                  what, name);
     }
     /* An alltoall has a count for each rank of its set (the sender's). */
     if (kind == HVD_KIND_ALLTOALL &&
         (pset == 0 ? ncounts != (size_t)size : ncounts > (size_t)size))
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "%s '%s' for an alltoall of %d ranks with %zu "
                              "counts",
                              what, name, size, ncounts);
     if (kind == HVD_KIND_BROADCAST && (root < 0 || root >= size))
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "%s '%s' with root %d in a job of %d ranks", what,
                              name, (int)root, size);
     esize = hvd_dtype_size((hvd_dtype)dtype);
     for (size_t i = 0; i < ncounts; i++) {
         if (counts[i] > (SIZE_MAX / 2) / esize - total)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "%s '%s' of more than %zu elements", what,
                                  name, (SIZE_MAX / 2) / esize);
         total += counts[i];
@@ -88,7 +88,7 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
         if (nshape < 2 || nshape > HVD_DESC_MAX_DIMS || ncounts != 1 ||
             (kind != HVD_KIND_ALLREDUCE && kind != HVD_KIND_BROADCAST &&
              kind != HVD_KIND_REDUCESCATTER))
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "%s '%s' with a shape of %zu dimensions "
                                  "for %zu buffers of a %s",
                                  what, name, nshape, ncounts,
@@ -96,13 +96,13 @@ static hvd_status check_op(const char *what, const char *name, uint32_t kind,
         for (size_t i = 0; i < nshape; i++) {
             if (shape[i] < 0 ||
                 (shape[i] > 0 && product > UINT64_MAX / (uint64_t)shape[i]))
-                return hvd_error_set(HVD_ERR_TRANSPORT,
+                return hvd_error_set(HVD_ERR_PROTOCOL,
                                      "%s '%s' with dimension %zu of %lld", what,
                                      name, i, (long long)shape[i]);
             product *= (uint64_t)shape[i];
         }
         if (product != counts[0])
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "%s '%s' with a shape of %llu elements "
                                  "and a count of %llu",
                                  what, name, (unsigned long long)product,
@@ -140,28 +140,28 @@ hvd_status hvd_ctrl_check_response(const Hvd__Engine__Response *resp, int size,
     if (st != HVD_OK)
         return st;
     if (resp->status >= STATUS_COUNT || resp->error == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "response '%s' with unknown status %u", resp->name,
                              resp->status);
     if (resp->status == HVD_OK &&
         (resp->contributors < 1 || resp->contributors > (uint32_t)size))
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "response '%s' with %u contributors in a job of "
                              "%d ranks",
                              resp->name, resp->contributors, size);
     if (resp->last_joined < -1 || resp->last_joined >= size)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "response '%s' names rank %d as the last to "
                              "join in a job of %d ranks",
                              resp->name, (int)resp->last_joined, size);
     if (resp->n_joined > (size_t)size)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "response '%s' with %zu joined ranks in a job "
                              "of %d",
                              resp->name, resp->n_joined, size);
     for (size_t i = 0; i < resp->n_joined; i++)
         if (resp->joined[i] >= (uint32_t)size)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "response '%s' names rank %u as joined in a "
                                  "job of %d",
                                  resp->name, resp->joined[i], size);
@@ -196,14 +196,14 @@ hvd_status hvd_ctrl_brief_unpack(const uint8_t *buf, size_t len,
     hvd_ctrl_brief head;
 
     if (len < sizeof(head))
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "brief step of %zu bytes: shorter than its head",
                              len);
     memcpy(&head, buf, sizeof(head));
     if ((uint64_t)sizeof(head) +
             ((uint64_t)head.n_ready + (uint64_t)head.n_carried) * 4 !=
         (uint64_t)len)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "brief step %llu of %zu bytes lists %u offered "
                              "and %u carried slots",
                              (unsigned long long)head.number, len, head.n_ready,

@@ -11,14 +11,14 @@
 
 #include "api/runtime/engine.pb-c.h"
 #include "api/runtime/opdesc.h"
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 /* Most buffers of one (grouped) operation a peer may describe. */
 #define HVD_CTRL_MAX_COUNTS (1 << 20)
 
 /*
  * Checks a Request of an Update in a job of size ranks and describes it in
- * *desc_out (counts point into the message). Returns HVD_ERR_TRANSPORT with
+ * *desc_out (counts point into the message). Returns HVD_ERR_PROTOCOL with
  * a sentence on what is wrong: a kind, dtype or op out of range, no or too
  * many counts, a root outside the job, a total size beyond SIZE_MAX / 2.
  */
@@ -62,7 +62,7 @@ void hvd_ctrl_brief_pack(const Hvd__Engine__Step *m, uint8_t *out);
  * point into buf (valid while buf is). A step from rank 0 carries its
  * cycle's number: pass cycle (storage the caller keeps with m) to have
  * m->cycle point at an empty cycle of that number; else NULL. Returns
- * HVD_ERR_TRANSPORT with a sentence if the lengths do not add up.
+ * HVD_ERR_PROTOCOL with a sentence if the lengths do not add up.
  */
 hvd_status hvd_ctrl_brief_unpack(const uint8_t *buf, size_t len,
                                  Hvd__Engine__Step *m,

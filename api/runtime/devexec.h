@@ -33,7 +33,7 @@
 
 #include "collectives/comm.h"
 #include "gpu/gpu.h"
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/transport.h"
 
 /* How NCCL is wanted. */

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/base/env.h"
 #include "transport/transport.h"
 

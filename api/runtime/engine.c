@@ -149,6 +149,7 @@ int hvd_eng_peers_changed(hvd_status status) {
     case HVD_ERR_PEER_LOST:
     case HVD_ERR_TIMEOUT:
     case HVD_ERR_TRANSPORT:
+    case HVD_ERR_PROTOCOL:
     case HVD_ERR_AUTH:
     case HVD_ERR_SHUTDOWN:
     case HVD_ERR_PEERS_CHANGED:

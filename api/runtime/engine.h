@@ -24,7 +24,7 @@
 #include "api/runtime/opdesc.h"
 #include "api/runtime/timeline.h"
 #include "collectives/comm.h"
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/transport.h"
 
 typedef struct hvd_engine_config {

@@ -49,7 +49,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
         int s = (int)c->erase[i];
         if (s >= cache->nslots)
             return hvd_error_set(
-                HVD_ERR_TRANSPORT, "cycle %llu erases slot %d of %d",
+                HVD_ERR_PROTOCOL, "cycle %llu erases slot %d of %d",
                 (unsigned long long)c->number, s, cache->nslots);
         for (int k = 0; k < eng->npending; k++)
             if (eng->pending[k]->slot == s &&
@@ -69,7 +69,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     for (size_t i = 0; i < c->n_run; i++) {
         int s = (int)c->run[i];
         if (s >= cache->nslots || cache->slots[s].name == NULL)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "cycle %llu runs empty cache slot %d",
                                  (unsigned long long)c->number, s);
         resp *r = &eng->resps[nresp++];
@@ -114,7 +114,7 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
             char mine[160], theirs[160];
             hvd_opdesc_format(&req->desc, mine, sizeof(mine));
             hvd_opdesc_format(&r->desc, theirs, sizeof(theirs));
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "cycle %llu from rank 0 runs '%s' as %s, but "
                                  "rank %d asked for %s",
                                  (unsigned long long)c->number, r->name, theirs,

@@ -94,7 +94,7 @@ static hvd_status take_header(hvd_engine *eng, int peer, double now,
         h->len > ((uint64_t)1 << 32) || h->proto_len > h->len ||
         (h->type == MSG_UPDATE && eng->rank != 0) || (step && h->len == 0) ||
         (h->type == MSG_STOP && h->len != 0))
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "malformed control message (type %u, %llu "
                              "bytes) from rank %d",
                              h->type, (unsigned long long)h->len, peer);
@@ -108,7 +108,7 @@ static hvd_status take_header(hvd_engine *eng, int peer, double now,
         /* A peer starts a step only once it has this rank's part of the
          * one before: it is never two ahead. */
         if (m->msg != NULL)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "rank %d sent step %llu before step %llu "
                                  "had run here",
                                  peer, (unsigned long long)p->next_step,
@@ -160,11 +160,11 @@ static hvd_status take_body(hvd_engine *eng, int peer, double now) {
         }
         if (m->msg == NULL) {
             hvd_arena_reset(&m->arena);
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "malformed step message from rank %d", peer);
         }
         if (m->msg->number != p->next_step) {
-            st = hvd_error_set(HVD_ERR_TRANSPORT,
+            st = hvd_error_set(HVD_ERR_PROTOCOL,
                                "step %llu from rank %d where step %llu was "
                                "expected",
                                (unsigned long long)m->msg->number, peer,

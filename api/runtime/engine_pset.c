@@ -92,7 +92,7 @@ hvd_status hvd_eng_pset_run(hvd_engine *eng, const hvd_opdesc *d, int id) {
         return HVD_OK;
     }
     if (id != eng->npsets)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "rank 0 created process set %d, but rank %d "
                              "expected id %d",
                              id, eng->rank, eng->npsets);

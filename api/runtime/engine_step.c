@@ -198,7 +198,7 @@ static hvd_status check_slots(const hvd_engine *eng, int r, uint64_t step,
     for (size_t i = 0; i < n; i++)
         if (slots[i] >= (uint32_t)eng->cache.nslots ||
             eng->cache.slots[slots[i]].name == NULL)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "step %llu from rank %d %s cache slot %u, "
                                  "which is empty here",
                                  (unsigned long long)step, r, what, slots[i]);
@@ -227,7 +227,7 @@ static hvd_status count_offers(hvd_engine *eng, int r, const step_msg *sm) {
     for (size_t i = 0; i < m->n_carried; i++)
         data += slot_bytes(&eng->cache, m->carried[i]);
     if (data != sm->data_len)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "step %llu from rank %d carries %zu bytes of "
                              "data for %zu tensors of %zu bytes",
                              (unsigned long long)m->number, r, sm->data_len,
@@ -333,7 +333,7 @@ hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last) {
 
     *last = 0;
     if (dec == NULL || dec->number != k) {
-        st = hvd_error_set(HVD_ERR_TRANSPORT,
+        st = hvd_error_set(HVD_ERR_PROTOCOL,
                            "step %llu from rank 0 has no cycle %llu in it",
                            (unsigned long long)k, (unsigned long long)k);
         goto out;

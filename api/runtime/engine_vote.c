@@ -129,7 +129,7 @@ hvd_status hvd_eng_apply_update(hvd_engine *eng, int rank, const uint8_t *buf,
     hvd_status st = HVD_OK;
 
     if (u == NULL)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "malformed update from rank %d",
+        return hvd_error_set(HVD_ERR_PROTOCOL, "malformed update from rank %d",
                              rank);
     /* Its votes come with its steps (hvd_eng_vote_offers). */
     for (size_t i = 0; i < u->n_invalidate; i++)

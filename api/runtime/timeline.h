@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 typedef struct hvd_timeline hvd_timeline;
 

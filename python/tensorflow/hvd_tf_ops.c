@@ -100,6 +100,7 @@ static TF_Code tf_code_of(hvd_status s) {
         return TF_FAILED_PRECONDITION;
     case HVD_ERR_PEER_LOST:
     case HVD_ERR_TRANSPORT:
+    case HVD_ERR_PROTOCOL:
         return TF_UNAVAILABLE;
     case HVD_ERR_TIMEOUT:
         return TF_DEADLINE_EXCEEDED;

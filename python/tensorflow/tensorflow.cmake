@@ -60,7 +60,7 @@ elseif(HVD_ENABLE_TENSORFLOW)
       "-std=c++17;-D_GLIBCXX_USE_CXX11_ABI=1;-DEIGEN_MAX_ALIGN_BYTES=64")
     target_include_directories(hvd_tensorflow SYSTEM PRIVATE ${HVD_TF_INCLUDE})
     target_include_directories(hvd_tensorflow PRIVATE
-                               ${CMAKE_SOURCE_DIR}/api/include)
+                               ${HVD_PUBLIC_INCLUDE_DIRS})
     target_link_libraries(hvd_tensorflow PRIVATE ${HVD_TF_FRAMEWORK}
                           Threads::Threads)
     target_compile_options(hvd_tensorflow PRIVATE

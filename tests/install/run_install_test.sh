@@ -11,8 +11,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-for f in include/hvd/hvd.h bin/hvdrun lib/libhvd.so lib/libhvd.a \
-         lib/pkgconfig/hvd.pc lib/cmake/hvd/hvdConfig.cmake; do
+for f in include/hvd/hvd.h include/hvd/types.h bin/hvdrun lib/libhvd.so \
+         lib/libhvd.a lib/pkgconfig/hvd.pc lib/cmake/hvd/hvdConfig.cmake; do
     [ -e "$tmp/prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 

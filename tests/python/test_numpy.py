@@ -484,12 +484,12 @@ def test_start_stop_timeline(tmp_path_factory):
 
 def test_tables_match_the_c_library():
     # hvd/_lib.py's status, dtype and op tables are the C header's, in its
-    # order, and the sizes libhvd's (one source of truth: hvd/hvd.h).
+    # order, and the sizes libhvd's (one source of truth: hvd/types.h).
     import re
     from hvd import _lib as L
     header = open(os.path.join(os.path.dirname(__file__), os.pardir,
-                               os.pardir, "api", "include", "hvd",
-                               "hvd.h")).read()
+                               os.pardir, "transport", "base", "hvd",
+                               "types.h")).read()
     # X(NAME, "text") or X(NAME, \<newline> "part " \<newline> "part").
     entries = re.findall(r"X\((HVD_\w+),((?:[\s\\]*\"[^\"]*\")+)[\s\\]*\)",
                          header)

@@ -36,12 +36,12 @@ int main(int argc, char **argv) {
     alarm(600);
     /* The registry's entry: its ops table with the stubs filled in. */
     if (hvd_transport_lookup("mpi", &ops) != HVD_OK) {
-        printf("SKIP transport mpi: %s\n", hvd_last_error());
+        printf("SKIP transport mpi: %s\n", hvd_error_get());
         return 77;
     }
     if (hvd_mpi_env_init(&rank, &size) != HVD_OK ||
         hvd_mpi_bootstrap_open(&bs) != HVD_OK) {
-        printf("SKIP transport mpi: %s\n", hvd_last_error());
+        printf("SKIP transport mpi: %s\n", hvd_error_get());
         return 77;
     }
     for (int i = 0; i < suite_ncases; i++) {
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
             return 77;
         }
         if (r.ops->open(&params, &r.tp) != HVD_OK)
-            suite_fail("open: %s", hvd_last_error());
+            suite_fail("open: %s", hvd_error_get());
         suite_run(&r, tc);
         ran++;
     }

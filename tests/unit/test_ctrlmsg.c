@@ -65,38 +65,38 @@ static void bad_requests(void **state) {
 
     q = request();
     q.kind = HVD_KIND_COUNT;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q = request();
     q.dtype = 99;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "dtype 99"));
     q = request();
     q.op = 6;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     /* Adasum: an allreduce's op only. */
     q = request();
     q.op = HVD_ADASUM;
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
     q.kind = HVD_KIND_REDUCESCATTER;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q = request();
     q.n_counts = 0;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q = request();
     q.kind = HVD_KIND_BROADCAST;
     q.root = 4;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.root = -1;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q = request();
     q.counts = huge;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.n_counts = 2;
     huge[0] = huge[1] = (SIZE_MAX / 2) / 4 / 2 + 1; /* fine alone, not both */
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q = request();
     q.name = NULL;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
 }
 
 /* Shapes: two to eight dimensions whose product is the one count. */
@@ -126,23 +126,23 @@ static void shapes(void **state) {
     q.shape = shape;
     q.n_shape = 2;
     shape[1] = 4;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     shape[1] = 5;
     q.n_shape = 1;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.n_shape = 9;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.n_shape = 2;
     shape[0] = -2;
     shape[1] = -5;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     shape[0] = 2;
     shape[1] = 5;
     q.kind = HVD_KIND_ALLGATHER;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.kind = HVD_KIND_ALLREDUCE;
     q.n_counts = 2;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
 }
 
 static void bad_responses(void **state) {
@@ -154,25 +154,47 @@ static void bad_responses(void **state) {
     /* 0 contributors would make an average divide by zero. */
     p = response();
     p.contributors = 0;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
     p.contributors = 5;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
     p = response();
     p.status = 1000;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
     p = response();
     p.last_joined = 4;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
     p = response();
     p.n_joined = 2;
     p.joined = joined;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
     p = response();
     p.error = NULL;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
     p = response();
     p.dtype = 8;
-    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
+}
+
+/* A malformed message is the peer's protocol error (HVD_ERR_PROTOCOL),
+ * not a transport failure: the status was appended to the table, so the
+ * earlier values stay, and a response may carry it (it is the last one). */
+static void protocol_status(void **state) {
+    (void)state;
+    Hvd__Engine__Response p;
+    hvd_opdesc d;
+
+    assert_int_equal(HVD_ERR_PEERS_CHANGED, 12);
+    assert_int_equal(HVD_ERR_PROTOCOL, 13);
+    assert_string_equal(hvd_status_name(HVD_ERR_PROTOCOL), "HVD_ERR_PROTOCOL");
+    assert_string_equal(hvd_strerror(HVD_ERR_PROTOCOL),
+                        "a peer sent a malformed or unexpected message");
+    p = response();
+    p.status = HVD_ERR_PROTOCOL;
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_OK);
+    p.status = HVD_ERR_PROTOCOL + 1;
+    hvd_error_clear();
+    assert_int_equal(hvd_ctrl_check_response(&p, 4, &d), HVD_ERR_PROTOCOL);
+    assert_non_null(strstr(hvd_error_get(), "unknown status 14"));
 }
 
 /* The brief form of a step: what fits it, a round trip, and lengths that
@@ -195,7 +217,7 @@ static void process_sets(void **state) {
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
     q.n_counts = 1;
     q.process_set = 0;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q = request();
     q.kind = HVD_KIND_PSET;
     q.op = HVD_PSET_CREATE;
@@ -203,21 +225,21 @@ static void process_sets(void **state) {
     q.counts = ranks;
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
     q.process_set = 1; /* the job's own operation */
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.process_set = 0;
     q.n_counts = 2;
     q.counts = unsorted;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.n_counts = 1;
     q.counts = big;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.op = HVD_PSET_REMOVE; /* of no set */
     q.root = 0;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
     q.root = 2;
     assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_OK);
     q.op = 7;
-    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_ctrl_check_request(&q, 4, &d), HVD_ERR_PROTOCOL);
 }
 
 static void brief_steps(void **state) {
@@ -275,26 +297,27 @@ static void brief_steps(void **state) {
 
     /* Lengths that do not add up, counts that would overflow. */
     assert_int_equal(hvd_ctrl_brief_unpack(b, 15, &back, NULL),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_int_equal(hvd_ctrl_brief_unpack(b, 20, &back, NULL),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "brief step 77 of 20 bytes"));
     hvd_ctrl_brief head = {5, 0xffffffffu, 0xffffffffu};
     memcpy(b, &head, sizeof(head));
     assert_int_equal(hvd_ctrl_brief_unpack(b, 16, &back, NULL),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     head.n_ready = 0x40000000u; /* 4 * n wraps in 32 bits */
     head.n_carried = 0;
     memcpy(b, &head, sizeof(head));
     assert_int_equal(hvd_ctrl_brief_unpack(b, 16, &back, NULL),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_messages), cmocka_unit_test(bad_requests),
-        cmocka_unit_test(bad_responses), cmocka_unit_test(shapes),
-        cmocka_unit_test(brief_steps),   cmocka_unit_test(process_sets),
+        cmocka_unit_test(bad_responses), cmocka_unit_test(protocol_status),
+        cmocka_unit_test(shapes),        cmocka_unit_test(brief_steps),
+        cmocka_unit_test(process_sets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* Frame header and ABORT payload: round trips, and every malformed or
- * truncated input is refused with HVD_ERR_TRANSPORT, never a crash. */
+ * truncated input is refused with HVD_ERR_PROTOCOL, never a crash. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,7 +53,7 @@ static void truncated(void **state) {
 
     hvd_frame_encode(&f, buf);
     for (size_t n = 0; n < HVD_FRAME_HDR_LEN; n++)
-        assert_int_equal(hvd_frame_decode(buf, n, 0, &out), HVD_ERR_TRANSPORT);
+        assert_int_equal(hvd_frame_decode(buf, n, 0, &out), HVD_ERR_PROTOCOL);
 }
 
 static void malformed(void **state) {
@@ -68,46 +68,46 @@ static void malformed(void **state) {
     memcpy(buf, good, sizeof(buf));
     buf[0] ^= 0xff; /* magic */
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     memcpy(buf, good, sizeof(buf));
     buf[2] = 0; /* type */
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     buf[2] = 99;
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     memcpy(buf, good, sizeof(buf));
     buf[3] = 1; /* flags */
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     /* Out-of-sequence frame. */
     assert_int_equal(hvd_frame_decode(good, sizeof(good), 4, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     /* A part longer than its message. */
     f.len = 101;
     hvd_frame_encode(&f, buf);
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     /* A goodbye with a payload; an abort too short or too long. */
     f.type = HVD_FRAME_BYE;
     f.len = 1;
     hvd_frame_encode(&f, buf);
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     f.type = HVD_FRAME_ABORT;
     f.len = 11;
     hvd_frame_encode(&f, buf);
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     f.len = HVD_FRAME_ABORT_MAX + 1;
     hvd_frame_encode(&f, buf);
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     /* A huge length prefix is refused before anything is allocated. */
     f.len = UINT64_MAX;
     hvd_frame_encode(&f, buf);
     assert_int_equal(hvd_frame_decode(buf, sizeof(buf), 3, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
 }
 
 static void abort_payload(void **state) {
@@ -134,9 +134,9 @@ static void abort_payload(void **state) {
     assert_int_equal(hvd_frame_abort_decode(buf, n, &out), HVD_OK);
     assert_int_equal(out.text[0], '?');
     assert_int_equal(out.status, HVD_ERR_INTERNAL);
-    assert_int_equal(hvd_frame_abort_decode(buf, 11, &out), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_frame_abort_decode(buf, 11, &out), HVD_ERR_PROTOCOL);
     assert_int_equal(hvd_frame_abort_decode(buf, HVD_FRAME_ABORT_MAX + 1, &out),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
 
     /* Over-long text is cut at the maximum. */
     memset(in.text, 'x', sizeof(in.text) - 1);
@@ -165,7 +165,7 @@ static void single_byte_corruptions(void **state) {
             else if (st == HVD_OK && out.type == HVD_FRAME_ABORT)
                 assert_true(out.len <= HVD_FRAME_ABORT_MAX);
             else if (st != HVD_OK)
-                assert_int_equal(st, HVD_ERR_TRANSPORT);
+                assert_int_equal(st, HVD_ERR_PROTOCOL);
         }
     }
 }

@@ -125,7 +125,7 @@ static void truncated(void **state) {
         uint8_t *cut = malloc(len ? len : 1);
         memcpy(cut, buf, len);
         assert_int_equal(hvd_vconn_decode(cut, len, 1, 3, 0, &d, q),
-                         HVD_ERR_TRANSPORT);
+                         HVD_ERR_PROTOCOL);
         assert_non_null(strstr(hvd_error_get(), "rank 1"));
         free(cut);
     }
@@ -134,7 +134,7 @@ static void truncated(void **state) {
     memcpy(longer, buf, HVD_VCONN_LEN(3));
     assert_int_equal(
         hvd_vconn_decode(longer, HVD_VCONN_LEN(3) + 8, 1, 3, 0, &d, q),
-        HVD_ERR_TRANSPORT);
+        HVD_ERR_PROTOCOL);
     free(longer);
     free(buf);
 }
@@ -148,7 +148,7 @@ static void foreign(void **state) {
     (void)state;
     buf[0] ^= 0xff; /* magic */
     assert_int_equal(hvd_vconn_decode(buf, len, 2, 3, 0, &d, q),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "not hvd's"));
     buf[0] ^= 0xff;
     buf[4] = 2; /* version */
@@ -169,13 +169,13 @@ static void wrong_place(void **state) {
     (void)state;
     /* Rank 1's blob in rank 2's place, and a blob for another size. */
     assert_int_equal(hvd_vconn_decode(buf, HVD_VCONN_LEN(3), 2, 3, 0, &d, q),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "says rank 1 of 3"));
     free(buf);
     c = sample(1, 4);
     buf = encode(1, 4, &c);
     assert_int_equal(hvd_vconn_decode(buf, HVD_VCONN_LEN(3), 1, 3, 0, &d, q),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     free(buf);
     /* Callers' own arguments out of range. */
     c = sample(0, 2);
@@ -225,7 +225,7 @@ static void out_of_range(void **state) {
         buf = encode(1, 2, &c);
         assert_int_equal(
             hvd_vconn_decode(buf, HVD_VCONN_LEN(2), 1, 2, 0, &d, q),
-            HVD_ERR_TRANSPORT);
+            HVD_ERR_PROTOCOL);
         assert_non_null(strstr(hvd_error_get(), "rank 1"));
         free(buf);
     }
@@ -244,18 +244,18 @@ static void bad_qp(void **state) {
     buf = encode(1, 2, &c);
     memset(buf + e, 0, 4); /* QPN 0 */
     assert_int_equal(hvd_vconn_decode(buf, len, 1, 2, 0, &d, q),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "queue pair"));
     free(buf);
     buf = encode(1, 2, &c);
     buf[e + 3] = 1; /* QPN above 24 bits */
     assert_int_equal(hvd_vconn_decode(buf, len, 1, 2, 0, &d, q),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     free(buf);
     buf = encode(1, 2, &c);
     buf[e + 8 + 7] = 0x10; /* channel 1's PSN above 24 bits */
     assert_int_equal(hvd_vconn_decode(buf, len, 1, 2, 0, &d, q),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     free(buf);
 }
 

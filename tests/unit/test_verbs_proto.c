@@ -45,23 +45,23 @@ static void header_malformed(void **state) {
     (void)state;
     hvd_vhdr_encode(&h, buf);
     for (size_t n = 0; n < HVD_VHDR_LEN; n++)
-        assert_int_equal(hvd_vhdr_decode(buf, n, &d), HVD_ERR_TRANSPORT);
+        assert_int_equal(hvd_vhdr_decode(buf, n, &d), HVD_ERR_PROTOCOL);
     /* The length must agree with what arrived. */
     assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf) - 1, &d),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "8 payload bytes"));
     buf[1] = 9; /* version */
-    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "same hvd"));
     hvd_vhdr_encode(&h, buf);
     buf[0] = 0; /* type */
-    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_PROTOCOL);
     buf[0] = 77;
-    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_PROTOCOL);
     /* A control message has no payload. */
     hvd_vhdr c = {.type = HVD_VMSG_CREDIT, .len = 8};
     hvd_vhdr_encode(&c, buf);
-    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_vhdr_decode(buf, sizeof(buf), &d), HVD_ERR_PROTOCOL);
 }
 
 static void abort_notice(void **state) {
@@ -81,7 +81,7 @@ static void abort_notice(void **state) {
     /* Truncated text is still a sentence; a short notice is refused. */
     assert_int_equal(hvd_vabort_decode(buf, 20, &d), HVD_OK);
     assert_string_equal(d.text, "nothing ");
-    assert_int_equal(hvd_vabort_decode(buf, 11, &d), HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_vabort_decode(buf, 11, &d), HVD_ERR_PROTOCOL);
     /* A status that is not a failure becomes a transport failure. */
     buf[0] = 0;
     assert_int_equal(hvd_vabort_decode(buf, n, &d), HVD_OK);
@@ -132,13 +132,12 @@ static void rendezvous_messages(void **state) {
         hvd_vhdr_encode(&h, buf);
         assert_int_equal(
             hvd_vhdr_decode(buf, HVD_VHDR_LEN + HVD_VRDV_LEN - 1, &hd),
-            HVD_ERR_TRANSPORT);
+            HVD_ERR_PROTOCOL);
         assert_non_null(strstr(hvd_error_get(), "instead of 32"));
     }
     h = (hvd_vhdr){.type = HVD_VMSG_RING + 1};
     hvd_vhdr_encode(&h, buf);
-    assert_int_equal(hvd_vhdr_decode(buf, HVD_VHDR_LEN, &hd),
-                     HVD_ERR_TRANSPORT);
+    assert_int_equal(hvd_vhdr_decode(buf, HVD_VHDR_LEN, &hd), HVD_ERR_PROTOCOL);
 }
 
 static void eager_boundary(void **state) {

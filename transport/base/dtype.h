@@ -1,5 +1,5 @@
 /*
- * The element types and reduction ops of the public API (hvd/hvd.h), as
+ * The element types and reduction ops of the public API (hvd/types.h), as
  * every layer needs them: validity, names for sentences, sizes. The
  * reductions themselves are collectives/reduce.h's.
  */
@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 /* Returns 1 if dtype/op are valid values of their enums, else 0;
  * hvd_op_valid: the element-wise reductions (not HVD_ADASUM, which is an
@@ -20,6 +20,6 @@ int hvd_op_valid(hvd_op op);
 const char *hvd_dtype_name(hvd_dtype dtype);
 const char *hvd_op_name(hvd_op op);
 /* hvd_dtype_size (bytes of one element, 0 if invalid) is declared in
- * hvd/hvd.h and defined in dtype.c. */
+ * hvd/types.h and defined in dtype.c. */
 
 #endif

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 /* Looks a variable up: getenv() in the library, a table in unit tests.
  * Returns NULL when unset. */

@@ -55,3 +55,14 @@ const char *hvd_status_name(hvd_status status) {
     }
     return "HVD_ERR_UNKNOWN";
 }
+
+const char *hvd_strerror(hvd_status status) {
+    switch (status) {
+#define HVD_STATUS_TEXT_(name, text)                                           \
+    case name:                                                                 \
+        return text;
+        HVD_STATUS_MAP(HVD_STATUS_TEXT_)
+#undef HVD_STATUS_TEXT_
+    }
+    return "unknown status";
+}

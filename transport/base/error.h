@@ -9,7 +9,7 @@
 #ifndef HVD_BASE_ERROR_H
 #define HVD_BASE_ERROR_H
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_ERROR_MAX 1024
 
@@ -30,5 +30,10 @@ void hvd_error_clear(void);
 
 /* Name of a status value ("HVD_ERR_TIMEOUT"), for messages. */
 const char *hvd_status_name(hvd_status status);
+
+/* The status's description from HVD_STATUS_MAP ("out of memory"), never
+ * NULL: the public hvd_strerror, declared in hvd/hvd.h too and defined
+ * here, so that every layer can describe a status without the API. */
+HVD_EXPORT const char *hvd_strerror(hvd_status status);
 
 #endif

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 /*
  * What the collectives do to the buffers themselves, besides sending and

@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 /*
  * Where a buffer lives. Transports see only byte ranges; a transport that

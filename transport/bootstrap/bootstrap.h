@@ -39,7 +39,7 @@
 
 #include <stddef.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_JOB_ID_LEN 16
 #define HVD_HOST_MAX 64

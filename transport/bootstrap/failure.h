@@ -15,7 +15,7 @@
 #ifndef HVD_TRANSPORT_BOOTSTRAP_FAILURE_H
 #define HVD_TRANSPORT_BOOTSTRAP_FAILURE_H
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/base/error.h"
 #include "transport/bootstrap/bootstrap.h"
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/bootstrap/bootstrap.h"
 
 #define HVD_HS_MAGIC 0x48564448u /* "HVDH" */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_ADDR_MAX 64 /* fits an IPv6 address and a port */
 

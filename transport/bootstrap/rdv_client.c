@@ -77,7 +77,7 @@ static hvd_status send_all(rdv_client *cl, const void *buf, size_t len) {
  * block, else returning HVD_OK with *res_out = NULL when no whole Result
  * has arrived. A partial Result stays buffered for the next call.
  * HVD_ERR_TIMEOUT (the caller writes the sentence), HVD_ERR_PEER_LOST,
- * HVD_ERR_TRANSPORT for an oversized or malformed Result.
+ * HVD_ERR_PROTOCOL for an oversized or malformed Result.
  */
 static hvd_status recv_result(rdv_client *cl, int block,
                               Hvd__Rdv__Result **res_out) {
@@ -104,7 +104,7 @@ static hvd_status recv_result(rdv_client *cl, int block,
             cl->body = NULL;
             cl->len_got = cl->body_len = cl->body_got = 0;
             if (res == NULL)
-                return hvd_error_set(HVD_ERR_TRANSPORT,
+                return hvd_error_set(HVD_ERR_PROTOCOL,
                                      "malformed answer from the rendezvous "
                                      "server for round %u",
                                      cl->round);
@@ -119,7 +119,7 @@ static hvd_status recv_result(rdv_client *cl, int block,
                     continue;
                 cl->body_len = hvd_get32(cl->lenbuf);
                 if (cl->body_len > max)
-                    return hvd_error_set(HVD_ERR_TRANSPORT,
+                    return hvd_error_set(HVD_ERR_PROTOCOL,
                                          "the rendezvous server sent a "
                                          "%zu-byte answer (at most %zu)",
                                          cl->body_len, max);
@@ -158,9 +158,8 @@ static hvd_status recv_result(rdv_client *cl, int block,
  * status with its sentence. */
 static hvd_status server_error(rdv_client *cl, const Hvd__Rdv__Result *res) {
     cl->broken = 1;
-    if (res->error_status <= HVD_OK ||
-        res->error_status > HVD_ERR_PEERS_CHANGED)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+    if (res->error_status <= HVD_OK || res->error_status > HVD_ERR_PROTOCOL)
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "the rendezvous server ended the connection "
                              "with status %d: %s",
                              res->error_status,
@@ -249,7 +248,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
     }
     if (res->round != cl->round || res->generation != cl->generation ||
         res->n_blobs != (size_t)bs->size) {
-        st = hvd_error_set(HVD_ERR_TRANSPORT,
+        st = hvd_error_set(HVD_ERR_PROTOCOL,
                            "malformed answer from the rendezvous server for "
                            "round %u",
                            cl->round);
@@ -285,7 +284,8 @@ timeout:
                            "within the start timeout "
                            "(HVD_START_TIMEOUT_SECONDS)",
                            bs->rank);
-    if (st == HVD_ERR_PEER_LOST || st == HVD_ERR_TRANSPORT)
+    if (st == HVD_ERR_PEER_LOST || st == HVD_ERR_TRANSPORT ||
+        st == HVD_ERR_PROTOCOL)
         cl->broken = 1;
     return st;
 }
@@ -457,7 +457,7 @@ hvd_status hvd_rdv_client_join(const char *addr, int port, int worker,
         goto fail;
     }
     if (res->generation == 0 || !assignment_ok(res->assignment)) {
-        st = hvd_error_set(HVD_ERR_TRANSPORT,
+        st = hvd_error_set(HVD_ERR_PROTOCOL,
                            "worker %d: malformed assignment from the "
                            "rendezvous server",
                            worker);
@@ -510,7 +510,7 @@ int hvd_rdv_client_updates(hvd_bootstrap *bs) {
         } else if (res->error_status != 0) {
             server_error(cl, res);
         } else {
-            hvd_error_set(HVD_ERR_TRANSPORT,
+            hvd_error_set(HVD_ERR_PROTOCOL,
                           "worker %d: unexpected answer from the "
                           "rendezvous server outside a bootstrap round",
                           cl->worker);

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 #include "transport/bootstrap/bootstrap.h"
 #include "transport/bootstrap/job_id.h"
 

@@ -19,11 +19,11 @@ hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
     hvd_frame f;
 
     if (len < HVD_FRAME_HDR_LEN)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "truncated frame header (%zu of %d bytes)", len,
                              HVD_FRAME_HDR_LEN);
     if ((buf[0] | buf[1] << 8) != HVD_FRAME_MAGIC || buf[3] != 0)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "malformed frame header (magic 0x%02x%02x, "
                              "flags %u): the stream is corrupt",
                              buf[1], buf[0], buf[3]);
@@ -32,14 +32,14 @@ hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
     f.msg_len = hvd_get64(buf + 8);
     f.len = hvd_get64(buf + 16);
     if (f.seq != expect_seq)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "frame %u arrived where frame %u was expected: "
                              "the stream is corrupt",
                              f.seq, expect_seq);
     switch (f.type) {
     case HVD_FRAME_DATA:
         if (f.len > f.msg_len)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "data frame of %llu bytes is longer than its "
                                  "message (%llu bytes)",
                                  (unsigned long long)f.len,
@@ -49,20 +49,20 @@ hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,
     case HVD_FRAME_HEARTBEAT:
         if (f.len != 0 || f.msg_len != 0)
             return hvd_error_set(
-                HVD_ERR_TRANSPORT, "%s frame with a payload of %llu bytes",
+                HVD_ERR_PROTOCOL, "%s frame with a payload of %llu bytes",
                 f.type == HVD_FRAME_BYE ? "goodbye" : "heartbeat",
                 (unsigned long long)f.len);
         break;
     case HVD_FRAME_ABORT:
         if (f.len < 12 || f.len > HVD_FRAME_ABORT_MAX)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
+            return hvd_error_set(HVD_ERR_PROTOCOL,
                                  "abort frame of %llu bytes (expected 12 to "
                                  "%d)",
                                  (unsigned long long)f.len,
                                  HVD_FRAME_ABORT_MAX);
         break;
     default:
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "unknown frame type %u: the stream is corrupt",
                              buf[2]);
     }
@@ -86,10 +86,10 @@ hvd_status hvd_frame_abort_decode(const uint8_t *buf, size_t len,
     uint32_t status;
 
     if (len < 12 || len > HVD_FRAME_ABORT_MAX)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "abort payload of %zu bytes",
+        return hvd_error_set(HVD_ERR_PROTOCOL, "abort payload of %zu bytes",
                              len);
     status = hvd_get32(buf);
-    a.status = (status == HVD_OK || status > HVD_ERR_PEERS_CHANGED)
+    a.status = (status == HVD_OK || status > HVD_ERR_PROTOCOL)
                    ? HVD_ERR_INTERNAL
                    : (hvd_status)status;
     a.culprit = (int)hvd_get32(buf + 4);

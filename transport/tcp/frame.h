@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_FRAME_MAGIC 0x4856
 #define HVD_FRAME_HDR_LEN 24
@@ -58,7 +58,7 @@ void hvd_frame_encode(const hvd_frame *frame, uint8_t out[HVD_FRAME_HDR_LEN]);
 /*
  * Decodes and checks a header: magic, type, flags, seq == expect_seq,
  * len <= msg_len for DATA, len == 0 for BYE, len <= HVD_FRAME_ABORT_MAX for
- * ABORT. Returns HVD_ERR_TRANSPORT with a sentence (no peer named: the
+ * ABORT. Returns HVD_ERR_PROTOCOL with a sentence (no peer named: the
  * caller adds it) for a malformed header.
  */
 hvd_status hvd_frame_decode(const uint8_t *buf, size_t len, uint32_t expect_seq,

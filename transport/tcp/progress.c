@@ -169,7 +169,7 @@ static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
 
     if (hvd_frame_abort_decode(payload, len, &a) != HVD_OK)
         return hvd_tp_failf(hvd_tcp_fail_with, s->tp, s->tp->rank,
-                            HVD_ERR_TRANSPORT, s->peer, "rank %d: %s", s->peer,
+                            HVD_ERR_PROTOCOL, s->peer, "rank %d: %s", s->peer,
                             hvd_error_get());
     return hvd_tcp_fail_with(s->tp, a.status, a.culprit, a.origin, a.text);
 }
@@ -245,7 +245,7 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
                     char who[160];
                     hvd_tcp_describe(tp, s->peer, who, sizeof(who));
                     return hvd_tp_failf(hvd_tcp_fail_with, tp, tp->rank,
-                                        HVD_ERR_TRANSPORT, s->peer,
+                                        HVD_ERR_PROTOCOL, s->peer,
                                         "protocol error from %s: %s", who,
                                         hvd_error_get());
                 }

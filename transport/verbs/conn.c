@@ -38,7 +38,7 @@ void hvd_vconn_encode(const hvd_vconn *c, const hvd_vqpinfo *qps,
     }
 }
 
-#define BAD(...) hvd_error_set(HVD_ERR_TRANSPORT, __VA_ARGS__)
+#define BAD(...) hvd_error_set(HVD_ERR_PROTOCOL, __VA_ARGS__)
 
 /* The header of rank from's connection data: its size, magic, version,
  * place and flags (into c). */

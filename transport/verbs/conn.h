@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_VCONN_MAGIC 0x42495648u
 #define HVD_VCONN_VERSION 1

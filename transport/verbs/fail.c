@@ -128,7 +128,7 @@ hvd_status hvd_vb_protocol_error(vqp *q, const char *what) {
     char who[160];
 
     hvd_vb_describe(q->tp, q->peer, who, sizeof(who));
-    return hvd_tp_failf(hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_TRANSPORT,
+    return hvd_tp_failf(hvd_vb_fail_with, q->tp, q->tp->rank, HVD_ERR_PROTOCOL,
                         q->peer, "protocol error from %s on the %s channel: %s",
                         who, q->ch == HVD_CHANNEL_DATA ? "data" : "control",
                         what);

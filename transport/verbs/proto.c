@@ -21,12 +21,12 @@ hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
     hvd_vhdr h;
 
     if (n < HVD_VHDR_LEN)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "a message of %zu bytes is shorter than the "
                              "%d-byte header",
                              n, HVD_VHDR_LEN);
     if (buf[1] != VHDR_VERSION)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "message header version %u (this hvd speaks "
                              "%d): every rank must run the same hvd",
                              buf[1], VHDR_VERSION);
@@ -35,21 +35,21 @@ hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out) {
     h.slot_ret = hvd_get16(buf + 4);
     h.len = hvd_get32(buf + 8);
     if (h.type < HVD_VMSG_DATA || h.type > HVD_VMSG_RING)
-        return hvd_error_set(HVD_ERR_TRANSPORT, "unknown message type %u",
+        return hvd_error_set(HVD_ERR_PROTOCOL, "unknown message type %u",
                              h.type);
     if ((size_t)h.len != n - HVD_VHDR_LEN)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "message header says %u payload bytes but %zu "
                              "arrived",
                              h.len, n - HVD_VHDR_LEN);
     if (h.type >= HVD_VMSG_RTR && h.len != HVD_VRDV_LEN)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "control message of type %u carries %u bytes "
                              "instead of %d",
                              h.type, h.len, HVD_VRDV_LEN);
     if (h.type != HVD_VMSG_DATA && h.type != HVD_VMSG_ABORT &&
         h.type < HVD_VMSG_RTR && h.len != 0)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "control message of type %u carries %u bytes",
                              h.type, h.len);
     *out = h;
@@ -89,7 +89,7 @@ hvd_status hvd_vabort_decode(const uint8_t *buf, size_t n, hvd_vabort *out) {
     size_t tlen;
 
     if (n < 12)
-        return hvd_error_set(HVD_ERR_TRANSPORT,
+        return hvd_error_set(HVD_ERR_PROTOCOL,
                              "an ABORT message of %zu bytes is too short", n);
     out->status = (int32_t)hvd_get32(buf);
     out->culprit = (int32_t)hvd_get32(buf + 4);

@@ -74,7 +74,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hvd/hvd.h"
+#include "hvd/types.h"
 
 #define HVD_VHDR_LEN 16
 
@@ -102,7 +102,7 @@ typedef struct hvd_vhdr {
 void hvd_vhdr_encode(const hvd_vhdr *h, uint8_t out[HVD_VHDR_LEN]);
 
 /* Decodes the header of a received buffer of n bytes (header and payload).
- * Returns HVD_ERR_TRANSPORT with a sentence for a short buffer, an unknown
+ * Returns HVD_ERR_PROTOCOL with a sentence for a short buffer, an unknown
  * type or version, or a length that disagrees with n. */
 hvd_status hvd_vhdr_decode(const uint8_t *buf, size_t n, hvd_vhdr *out);
 

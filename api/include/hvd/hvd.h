@@ -16,75 +16,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* hvd_status (and its table HVD_STATUS_MAP), hvd_dtype, hvd_dtype_size(),
+ * hvd_op and HVD_EXPORT. */
+#include <hvd/types.h>
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#if defined(__GNUC__)
-#define HVD_EXPORT __attribute__((visibility("default")))
-#else
-#define HVD_EXPORT
 #endif
 
 #define HVD_VERSION_MAJOR 0
 #define HVD_VERSION_MINOR 1
 #define HVD_VERSION_PATCH 0
 #define HVD_VERSION_STRING "0.1.0"
-
-/**
- * Status codes, generated from one table (as libuv's UV_ERRNO_MAP) so that
- * the enum, hvd_strerror() and the names in messages never drift apart.
- * X(name, description)
- */
-#define HVD_STATUS_MAP(X)                                                      \
-    X(HVD_OK, "success")                                                       \
-    X(HVD_ERR_INVALID_ARG, "invalid argument")                                 \
-    X(HVD_ERR_NOT_INITIALIZED, "hvd is not initialized (call hvd_init)")       \
-    X(HVD_ERR_MISMATCH, "ranks disagree on an operation")                      \
-    X(HVD_ERR_PEER_LOST, "a peer rank died or its connection broke")           \
-    X(HVD_ERR_TIMEOUT, "a peer stopped moving data (timeout)")                 \
-    X(HVD_ERR_TRANSPORT, "transport could not be set up or failed")            \
-    X(HVD_ERR_AUTH, "a peer failed the job-secret handshake")                  \
-    X(HVD_ERR_NO_MEMORY, "out of memory")                                      \
-    X(HVD_ERR_UNSUPPORTED, "not supported by this build or machine")           \
-    X(HVD_ERR_SHUTDOWN, "hvd was shut down or failed earlier")                 \
-    X(HVD_ERR_INTERNAL, "internal error in hvd (please report it)")            \
-    X(HVD_ERR_PEERS_CHANGED,                                                   \
-      "the job's ranks changed (elastic): restore your state and call "        \
-      "hvd_elastic_reset")
-
-typedef enum {
-#define HVD_STATUS_ENUM_(name, text) name,
-    HVD_STATUS_MAP(HVD_STATUS_ENUM_)
-#undef HVD_STATUS_ENUM_
-} hvd_status;
-
-/** Element types. float16/bfloat16 are reduced in float32. */
-typedef enum {
-    HVD_UINT8,
-    HVD_INT8,
-    HVD_INT32,
-    HVD_INT64,
-    HVD_FLOAT16,
-    HVD_BFLOAT16,
-    HVD_FLOAT32,
-    HVD_FLOAT64
-} hvd_dtype;
-
-/** Reduction operations. HVD_AVERAGE divides the sum by hvd_size()
- *  (integer types: truncating division). HVD_ADASUM, for allreduce only,
- *  combines the ranks' tensors by adaptive summation as Horovod's Adasum
- *  (equal tensors average, orthogonal ones add): float16, float32 and
- *  float64 in host memory on a power-of-two number of ranks, else
- *  HVD_ERR_UNSUPPORTED with a sentence. */
-typedef enum {
-    HVD_SUM,
-    HVD_AVERAGE,
-    HVD_MIN,
-    HVD_MAX,
-    HVD_PRODUCT,
-    HVD_ADASUM
-} hvd_op;
 
 /** An operation in flight, returned by the _async forms. */
 typedef struct hvd_request *hvd_handle;
@@ -495,8 +438,7 @@ HVD_EXPORT hvd_status hvd_start_timeline(const char *path, int mark_cycles);
  *  from the engine's next cycle on. HVD_OK when none is written. */
 HVD_EXPORT hvd_status hvd_stop_timeline(void);
 
-/** Size in bytes of one element of dtype, 0 for an invalid dtype. */
-HVD_EXPORT size_t hvd_dtype_size(hvd_dtype dtype);
+/* hvd_dtype_size(dtype): in <hvd/types.h>, beside hvd_dtype. */
 
 /**
  * Describes the path a collective of bytes bytes (per rank; allgather: the
