@@ -222,4 +222,5 @@ const hvd_transport_ops hvd_shm_ops = {
     .close = hvd_shm_close,
     .get = hvd_shm_get,
     .can_get = hvd_shm_can_get,
+    .cleanup_job = hvd_shm_cleanup_job,
 };
