@@ -30,17 +30,9 @@
 
 #include "transport/transport.h"
 
+/* The ops table, with the registry hook cleanup_job (hvdrun removes a
+ * dead rank's segments when a job ends). Its settings: HVD_SHM_CMA,
+ * HVD_SHM_SPIN_US. */
 extern const hvd_transport_ops hvd_shm_ops;
-
-/* Name of the segment of rank in job job_id ("/hvd-<32 hex>-<rank>"). */
-void hvd_shm_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
-                          char *out, size_t outlen);
-
-/*
- * Removes every segment of job job_id still in /dev/shm (a rank that died
- * during hvd_init leaves its own). Returns how many were removed. hvdrun
- * calls it when a job ends.
- */
-int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]);
 
 #endif
