@@ -14,7 +14,6 @@
 #include "transport/base/clock.h"
 #include "transport/base/dtype.h"
 #include "transport/base/error.h"
-#include "transport/failure.h"
 
 static int mpi_type(hvd_dtype dtype, MPI_Datatype *out) {
     switch (dtype) {

@@ -8,7 +8,6 @@
 #include <stdio.h>
 
 #include "transport/base/error.h"
-#include "transport/failure.h"
 
 /* One wrapper turns MPI's errors into ours, with MPI's text. */
 hvd_status hvd_mpi_error(hvd_status status, int err, const char *call) {

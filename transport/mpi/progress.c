@@ -14,7 +14,6 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
-#include "transport/failure.h"
 
 static int room(mpi_tp *t, int more) {
     if (t->n + more <= t->cap)

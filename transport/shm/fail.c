@@ -17,8 +17,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "transport/failure.h"
-
 long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
                    const struct timespec *ts) {
     return syscall(SYS_futex, (uint32_t *)(void *)addr, op, val, ts, NULL, 0);

@@ -15,7 +15,6 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
-#include "transport/failure.h"
 
 /* Reads len bytes at remote of peer's memory into buf. */
 hvd_status hvd_shm_cma_read(shm *tp, int peer, void *buf, uint64_t remote,

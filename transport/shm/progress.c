@@ -15,7 +15,6 @@
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
-#include "transport/failure.h"
 
 /* 1 if all that is in flight with pe is control messages to it. */
 static int only_control_sends(const speer *pe) {
