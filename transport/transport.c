@@ -17,7 +17,8 @@
 #endif
 
 /* The transports built in. Adding one is one line here (under its
- * HVD_WITH_<X>) and one folder. */
+ * HVD_WITH_<X>) and one folder. The first is the one that serves any job
+ * on any machine (hvd_transport_always). */
 static const hvd_transport_ops *const providers[] = {
     &hvd_tcp_ops,
     &hvd_shm_ops,
@@ -342,3 +343,5 @@ int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]) {
             removed += filled[i].cleanup_job(job_id);
     return removed;
 }
+
+const char *hvd_transport_always(void) { return providers[0]->name; }

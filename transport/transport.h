@@ -281,6 +281,10 @@ hvd_status hvd_transport_lookup(const char *name,
 /* Comma-separated names of the transports built in, e.g. "tcp". */
 const char *hvd_transport_names(void);
 
+/* The name of the transport that serves any job on any machine ("tcp",
+ * first in the registry), for messages that advise it. */
+const char *hvd_transport_always(void);
+
 /* The number of transports built in, and the i-th of them (filled as by
  * lookup), in registry order. */
 size_t hvd_transport_count(void);
