@@ -1,8 +1,8 @@
 /*
  * Private to the shared-memory transport (transport/shm/): its constants,
  * the segment layout, its structs and the functions its files share.
- * Nothing outside transport/shm/ includes it; the transport's interface is
- * transport/shm/shm.h.
+ * Nothing in the library outside transport/shm/ includes it (tests do, to
+ * drive the parts); the transport's interface is transport/shm/shm.h.
  *
  * Calls go one way, down this list:
  *
