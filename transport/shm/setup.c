@@ -352,7 +352,7 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
     all = calloc((size_t)tp->size, sizeof(*all));
     if (all == NULL) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-        goto fail;
+        goto close_tp;
     }
     st = publish_segments(tp, params, all);
     if (st == HVD_OK)
@@ -360,7 +360,7 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
     if (st == HVD_OK)
         st = agree(tp, all);
     if (st != HVD_OK)
-        goto fail;
+        goto close_tp;
     /* Every same-host rank has mapped every segment: the names can go, so
      * that nothing is left in /dev/shm whatever happens next. */
     if (tp->seg_named) {
@@ -375,7 +375,7 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
               tp->cma ? "process_vm_readv" : "copy through the segments");
     *out = &tp->base;
     return HVD_OK;
-fail:
+close_tp:
     free(all);
     hvd_shm_close(&tp->base);
     return st;

@@ -360,7 +360,7 @@ hvd_status hvd_tcp_connect_mesh(tcp *tp, const hvd_transport_params *params,
     m.deadline = hvd_now_ns() + params->connect_timeout_ns;
     if (m.conns == NULL || m.pfds == NULL) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory connecting");
-        goto out;
+        goto free_conns;
     }
     st = start_clients(&m);
     while (st == HVD_OK && m.connected < m.nclients + m.nexpect) {
@@ -376,7 +376,7 @@ hvd_status hvd_tcp_connect_mesh(tcp *tp, const hvd_transport_params *params,
         for (int i = 0; i < m.nconn && st == HVD_OK; i++)
             st = step(&m, &m.conns[i], now);
     }
-out:
+free_conns:
     drop_pending(&m, st);
     free(m.conns);
     free(m.pfds);
