@@ -27,10 +27,6 @@
 #include "transport/base/log.h"
 #include "transport/transport.h"
 
-#ifdef HVD_WITH_MPI
-#include "transport/mpi/mpi.h"
-#endif
-
 static struct {
     pthread_mutex_t lock;
     int initialized;
@@ -42,25 +38,6 @@ static struct {
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER, .job.gpu_device = -1};
 
 const char *hvd_last_error(void) { return hvd_error_get(); }
-
-#ifdef HVD_WITH_MPI
-/* Whether the last hvd_shutdown ended in order (then MPI is finalized at
- * exit, if hvd initialized it). */
-static int mpi_orderly;
-
-static void mpi_at_exit(void) {
-    if (mpi_orderly)
-        hvd_mpi_env_finalize();
-}
-
-static void finalize_mpi_at_exit(int orderly) {
-    static int registered;
-
-    mpi_orderly = orderly;
-    if (!registered && atexit(mpi_at_exit) == 0)
-        registered = 1;
-}
-#endif
 
 /* hvd_init under the lock, one try. An elastic worker first joins the
  * rendezvous's next generation, which tells it its rank and size. */
@@ -171,18 +148,10 @@ static hvd_status shutdown_locked(int reset) {
     if (g.job.tps.tp != NULL && st == HVD_OK)
         st = hvd_setup_goodbye(&g.job);
     hvd_setup_close(&g.job);
-#ifdef HVD_WITH_MPI
-    /* MPI, if hvd initialized it, is finalized when the process exits, so
-     * that hvd_init may start the job again in the same process (MPI can
-     * be initialized once only); and only after an orderly end:
-     * MPI_Finalize waits for every rank, so after a lost or stopped rank
-     * it would never return. MPI is then left as it is; the process is
-     * about to report the failure and exit. */
-    finalize_mpi_at_exit(st == HVD_OK);
-    if (st != HVD_OK)
-        HVD_INFO("api", "not finalizing MPI: the job failed, and "
-                        "MPI_Finalize would wait for the rank it lost");
-#endif
+    /* What outlives the transports learns how the job ended (MPI, if hvd
+     * initialized it, is finalized at exit, and only after an orderly
+     * end). */
+    hvd_transport_at_shutdown(st == HVD_OK);
     g.initialized = 0;
     hvd_log_set_rank(-1);
     return st;

@@ -22,8 +22,9 @@ hvd_status hvd_transport_check_want(const char *want, const char *also) {
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: that transport is not built "
                              "into this hvd (built in: %s; it needs %s when "
-                             "hvd is built); unset it or use tcp",
-                             want, hvd_transport_names(), needs);
+                             "hvd is built); unset it or use %s",
+                             want, hvd_transport_names(), needs,
+                             hvd_transport_always());
     for (size_t i = 0; i < hvd_transport_count(); i++) {
         size_t len = strlen(known);
         snprintf(known + len, sizeof(known) - len, ", %s",
@@ -153,20 +154,21 @@ static hvd_status open_named(const char *want, const hvd_transport_params *p,
             HVD_ERR_UNSUPPORTED,
             "HVD_TRANSPORT=%s: %s serves only ranks on one host, and this "
             "job has ranks on %d hosts: unset it (auto uses %s within each "
-            "host) or use tcp",
-            ops->name, ops->title, s.nhosts, ops->title);
+            "host) or use %s",
+            ops->name, ops->title, s.nhosts, ops->title,
+            hvd_transport_always());
     if (!caps->usable)
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: %s; unset HVD_TRANSPORT or "
-                             "use tcp",
-                             ops->name, caps->reason);
+                             "use %s",
+                             ops->name, caps->reason, hvd_transport_always());
     if (!(v->all & (1u << i)))
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_TRANSPORT=%s: rank %d (on %s) cannot use "
                              "%s (its log says why); unset HVD_TRANSPORT or "
-                             "use tcp",
+                             "use %s",
                              ops->name, v->bad[i], p->hosts[v->bad[i]],
-                             ops->title);
+                             ops->title, hvd_transport_always());
     hvd_status st = ops->open(p, &c->tp);
     if (st == HVD_OK) {
         c->ops = ops;

@@ -17,7 +17,8 @@
 #endif
 
 /* The transports built in. Adding one is one line here (under its
- * HVD_WITH_<X>) and one folder. */
+ * HVD_WITH_<X>) and one folder. The first is the one that serves any job
+ * on any machine (hvd_transport_always). */
 static const hvd_transport_ops *const providers[] = {
     &hvd_tcp_ops,
     &hvd_shm_ops,
@@ -167,6 +168,16 @@ static void fill_tables(void) {
         FILL(dst, src, get, unsup_get);
         FILL(dst, src, can_get, unsup_can_get);
         FILL(dst, src, mem_types, host_only);
+        /* The registry hooks stay NULL where not provided: the registry
+         * skips them. */
+        dst->bootstrap_open =
+            PROVIDED(src, bootstrap_open) && PROVIDED(src, bootstrap_close)
+                ? src->bootstrap_open
+                : NULL;
+        dst->bootstrap_close =
+            dst->bootstrap_open != NULL ? src->bootstrap_close : NULL;
+        dst->at_shutdown = PROVIDED(src, at_shutdown) ? src->at_shutdown : NULL;
+        dst->cleanup_job = PROVIDED(src, cleanup_job) ? src->cleanup_job : NULL;
     }
 }
 
@@ -174,11 +185,15 @@ static void fill_tables(void) {
  * needs, for the message that says so. */
 static const struct {
     const char *name;
+    const char *title;
     const char *needs;
+    int bootstraps; /* it has a bootstrap_open: a launcher of its own */
 } optional[] = {
-    {"mpi", "Open MPI's development files"},
-    {"verbs", "libibverbs' development files (RDMA)"},
+    {"mpi", "MPI", "Open MPI's development files", 1},
+    {"verbs", "verbs", "libibverbs' development files (RDMA)", 0},
 };
+
+#define NOPTIONAL (sizeof(optional) / sizeof(optional[0]))
 
 const hvd_transport_ops *hvd_transport_find(const char *name) {
     pthread_once(&fill_once, fill_tables);
@@ -191,7 +206,7 @@ const hvd_transport_ops *hvd_transport_find(const char *name) {
 const char *hvd_transport_needs(const char *name) {
     if (hvd_transport_find(name) != NULL)
         return NULL;
-    for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
+    for (size_t i = 0; i < NOPTIONAL; i++)
         if (strcasecmp(optional[i].name, name) == 0)
             return optional[i].needs;
     return NULL;
@@ -261,3 +276,72 @@ const char *hvd_transport_names(void) {
     pthread_once(&fill_once, fill_tables);
     return names;
 }
+
+/* What hvd could bootstrap a job through, missing from this build: the
+ * first optional transport with a launcher of its own that is not built
+ * in. NULL when every one is. */
+static size_t missing_bootstrap(void) {
+    for (size_t i = 0; i < NOPTIONAL; i++)
+        if (optional[i].bootstraps &&
+            hvd_transport_find(optional[i].name) == NULL)
+            return i;
+    return NOPTIONAL;
+}
+
+hvd_status hvd_transport_bootstrap_open(const char *launcher, int rank,
+                                        int size, hvd_bootstrap **bs_out,
+                                        const hvd_transport_ops **by_out) {
+    size_t missing;
+
+    pthread_once(&fill_once, fill_tables);
+    for (size_t i = 0; i < NPROVIDERS; i++) {
+        if (filled[i].bootstrap_open == NULL)
+            continue;
+        hvd_status st = filled[i].bootstrap_open(bs_out);
+        if (st == HVD_OK)
+            *by_out = &filled[i];
+        if (st != HVD_ERR_UNSUPPORTED)
+            return st;
+    }
+    missing = missing_bootstrap();
+    if (missing < NOPTIONAL)
+        return hvd_error_set(
+            HVD_ERR_UNSUPPORTED,
+            "started by %s as rank %d of %d, but no rendezvous is given "
+            "(HVD_RENDEZVOUS_ADDR/PORT) and this hvd was built without %s "
+            "to bootstrap through: start the job with `hvdrun -np %d ...`, "
+            "or build hvd with %s",
+            launcher, rank, size, optional[missing].title, size,
+            optional[missing].needs);
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "started by %s as rank %d of %d, but no rendezvous "
+                         "is given (HVD_RENDEZVOUS_ADDR/PORT) and no "
+                         "transport of this hvd can bootstrap the job: start "
+                         "the job with `hvdrun -np %d ...`",
+                         launcher, rank, size, size);
+}
+
+void hvd_transport_bootstrap_close(const hvd_transport_ops *by,
+                                   hvd_bootstrap *bs) {
+    if (by != NULL && bs != NULL && by->bootstrap_close != NULL)
+        by->bootstrap_close(bs);
+}
+
+void hvd_transport_at_shutdown(int orderly) {
+    pthread_once(&fill_once, fill_tables);
+    for (size_t i = 0; i < NPROVIDERS; i++)
+        if (filled[i].at_shutdown != NULL)
+            filled[i].at_shutdown(orderly);
+}
+
+int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]) {
+    int removed = 0;
+
+    pthread_once(&fill_once, fill_tables);
+    for (size_t i = 0; i < NPROVIDERS; i++)
+        if (filled[i].cleanup_job != NULL)
+            removed += filled[i].cleanup_job(job_id);
+    return removed;
+}
+
+const char *hvd_transport_always(void) { return providers[0]->name; }

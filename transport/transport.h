@@ -203,6 +203,43 @@ typedef struct hvd_transport_ops {
      * only.
      */
     unsigned (*mem_types)(hvd_transport *tp);
+
+    /*
+     * Registry hooks: what a transport does for the job outside its open
+     * instances, so that no layer above transport/ names a transport. Each
+     * is optional (NULL when not provided: the registry skips it) and is
+     * reached through the hvd_transport_* functions below, never directly.
+     */
+
+    /*
+     * Bootstraps a job started without hvdrun's rendezvous, through the
+     * launcher this transport belongs to (MPI under mpirun): *out gets a
+     * bootstrap whose rank and size are the launcher's, which the job then
+     * takes as its own. Blocking, in hvd_init's thread. HVD_ERR_UNSUPPORTED
+     * says "not this job's launcher" (the registry asks the next
+     * transport); any other failure is final. On failure *out is untouched.
+     */
+    hvd_status (*bootstrap_open)(hvd_bootstrap **out);
+
+    /* Frees a bootstrap bootstrap_open made; accepts NULL. Required with
+     * bootstrap_open. */
+    void (*bootstrap_close)(hvd_bootstrap *bs);
+
+    /*
+     * Called at every hvd_shutdown, after the job's transports are closed;
+     * orderly is 1 when every rank left together (the goodbye succeeded),
+     * 0 after a failure. For what outlives the instances (MPI, which hvd
+     * finalizes at exit, only after an orderly end). Never blocks.
+     */
+    void (*at_shutdown)(int orderly);
+
+    /*
+     * Removes what the ranks of job job_id may have left on this host
+     * after dying mid-setup (shared memory's /dev/shm segments). Called by
+     * the launcher when a job ends, in another process than the ranks.
+     * Returns how many things it removed.
+     */
+    int (*cleanup_job)(const uint8_t job_id[HVD_JOB_ID_LEN]);
 } hvd_transport_ops;
 
 /* Every transport instance starts with this. */
@@ -223,6 +260,10 @@ hvd_status hvd_transport_lookup(const char *name,
 /* Comma-separated names of the transports built in, e.g. "tcp". */
 const char *hvd_transport_names(void);
 
+/* The name of the transport that serves any job on any machine ("tcp",
+ * first in the registry), for messages that advise it. */
+const char *hvd_transport_always(void);
+
 /* The number of transports built in, and the i-th of them (filled as by
  * lookup), in registry order. */
 size_t hvd_transport_count(void);
@@ -239,6 +280,35 @@ const char *hvd_transport_needs(const char *name);
 /* Reads every built-in transport's settings from get, to fail on a
  * malformed value whichever transport is used. */
 hvd_status hvd_transport_check_settings(hvd_env_get_fn get, void *ctx);
+
+/*
+ * Bootstraps a job that no rendezvous was given for: asks each built-in
+ * transport with a bootstrap_open entry, in registry order, until one
+ * answers other than HVD_ERR_UNSUPPORTED. *bs_out gets the bootstrap (its
+ * rank and size are the launcher's) and *by_out the transport that made
+ * it, for hvd_transport_bootstrap_close and messages (its title: "via
+ * MPI"). When none can, HVD_ERR_UNSUPPORTED with a sentence for the user
+ * that names launcher (who started the process: "openmpi", "slurm"), this
+ * rank and size as it said, and what a build would need to bootstrap
+ * such a job. On failure the outputs are untouched.
+ */
+hvd_status hvd_transport_bootstrap_open(const char *launcher, int rank,
+                                        int size, hvd_bootstrap **bs_out,
+                                        const hvd_transport_ops **by_out);
+
+/* Frees a bootstrap hvd_transport_bootstrap_open made (by: its *by_out);
+ * accepts NULL for either. */
+void hvd_transport_bootstrap_close(const hvd_transport_ops *by,
+                                   hvd_bootstrap *bs);
+
+/* Tells every built-in transport that hvd_shutdown ended (ops->at_shutdown):
+ * orderly is 1 after an orderly end, 0 after a failure. */
+void hvd_transport_at_shutdown(int orderly);
+
+/* For the launcher, when job job_id ends: removes what its ranks may have
+ * left on this host (ops->cleanup_job of every built-in transport), and
+ * returns how many things were removed. */
+int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]);
 
 /* Reads ops' settings from params->env (getenv when NULL) into out, a
  * struct of ops->settings_size bytes. For providers' probe and open. */

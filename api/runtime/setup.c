@@ -22,10 +22,6 @@
 
 #include <openssl/rand.h>
 
-#ifdef HVD_WITH_MPI
-#include "transport/mpi/mpi.h"
-#endif
-
 /* What each rank tells the others about itself at init. */
 typedef struct host_blob {
     char host[HVD_HOST_MAX];
@@ -80,14 +76,14 @@ static void place_ranks(hvd_procinfo *info, const host_blob *all) {
         info->cross_size = cross_size;
 }
 
-/* The secret and job id rank 0 makes for a job bootstrapped through MPI
- * (MPI's own channel carries them, so no one else sees them). */
+/* The secret and job id rank 0 makes for a job bootstrapped through its
+ * launcher (its own channel carries them, so no one else sees them). */
 typedef struct job_blob {
     char secret[65];
     uint8_t job_id[HVD_JOB_ID_LEN];
 } job_blob;
 
-static hvd_status mpi_job_identity(hvd_bootstrap *bs, hvd_procinfo *info) {
+static hvd_status launcher_job_identity(hvd_bootstrap *bs, hvd_procinfo *info) {
     job_blob mine, *all = calloc((size_t)bs->size, sizeof(*all));
     uint8_t raw[32];
 
@@ -116,17 +112,20 @@ static hvd_status mpi_job_identity(hvd_bootstrap *bs, hvd_procinfo *info) {
 }
 
 /*
- * The bootstrap: hvdrun's rendezvous when it is given, else MPI (under
- * mpirun or srun, in an MPI build). local_addr_out gets the address to
- * listen on by default ("" when the bootstrap does not tell one).
+ * The bootstrap: hvdrun's rendezvous when it is given, else the launcher's
+ * through a transport that can bootstrap the job (MPI under mpirun or
+ * srun, in an MPI build); *by_out then names that transport, else it is
+ * NULL. local_addr_out gets the address to listen on by default ("" when
+ * the bootstrap does not tell one).
  */
 static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
-                                 int *via_mpi, char local_addr_out[64]) {
+                                 const hvd_transport_ops **by_out,
+                                 char local_addr_out[64]) {
     hvd_procinfo *info = &s->info;
     hvd_status st;
 
     local_addr_out[0] = '\0';
-    *via_mpi = 0;
+    *by_out = NULL;
     if (s->elastic_bs != NULL) {
         /* This generation's rendezvous connection (hvd_setup_elastic_join),
          * kept open for hvdrun's notices. */
@@ -146,53 +145,41 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
                                       info->secret, s->cfg.start_timeout_ns,
                                       bs_out, local_addr_out);
     }
-#ifdef HVD_WITH_MPI
-    int mrank, msize;
-    st = hvd_mpi_env_init(&mrank, &msize);
+    /* Started by a launcher of a transport's own (mpirun): the registry
+     * asks the transports that can bootstrap through it. */
+    st = hvd_transport_bootstrap_open(info->source, info->rank, info->size,
+                                      bs_out, by_out);
     if (st != HVD_OK)
         return st;
-    if (msize != info->size || mrank != info->rank) {
-        /* MPI is the authority on who is who when it launched the job. */
-        HVD_DEBUG("api", "MPI says rank %d of %d (%s said %d of %d)", mrank,
-                  msize, info->source, info->rank, info->size);
-        info->rank = mrank;
-        info->size = msize;
+    if ((*bs_out)->size != info->size || (*bs_out)->rank != info->rank) {
+        /* The launcher is the authority on who is who when it launched
+         * the job. */
+        HVD_DEBUG("api", "%s says rank %d of %d (%s said %d of %d)",
+                  (*by_out)->title, (*bs_out)->rank, (*bs_out)->size,
+                  info->source, info->rank, info->size);
+        info->rank = (*bs_out)->rank;
+        info->size = (*bs_out)->size;
         info->local_rank = info->local_size = -1;
         info->cross_rank = info->cross_size = -1;
-        hvd_log_set_rank(mrank);
+        hvd_log_set_rank(info->rank);
     }
-    st = hvd_mpi_bootstrap_open(bs_out);
-    if (st != HVD_OK)
-        return st;
-    *via_mpi = 1;
-    st = mpi_job_identity(*bs_out, info);
+    st = launcher_job_identity(*bs_out, info);
     if (st != HVD_OK) {
-        hvd_mpi_bootstrap_close(*bs_out);
+        hvd_transport_bootstrap_close(*by_out, *bs_out);
         *bs_out = NULL;
+        *by_out = NULL;
     }
     return st;
-#else
-    (void)st;
-    return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                         "started by %s as rank %d of %d, but no rendezvous "
-                         "is given (HVD_RENDEZVOUS_ADDR/PORT) and this hvd "
-                         "was built without MPI to bootstrap through: start "
-                         "the job with `hvdrun -np %d ...`, or build hvd "
-                         "with Open MPI's development files",
-                         info->source, info->rank, info->size, info->size);
-#endif
 }
 
-static void close_bootstrap(hvd_setup *s, hvd_bootstrap *bs, int via_mpi) {
+static void close_bootstrap(hvd_setup *s, hvd_bootstrap *bs,
+                            const hvd_transport_ops *by) {
     if (bs == s->elastic_bs)
         return; /* hvd_setup_close closes it */
-#ifdef HVD_WITH_MPI
-    if (via_mpi) {
-        hvd_mpi_bootstrap_close(bs);
+    if (by != NULL) {
+        hvd_transport_bootstrap_close(by, bs);
         return;
     }
-#endif
-    (void)via_mpi;
     hvd_rdv_client_close(bs);
 }
 
@@ -561,14 +548,14 @@ hvd_status hvd_setup_job(hvd_setup *s) {
     char local_addr[64];
     const char(*hosts)[HVD_HOST_MAX] = NULL;
     int *pids = NULL;
-    int via_mpi = 0;
+    const hvd_transport_ops *bs_by = NULL;
     const char *want = "auto";
     hvd_transport_params params;
     hvd_status st;
 
     st = transport_want(s, &want);
     if (st == HVD_OK)
-        st = open_bootstrap(s, &bs, &via_mpi, local_addr);
+        st = open_bootstrap(s, &bs, &bs_by, local_addr);
     if (st != HVD_OK)
         return st;
 
@@ -628,15 +615,16 @@ hvd_status hvd_setup_job(hvd_setup *s) {
              "rank %d of %d (local %d of %d, host %d of %d) via %s, "
              "transport %s%s%s",
              info->rank, info->size, info->local_rank, info->local_size,
-             info->cross_rank, info->cross_size, via_mpi ? "MPI" : info->source,
-             s->tps.ops->name, s->tps.local_ops != NULL ? " beside " : "",
+             info->cross_rank, info->cross_size,
+             bs_by != NULL ? bs_by->title : info->source, s->tps.ops->name,
+             s->tps.local_ops != NULL ? " beside " : "",
              s->tps.local_ops != NULL ? s->tps.local_ops->name : "");
     st = setup_paths(s, &params);
 out:
     free(all);
     free((void *)hosts);
     free(pids);
-    close_bootstrap(s, bs, via_mpi);
+    close_bootstrap(s, bs, bs_by);
     return st;
 }
 

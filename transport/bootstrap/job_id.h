@@ -24,19 +24,6 @@
 int hvd_job_id_parse(const char *hex, uint8_t job_id_out[HVD_JOB_ID_LEN]);
 void hvd_job_id_format(const uint8_t job_id[HVD_JOB_ID_LEN], char hex[33]);
 
-/* Name of the shared-memory segment of rank in job job_id
- * ("/hvd-<32 hex>-<rank>"): the shared-memory transport makes its segment
- * under it. */
-void hvd_job_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
-                          char *out, size_t outlen);
-
-/*
- * Removes every segment of job job_id still in /dev/shm (a rank that died
- * during hvd_init leaves its own). Returns how many were removed. hvdrun
- * calls it when a job ends, for each generation of an elastic job.
- */
-int hvd_job_cleanup_segments(const uint8_t job_id[HVD_JOB_ID_LEN]);
-
 static inline void
 hvd_job_id_of_generation(const uint8_t job_id[HVD_JOB_ID_LEN],
                          uint32_t generation, uint8_t out[HVD_JOB_ID_LEN]) {

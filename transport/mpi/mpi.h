@@ -10,7 +10,8 @@
  * growing steps of at most 1 ms.
  *
  * hvd initializes MPI only when it needs it (started by mpirun without
- * hvdrun, or HVD_TRANSPORT=mpi) and then finalizes it at hvd_shutdown; if
+ * hvdrun, or HVD_TRANSPORT=mpi) and then finalizes it at exit, after an
+ * orderly hvd_shutdown; if
  * the application initialized MPI, hvd uses that and never finalizes it.
  * The engine thread makes hvd's MPI calls, so the MPI transport needs
  * MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE (the application must then
@@ -22,29 +23,9 @@
 
 #include "transport/transport.h"
 
+/* The ops table, with the registry hooks bootstrap_open/bootstrap_close
+ * (the job's bootstrap under mpirun) and at_shutdown (MPI finalized at
+ * exit after an orderly end). */
 extern const hvd_transport_ops hvd_mpi_ops;
-
-/* 1 if MPI is initialized (by the application or by hvd). */
-int hvd_mpi_initialized(void);
-
-/*
- * Initializes MPI unless it already is, asking for MPI_THREAD_SERIALIZED.
- * *rank_out and *size_out get MPI_COMM_WORLD's.
- */
-hvd_status hvd_mpi_env_init(int *rank_out, int *size_out);
-
-/* HVD_ERR_UNSUPPORTED with a sentence unless MPI gives the engine thread
- * leave to call it (SERIALIZED or MULTIPLE). */
-hvd_status hvd_mpi_check_threads(void);
-
-/* Finalizes MPI if hvd initialized it. */
-void hvd_mpi_env_finalize(void);
-
-/* A bootstrap whose allgather is MPI_Allgather (in hvd_init's thread). */
-hvd_status hvd_mpi_bootstrap_open(hvd_bootstrap **out);
-void hvd_mpi_bootstrap_close(hvd_bootstrap *bs);
-
-/* Every rank passes ok; *all_ok_out is 1 if all passed 1. */
-hvd_status hvd_mpi_agree(int ok, int *all_ok_out);
 
 #endif

@@ -1,8 +1,11 @@
 /*
- * The shared-memory transport's setup and goodbye (see shm_internal.h).
+ * The shared-memory transport's setup and teardown (see shm_internal.h):
+ * the segments (their names, making and mapping them, a dead job's
+ * leftovers), probe, open, goodbye and close.
  */
 #include "transport/shm/shm_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -19,9 +22,6 @@
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 
-/* ------------------------------------------------------------------ */
-/* Setup                                                               */
-
 /* What each rank tells the others at open, twice: first its segment,
  * then whether it mapped and can read every same-host peer. */
 typedef struct shm_blob {
@@ -34,6 +34,35 @@ typedef struct shm_blob {
     int32_t pad;
     char err[200];
 } shm_blob;
+
+void hvd_shm_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
+                          char *out, size_t outlen) {
+    char hex[2 * HVD_JOB_ID_LEN + 1];
+    for (int i = 0; i < HVD_JOB_ID_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", job_id[i]);
+    snprintf(out, outlen, "/hvd-%s-%d", hex, rank);
+}
+
+int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]) {
+    char prefix[96];
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int removed = 0;
+    size_t plen;
+
+    if (d == NULL)
+        return 0;
+    hvd_shm_segment_name(job_id, 0, prefix, sizeof(prefix));
+    plen = strlen(prefix) - 1; /* "/hvd-<hex>-" */
+    while ((e = readdir(d)) != NULL) {
+        char name[300];
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        if (strncmp(name, prefix, plen) == 0 && shm_unlink(name) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}
 
 void hvd_shm_close(hvd_transport *t) {
     shm *tp = (shm *)t;
@@ -103,7 +132,7 @@ static int open_pidfd(pid_t pid) {
 static hvd_status make_segment(shm *tp, const hvd_transport_params *params) {
     int fd;
 
-    hvd_job_segment_name(params->job_id, tp->rank, tp->seg_name,
+    hvd_shm_segment_name(params->job_id, tp->rank, tp->seg_name,
                          sizeof(tp->seg_name));
     tp->seg_len = segment_bytes(tp->nlocal);
     fd = shm_open(tp->seg_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -151,7 +180,7 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
     char name[96];
     int fd;
 
-    hvd_job_segment_name(params->job_id, p, name, sizeof(name));
+    hvd_shm_segment_name(params->job_id, p, name, sizeof(name));
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "shm_open(%s) of rank %d failed: %s", name, p,
@@ -182,13 +211,10 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
     return 0;
 }
 
-hvd_status hvd_shm_open(const hvd_transport_params *params,
-                        hvd_transport **out) {
+/* A transport with its peers numbered on this host, no segment yet. */
+static hvd_status shm_new(const hvd_transport_params *params,
+                          const hvd_shm_settings *set, shm **out) {
     shm *tp = calloc(1, sizeof(*tp));
-    shm_blob mine, *all = NULL;
-    hvd_status st = HVD_OK;
-    const char *cma_env = getenv("HVD_SHM_CMA");
-    const char *spin_env = getenv("HVD_SHM_SPIN_US");
 
     if (tp == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
@@ -198,18 +224,20 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
     tp->timeout_ns = params->timeout_ns;
     tp->eager_max = cell_bytes_of[HVD_CHANNEL_DATA];
     tp->cma_probe = SHM_MAGIC;
+    tp->spin_ns = set->spin_us * 1000LL;
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
-    all = calloc((size_t)tp->size, sizeof(*all));
     if (params->hosts != NULL) {
         tp->hosts = malloc((size_t)tp->size * sizeof(*tp->hosts));
         if (tp->hosts != NULL)
             memcpy(tp->hosts, params->hosts,
                    (size_t)tp->size * sizeof(*tp->hosts));
     }
-    if (tp->peers == NULL || all == NULL ||
-        (params->hosts != NULL && tp->hosts == NULL)) {
-        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-        goto fail;
+    if (tp->peers == NULL || (params->hosts != NULL && tp->hosts == NULL)) {
+        /* Not hvd_shm_close: the peers' pidfds are not set to -1 yet. */
+        free(tp->peers);
+        free(tp->hosts);
+        free(tp);
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
     for (int p = 0; p < tp->size; p++) {
         speer *pe = &tp->peers[p];
@@ -222,49 +250,43 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
             pe->local = tp->nlocal++;
         }
     }
-    /* The spin yields the core at every look, so it costs the peers
-     * nothing even when the host has fewer cores than ranks: there it
-     * saves the futex wake-up of every message (np 4 on 2 cores: a 512 KiB
-     * allreduce 1.6x faster). */
-    tp->spin_ns = SPIN_NS_DEFAULT;
-    if (spin_env != NULL && *spin_env != '\0') {
-        char *end;
-        long us = strtol(spin_env, &end, 10);
-        if (*end != '\0' || us < 0 || us > 1000000) {
-            st = hvd_error_set(HVD_ERR_INVALID_ARG,
-                               "HVD_SHM_SPIN_US=%s is not a number of "
-                               "microseconds from 0 to 1000000",
-                               spin_env);
-            goto fail;
-        }
-        tp->spin_ns = us * 1000LL;
-    }
+    *out = tp;
+    return HVD_OK;
+}
 
-    /* Round 1: every rank with a same-host peer makes its segment. */
+/* Round 1: every rank with a same-host peer makes its segment, and all
+ * tell each other how that went (all: one blob per rank). */
+static hvd_status publish_segments(shm *tp, const hvd_transport_params *params,
+                                   shm_blob *all) {
+    shm_blob mine;
+
     memset(&mine, 0, sizeof(mine));
     mine.magic = SHM_MAGIC;
     mine.pid = (int32_t)getpid();
     mine.probe_addr = (uint64_t)(uintptr_t)&tp->cma_probe;
     mine.ok = 1;
     if (tp->nlocal > 1) {
-        st = make_segment(tp, params);
-        if (st != HVD_OK) {
+        if (make_segment(tp, params) != HVD_OK) {
             mine.ok = 0;
             snprintf(mine.err, sizeof(mine.err), "%s", hvd_error_get());
         }
         mine.seg_len = tp->seg_len;
     }
-    hvd_status bst = params->bootstrap->allgather(params->bootstrap, &mine,
-                                                  sizeof(mine), all);
-    if (bst != HVD_OK) {
-        st = bst;
-        goto fail;
-    }
+    return params->bootstrap->allgather(params->bootstrap, &mine, sizeof(mine),
+                                        all);
+}
 
-    /* Round 2: map every same-host peer's segment; test process_vm_readv
-     * on each. */
-    int ok = mine.ok, cma_ok = cma_env == NULL || strcmp(cma_env, "0") != 0;
+/*
+ * Round 2: maps every same-host peer's segment and tests process_vm_readv
+ * on each (unless cma is 0), then tells every rank whether that worked
+ * (all: round 1's blobs in, round 2's out).
+ */
+static hvd_status map_segments(shm *tp, const hvd_transport_params *params,
+                               int cma, shm_blob *all) {
+    shm_blob mine;
+    int ok = all[tp->rank].ok, cma_ok = cma;
     char err[200] = "";
+
     for (int p = 0; p < tp->size && ok; p++) {
         if (p == tp->rank || tp->peers[p].local < 0)
             continue;
@@ -295,27 +317,50 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
     mine.ok = ok;
     mine.cma_ok = cma_ok;
     snprintf(mine.err, sizeof(mine.err), "%s", err);
-    bst = params->bootstrap->allgather(params->bootstrap, &mine, sizeof(mine),
-                                       all);
-    if (bst != HVD_OK) {
-        st = bst;
-        goto fail;
-    }
-    /* Every rank judges the same way from the same data: one failed rank
-     * fails the transport everywhere, and one-sided reads are used only if
-     * every rank can make them. */
+    return params->bootstrap->allgather(params->bootstrap, &mine, sizeof(mine),
+                                        all);
+}
+
+/* Every rank judges the same way from the same data (round 2's blobs):
+ * one failed rank fails the transport everywhere, and one-sided reads are
+ * used only if every rank can make them. */
+static hvd_status agree(shm *tp, shm_blob *all) {
     tp->cma = 1;
     for (int p = 0; p < tp->size; p++) {
         all[p].err[sizeof(all[p].err) - 1] = '\0';
-        if (!all[p].ok) {
-            st = hvd_error_set(HVD_ERR_TRANSPORT,
-                               "shared memory could not be set up on rank "
-                               "%d's host (%s): %s",
-                               p, tp->hosts ? tp->hosts[p] : "?", all[p].err);
-            goto fail;
-        }
+        if (!all[p].ok)
+            return hvd_error_set(HVD_ERR_TRANSPORT,
+                                 "shared memory could not be set up on rank "
+                                 "%d's host (%s): %s",
+                                 p, tp->hosts ? tp->hosts[p] : "?", all[p].err);
         tp->cma &= all[p].cma_ok;
     }
+    return HVD_OK;
+}
+
+hvd_status hvd_shm_open(const hvd_transport_params *params,
+                        hvd_transport **out) {
+    hvd_shm_settings set;
+    shm *tp = NULL;
+    shm_blob *all = NULL;
+    hvd_status st = hvd_transport_read_settings(&hvd_shm_ops, params, &set);
+
+    if (st == HVD_OK)
+        st = shm_new(params, &set, &tp);
+    if (st != HVD_OK)
+        return st;
+    all = calloc((size_t)tp->size, sizeof(*all));
+    if (all == NULL) {
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+        goto close_tp;
+    }
+    st = publish_segments(tp, params, all);
+    if (st == HVD_OK)
+        st = map_segments(tp, params, set.cma, all);
+    if (st == HVD_OK)
+        st = agree(tp, all);
+    if (st != HVD_OK)
+        goto close_tp;
     /* Every same-host rank has mapped every segment: the names can go, so
      * that nothing is left in /dev/shm whatever happens next. */
     if (tp->seg_named) {
@@ -330,7 +375,7 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
               tp->cma ? "process_vm_readv" : "copy through the segments");
     *out = &tp->base;
     return HVD_OK;
-fail:
+close_tp:
     free(all);
     hvd_shm_close(&tp->base);
     return st;

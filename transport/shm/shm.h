@@ -30,6 +30,9 @@
 
 #include "transport/transport.h"
 
+/* The ops table, with the registry hook cleanup_job (hvdrun removes a
+ * dead rank's segments when a job ends). Its settings: HVD_SHM_CMA,
+ * HVD_SHM_SPIN_US. */
 extern const hvd_transport_ops hvd_shm_ops;
 
 #endif

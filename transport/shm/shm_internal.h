@@ -1,15 +1,21 @@
 /*
  * Private to the shared-memory transport (transport/shm/): its constants,
  * the segment layout, its structs and the functions its files share.
- * Nothing outside transport/shm/ includes it; the transport's interface is
- * transport/shm/shm.h.
+ * Nothing in the library outside transport/shm/ includes it (tests do, to
+ * drive the parts); the transport's interface is transport/shm/shm.h.
  *
- *   shm.c    the ops table, segment names and cleanup, waking (futex,
- *            doorbell) and failing (a failed, dead or stalled peer)
- *   move.c   moving data: the FIFOs, process_vm_readv, progress, isend,
- *            irecv, wake and one-sided get
- *   setup.c  setup: probe, the segments and their exchange, open,
- *            shutdown and close
+ * Calls go one way, down this list:
+ *
+ *   shm.c       the ops table (the registry's entry)
+ *   setup.c     the segments (names, making, mapping, a dead job's
+ *               leftovers: ops->cleanup_job), probe, open, goodbye
+ *               (shutdown) and close
+ *   progress.c  moving data: isend, irecv, progress (spin, then a futex
+ *               sleep), watching the peers while waiting, wake, get
+ *   fifo.c      the FIFOs: writing into a peer's, reading from this
+ *               rank's, process_vm_readv
+ *   fail.c      waking (futex, doorbell), naming a peer, failing for good
+ *   settings.c  the HVD_* settings table
  */
 #ifndef HVD_TRANSPORT_SHM_SHM_INTERNAL_H
 #define HVD_TRANSPORT_SHM_SHM_INTERNAL_H
@@ -21,6 +27,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/base/grow.h"
 #include "transport/bootstrap/failure.h"
@@ -37,11 +44,6 @@
  * control channel's carry the engine's small messages. */
 static const uint32_t ncells_of[NCHANNELS] = {8, 8}; /* powers of two */
 static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
-/* How long a waiting rank spins before it sleeps on its futex, by default
- * (HVD_SHM_SPIN_US). Long enough for the peer's reply to come while this
- * rank still spins once both are running; a futex wake-up alone costs
- * about 10 us, and far more on a loaded host. */
-#define SPIN_NS_DEFAULT (200 * 1000LL)
 /* Longest sleep before peers are checked again. */
 #define SLICE_MS 100
 /* How often a waiting rank writes its heartbeat. */
@@ -156,7 +158,7 @@ typedef struct shm {
 /* Layout                                                              */
 
 /* The segment layout and the queues are here, static inline, because
- * shm.c, move.c and setup.c use them, move.c once per cell or message. */
+ * every file uses them, fifo.c once per cell or message. */
 
 static inline size_t fifo_bytes(int ch) {
     return sizeof(fifo) +
@@ -214,10 +216,20 @@ static inline void q_pop(msgq *q) {
     q->count--;
 }
 
+/* The transport's settings (settings.c, docs/environment.md), read from
+ * params->env at open. */
+typedef struct hvd_shm_settings {
+    int cma;     /* HVD_SHM_CMA: 0 never uses process_vm_readv */
+    int spin_us; /* HVD_SHM_SPIN_US: spin before sleeping on the futex */
+} hvd_shm_settings;
+
+#define HVD_SHM_NSETTINGS 2
+extern const hvd_setting hvd_shm_settings_table[HVD_SHM_NSETTINGS];
+
 /* ------------------------------------------------------------------ */
 /* Shared between the files (each defined where its section lives)     */
 
-/* shm.c: waking and failing. */
+/* fail.c: waking and failing. */
 long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
                    const struct timespec *ts);
 void hvd_shm_ring(uint8_t *seg);
@@ -226,11 +238,17 @@ void hvd_shm_complete(hvd_req *req, hvd_status status);
 hvd_status hvd_shm_fail_with(void *arg, hvd_status status, int culprit,
                              int origin, const char *text);
 int hvd_shm_peer_exited(const speer *pe);
-hvd_status hvd_shm_check_peers(shm *tp, int64_t now);
 
-/* move.c: moving data. */
+/* fifo.c: the FIFOs. */
 int hvd_shm_push(shm *tp, int p, int ch);
 int hvd_shm_pass(shm *tp);
+/* Reads len bytes at remote of peer's memory into buf (process_vm_readv);
+ * a failure fails the transport. */
+hvd_status hvd_shm_cma_read(shm *tp, int peer, void *buf, uint64_t remote,
+                            size_t len);
+
+/* progress.c: moving data. */
+hvd_status hvd_shm_check_peers(shm *tp, int64_t now);
 hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms);
 hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
                          const void *buf, size_t len, hvd_req *req);
@@ -242,6 +260,12 @@ hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
 int hvd_shm_can_get(hvd_transport *t, int peer);
 
 /* setup.c. */
+/* Name of the segment of rank in job job_id ("/hvd-<32 hex>-<rank>"). */
+void hvd_shm_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
+                          char *out, size_t outlen);
+/* ops->cleanup_job: removes every segment of job job_id still in /dev/shm
+ * (a rank that died during hvd_init leaves its own); returns how many. */
+int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]);
 void hvd_shm_close(hvd_transport *t);
 hvd_status hvd_shm_probe(const hvd_transport_params *params, hvd_caps *caps);
 hvd_status hvd_shm_open(const hvd_transport_params *params,

@@ -11,7 +11,7 @@
  *       16     8  len: payload bytes that follow this header
  *
  * A message of msg_len bytes travels as one DATA frame, or striped over the
- * sockets of a peer pair as one DATA frame per socket (see tcp.c).
+ * sockets of a peer pair as one DATA frame per socket (see progress.c).
  * BYE (len 0) says the sender is leaving in an orderly way. ABORT carries
  * why the sender failed (status, the rank at fault, a sentence) so every
  * rank reports the same cause. HEARTBEAT (len 0) is sent about once a

@@ -1,5 +1,7 @@
 /*
- * The TCP transport's progress engine (see tcp_internal.h).
+ * The TCP transport's data movement (see tcp_internal.h): how a message
+ * is laid out on a pair's sockets, isend/isendv/irecv, wake, and the
+ * progress engine (epoll, heartbeats, stalled peers).
  */
 #include "transport/tcp/tcp_internal.h"
 
@@ -7,332 +9,193 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 
-/* ------------------------------------------------------------------ */
-/* Progress                                                            */
-
-/* The socket's call (send(), recv()) failed with errno: the peer is lost,
- * with that sentence. */
-static hvd_status io_failed(tsock *s, const char *call) {
-    char what[128];
-
-    snprintf(what, sizeof(what), "%s failed: %s", call, strerror(errno));
-    return hvd_tcp_peer_lost(s->tp, s, what);
-}
-
-void hvd_tcp_set_events(tsock *s) {
-    uint32_t want = 0;
-    struct epoll_event ev;
-
-    if (s->fd < 0 || !s->registered)
-        return;
-    if (s->eof && s->sendq.count == 0) {
-        /* Nothing more will come: stop watching, or a reset connection
-         * would report EPOLLHUP forever. */
-        epoll_ctl(s->tp->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-        s->registered = 0;
-        return;
-    }
-    if (!s->eof && !s->rx_blocked)
-        want |= EPOLLIN | EPOLLRDHUP;
-    if (s->sendq.count > 0 && !s->tx_broken)
-        want |= EPOLLOUT;
-    if (want == s->events)
-        return;
-    ev.events = want;
-    ev.data.ptr = s;
-    if (epoll_ctl(s->tp->epfd, EPOLL_CTL_MOD, s->fd, &ev) == 0)
-        s->events = want;
-}
-
-static void part_done(tcp *tp, tsock *s, partq *q) {
-    part *p = q_at(q, 0);
-    hvd_req *req = p->req;
-
-    q_pop(q);
-    if (req == NULL)
-        return; /* a heartbeat */
-    tp->peers[s->peer].pending--;
-    if (--req->parts_left == 0)
-        req->done = 1;
-}
-
-hvd_status hvd_tcp_sock_send(tsock *s) {
-    tcp *tp = s->tp;
-
-    while (s->sendq.count > 0) {
-        struct iovec iov[MAX_IOV];
-        int niov = 0;
-
-        for (size_t k = 0; k < s->sendq.count && niov + 2 <= MAX_IOV; k++) {
-            part *p = q_at(&s->sendq, k);
-            if (p->hdr_done < HVD_FRAME_HDR_LEN) {
-                iov[niov].iov_base = p->hdr + p->hdr_done;
-                iov[niov].iov_len = HVD_FRAME_HDR_LEN - p->hdr_done;
-                niov++;
-            }
-            if (p->done < p->len) {
-                iov[niov].iov_base = p->buf + p->done;
-                iov[niov].iov_len = p->len - p->done;
-                niov++;
-            }
-        }
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-        ssize_t n = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            return io_failed(s, "send()");
-        }
-        size_t left = (size_t)n;
-        while (s->sendq.count > 0) {
-            part *p = q_at(&s->sendq, 0);
-            size_t h = HVD_FRAME_HDR_LEN - p->hdr_done;
-            if (h > left)
-                h = left;
-            p->hdr_done += h;
-            left -= h;
-            size_t d = p->len - p->done;
-            if (d > left)
-                d = left;
-            p->done += d;
-            left -= d;
-            if (p->hdr_done < HVD_FRAME_HDR_LEN || p->done < p->len)
-                break;
-            part_done(tp, s, &s->sendq);
-        }
-    }
-    hvd_tcp_set_events(s);
-    return HVD_OK;
-}
-
-/* Reads more bytes into the staging buffer. Returns 1 if bytes came, 0 if
- * none are there now, -1 on EOF (s->eof set) and a failure via *st. */
-static int rx_fill(tsock *s, hvd_status *st) {
-    if (s->rx_off > 0) {
-        memmove(s->rx, s->rx + s->rx_off, s->rx_end - s->rx_off);
-        s->rx_end -= s->rx_off;
-        s->rx_off = 0;
-    }
-    for (;;) {
-        ssize_t n =
-            recv(s->fd, s->rx + s->rx_end, RX_CAP - s->rx_end, MSG_DONTWAIT);
-        if (n > 0) {
-            s->rx_end += (size_t)n;
-            s->tp->peers[s->peer].last_active = hvd_now_ns();
-            return 1;
-        }
-        if (n == 0) {
-            s->eof = 1;
-            return -1;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        *st = io_failed(s, "recv()");
-        return -2;
+void hvd_tcp_layout(size_t len, int nsocks, size_t stripe_min, uint64_t msgno,
+                    int *first_out, int *nparts_out) {
+    if (nsocks > 1 && len >= stripe_min && len >= (size_t)nsocks * 64) {
+        *first_out = 0;
+        *nparts_out = nsocks;
+    } else {
+        *first_out = (int)(msgno % (uint64_t)(nsocks > 0 ? nsocks : 1));
+        *nparts_out = 1;
     }
 }
 
-static hvd_status on_eof(tsock *s) {
-    tcp *tp = s->tp;
+static size_t part_off(size_t len, int nparts, int i) {
+    if (i <= 0)
+        return 0;
+    if (i >= nparts)
+        return len;
+    return ((len / (size_t)nparts) * (size_t)i) & ~(size_t)63;
+}
 
-    s->eof = 1;
-    hvd_tcp_set_events(s);
-    if (s->bye_rx && s->recvq.count == 0 && s->rx_off == s->rx_end)
-        return HVD_OK;
-    if (tp->shutting_down && s->recvq.count == 0)
-        return HVD_OK;
-    if (s->bye_rx) {
+void hvd_tcp_part_range(size_t len, int nparts, int i, size_t *off_out,
+                        size_t *len_out) {
+    size_t a = part_off(len, nparts, i);
+    size_t b = part_off(len, nparts, i + 1);
+
+    *off_out = a;
+    *len_out = b - a;
+}
+
+static hvd_status check_peer(tcp *tp, int peer, const char *what) {
+    if (tp->failure.status != HVD_OK)
+        return hvd_tp_failure_error(&tp->failure);
+    if (peer < 0 || peer >= tp->size || peer == tp->rank)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "tcp %s to rank %d: not a peer of rank %d in a "
+                             "job of %d",
+                             what, peer, tp->rank, tp->size);
+    if (tp->peers[peer].socks[0].bye_rx) {
         char who[160];
-        hvd_tcp_describe(tp, s->peer, who, sizeof(who));
+        hvd_tcp_describe(tp, peer, who, sizeof(who));
         return hvd_tp_failf(
-            hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, s->peer,
-            "%s called hvd_shutdown while this rank still expected "
-            "data from it: ranks did not run the same collectives",
+            hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_PEER_LOST, peer,
+            "%s has already called hvd_shutdown: ranks did not run "
+            "the same collectives",
             who);
     }
-    return hvd_tcp_peer_lost(tp, s, "its connection closed unexpectedly");
-}
-
-static hvd_status on_abort(tsock *s, const uint8_t *payload, size_t len) {
-    hvd_frame_abort a;
-
-    if (hvd_frame_abort_decode(payload, len, &a) != HVD_OK)
-        return hvd_tp_failf(hvd_tcp_fail_with, s->tp, s->tp->rank,
-                            HVD_ERR_PROTOCOL, s->peer, "rank %d: %s", s->peer,
-                            hvd_error_get());
-    return hvd_tcp_fail_with(s->tp, a.status, a.culprit, a.origin, a.text);
-}
-
-/*
- * Only while failing (hvd_tcp_peer_lost): reads the frames that wait on a
- * socket behind data nobody has asked for yet, dropping that data, and acts on
- * an ABORT found there. Bounded by what the kernel holds now (no waiting) and
- * by a number of frames. Returns 0 if the stream cannot be read on (a
- * malformed frame), else 1.
- */
-int hvd_tcp_scan_for_abort(tsock *s) {
-    tcp *tp = s->tp;
-    hvd_status st = HVD_OK;
-
-    for (int n = 0; n < 100000 && tp->failure.status == HVD_OK; n++) {
-        size_t avail = s->rx_end - s->rx_off;
-        hvd_frame f;
-
-        if (s->scan_drop > 0 && avail > 0) {
-            size_t k = s->scan_drop < avail ? (size_t)s->scan_drop : avail;
-            s->rx_off += k;
-            s->scan_drop -= k;
-            continue;
-        }
-        if (s->scan_drop > 0 || avail < HVD_FRAME_HDR_LEN) {
-            if (s->eof || rx_fill(s, &st) <= 0)
-                return 1;
-            continue;
-        }
-        if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) != HVD_OK)
-            return 0;
-        if (f.type == HVD_FRAME_ABORT) {
-            if (avail < HVD_FRAME_HDR_LEN + f.len) {
-                if (s->eof || rx_fill(s, &st) <= 0)
-                    return 1;
-                continue;
-            }
-            on_abort(s, s->rx + s->rx_off + HVD_FRAME_HDR_LEN, (size_t)f.len);
-            return 1;
-        }
-        s->rx_off += HVD_FRAME_HDR_LEN;
-        s->rx_seq++;
-        s->scan_drop = f.type == HVD_FRAME_DATA ? f.len : 0;
-    }
-    return 1;
-}
-
-/* Reads more of the stream into the staging buffer: 1 if bytes came, 0 if
- * none are there now; -1 if it ended or failed, *st then saying how. */
-static int refill(tsock *s, hvd_status *st) {
-    int r = s->eof ? -1 : rx_fill(s, st);
-
-    if (r == -1)
-        *st = on_eof(s);
-    return r < 0 ? -1 : r;
-}
-
-hvd_status hvd_tcp_sock_recv(tsock *s) {
-    tcp *tp = s->tp;
-    hvd_status st = HVD_OK;
-
-    for (;;) {
-        if (!s->in_frame) {
-            size_t avail = s->rx_end - s->rx_off;
-            hvd_frame f = {0};
-            /* A header, or an ABORT's body, not all here yet. */
-            int more = avail < HVD_FRAME_HDR_LEN;
-
-            if (!more) {
-                if (hvd_frame_decode(s->rx + s->rx_off, avail, s->rx_seq, &f) !=
-                    HVD_OK) {
-                    char who[160];
-                    hvd_tcp_describe(tp, s->peer, who, sizeof(who));
-                    return hvd_tp_failf(hvd_tcp_fail_with, tp, tp->rank,
-                                        HVD_ERR_PROTOCOL, s->peer,
-                                        "protocol error from %s: %s", who,
-                                        hvd_error_get());
-                }
-                if (f.type == HVD_FRAME_BYE || f.type == HVD_FRAME_HEARTBEAT) {
-                    s->rx_off += HVD_FRAME_HDR_LEN;
-                    s->rx_seq++;
-                    if (f.type == HVD_FRAME_BYE)
-                        s->bye_rx = 1;
-                    continue;
-                }
-                more = f.type == HVD_FRAME_ABORT &&
-                       avail < HVD_FRAME_HDR_LEN + f.len;
-            }
-            if (more) {
-                int r = refill(s, &st);
-                if (r < 0)
-                    return st;
-                if (r == 0)
-                    break;
-                continue;
-            }
-            if (f.type == HVD_FRAME_ABORT)
-                return on_abort(s, s->rx + s->rx_off + HVD_FRAME_HDR_LEN,
-                                (size_t)f.len);
-            if (s->recvq.count == 0) {
-                /* Data for a receive not posted yet: leave it in the
-                 * staging buffer (and the kernel) until irecv. */
-                s->rx_blocked = 1;
-                break;
-            }
-            part *p = q_at(&s->recvq, 0);
-            if (f.msg_len != p->msg_len || f.len != p->len) {
-                char who[160];
-                hvd_tcp_describe(tp, s->peer, who, sizeof(who));
-                return hvd_tp_failf(
-                    hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, s->peer,
-                    "%s sent a message of %llu bytes where this "
-                    "rank expected %llu: ranks called collectives "
-                    "in different orders or with different counts",
-                    who, (unsigned long long)f.msg_len,
-                    (unsigned long long)p->msg_len);
-            }
-            s->rx_off += HVD_FRAME_HDR_LEN;
-            s->rx_seq++;
-            s->in_frame = 1;
-        }
-
-        part *p = q_at(&s->recvq, 0);
-        size_t avail = s->rx_end - s->rx_off;
-        size_t need = p->len - p->done;
-        size_t k = avail < need ? avail : need;
-        if (k > 0) {
-            memcpy(p->buf + p->done, s->rx + s->rx_off, k);
-            p->done += k;
-            s->rx_off += k;
-            need -= k;
-        }
-        if (need == 0) {
-            s->in_frame = 0;
-            part_done(tp, s, &s->recvq);
-            continue;
-        }
-        if (s->eof)
-            return on_eof(s);
-        if (need >= RX_CAP / 2) {
-            ssize_t n = recv(s->fd, p->buf + p->done, need, MSG_DONTWAIT);
-            if (n > 0) {
-                p->done += (size_t)n;
-                tp->peers[s->peer].last_active = hvd_now_ns();
-                continue;
-            }
-            if (n == 0)
-                return on_eof(s);
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            return io_failed(s, "recv()");
-        }
-        int r = refill(s, &st);
-        if (r < 0)
-            return st;
-        if (r == 0)
-            break;
-    }
-    hvd_tcp_set_events(s);
     return HVD_OK;
+}
+
+/* Socket of part i of a message laid out from first on channel. */
+static tsock *part_sock(tcp *tp, tpeer *pr, int channel, int first, int i) {
+    if (channel == HVD_CHANNEL_CONTROL)
+        return &pr->socks[tp->nsocks];
+    return &pr->socks[(first + i) % tp->nsocks];
+}
+
+/* Queues a send (send = 1) or a receive of len bytes on the peer's
+ * sockets. start: a send goes out at once, without waiting for progress,
+ * and a receive whose data is already staged completes here; 0 leaves the
+ * sending to the caller (hvd_tcp_isendv). */
+static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
+                       hvd_req *req, int send, int start) {
+    tpeer *pr = &tp->peers[peer];
+    uint64_t msgno = send ? pr->tx_msgs : pr->rx_msgs;
+    int first = 0, nparts = 1;
+
+    /* Control messages go whole onto the control socket, so that they
+     * never wait behind data (or data behind them). */
+    if (channel == HVD_CHANNEL_DATA)
+        hvd_tcp_layout(len, tp->nsocks, tp->stripe_min, msgno, &first, &nparts);
+    for (int i = 0; i < nparts; i++) {
+        tsock *s = part_sock(tp, pr, channel, first, i);
+        if (q_reserve(send ? &s->sendq : &s->recvq, 1) != 0)
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory queueing a message for "
+                                 "rank %d",
+                                 peer);
+    }
+    if (channel == HVD_CHANNEL_DATA && send)
+        pr->tx_msgs++;
+    else if (channel == HVD_CHANNEL_DATA)
+        pr->rx_msgs++;
+    req->done = 0;
+    req->status = HVD_OK;
+    req->peer = peer;
+    req->len = len;
+    req->parts_left = nparts;
+    if (pr->pending == 0)
+        pr->last_active = hvd_now_ns();
+    pr->pending += nparts;
+
+    for (int i = 0; i < nparts; i++) {
+        tsock *s = part_sock(tp, pr, channel, first, i);
+        size_t off, plen;
+        part *p;
+
+        hvd_tcp_part_range(len, nparts, i, &off, &plen);
+        p = q_push(send ? &s->sendq : &s->recvq);
+        p->req = req;
+        p->buf = buf + off;
+        p->len = plen;
+        p->done = 0;
+        p->msg_len = len;
+        p->hdr_done = 0;
+        if (send) {
+            hvd_frame f = {.type = HVD_FRAME_DATA,
+                           .seq = s->tx_seq++,
+                           .msg_len = len,
+                           .len = plen};
+            hvd_frame_encode(&f, p->hdr);
+        }
+    }
+    for (int i = 0; i < nparts && start; i++) {
+        tsock *s = part_sock(tp, pr, channel, first, i);
+        hvd_status st = HVD_OK;
+        if (send && s->sendq.count == 1)
+            st = hvd_tcp_sock_send(s);
+        else if (!send && s->rx_blocked) {
+            s->rx_blocked = 0;
+            st = hvd_tcp_sock_recv(s);
+        }
+        if (st != HVD_OK)
+            return HVD_OK; /* the request completed with the failure */
+    }
+    return HVD_OK;
+}
+
+hvd_status hvd_tcp_isend(hvd_transport *t, int peer, int channel,
+                         const void *buf, size_t len, hvd_req *req) {
+    tcp *tp = (tcp *)t;
+    hvd_status st = check_peer(tp, peer, "send");
+
+    if (st != HVD_OK)
+        return st;
+    return post(tp, peer, channel, (uint8_t *)(uintptr_t)buf, len, req, 1, 1);
+}
+
+/* Queues every message, then writes each socket that had nothing queued
+ * before: a control message's frame and the rest of its body leave in one
+ * sendmsg, so the peer gets them in one segment. */
+hvd_status hvd_tcp_isendv(hvd_transport *t, int peer, int channel,
+                          const hvd_sendv *msgs, int n, hvd_req *reqs) {
+    tcp *tp = (tcp *)t;
+    hvd_status st = check_peer(tp, peer, "send");
+    size_t before[HVD_TCP_MAX_SOCKS + 1];
+    tpeer *pr;
+
+    if (st != HVD_OK)
+        return st;
+    pr = &tp->peers[peer];
+    for (int i = 0; i < tp->nconn; i++)
+        before[i] = pr->socks[i].sendq.count;
+    for (int k = 0; k < n && st == HVD_OK; k++)
+        st = post(tp, peer, channel, (uint8_t *)(uintptr_t)msgs[k].buf,
+                  msgs[k].len, &reqs[k], 1, 0);
+    for (int i = 0; i < tp->nconn; i++) {
+        tsock *s = &pr->socks[i];
+        if (before[i] == 0 && s->sendq.count > 0 &&
+            hvd_tcp_sock_send(s) != HVD_OK)
+            break; /* the requests completed with the failure */
+    }
+    return st;
+}
+
+hvd_status hvd_tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                         size_t len, hvd_req *req) {
+    tcp *tp = (tcp *)t;
+    hvd_status st = check_peer(tp, peer, "receive");
+
+    if (st != HVD_OK)
+        return st;
+    return post(tp, peer, channel, buf, len, req, 0, 1);
+}
+
+/* Makes a progress call waiting in another thread return. */
+void hvd_tcp_wake(hvd_transport *t) {
+    tcp *tp = (tcp *)t;
+    uint64_t one = 1;
+
+    if (tp->wakefd >= 0) {
+        ssize_t ignored = write(tp->wakefd, &one, sizeof(one));
+        (void)ignored;
+    }
 }
 
 /* Queues a heartbeat on every idle socket: peers waiting on this rank

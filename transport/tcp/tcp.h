@@ -17,7 +17,12 @@
 
 #define HVD_TCP_MAX_SOCKS 16
 
+/* The ops table: what the registry needs. */
 extern const hvd_transport_ops hvd_tcp_ops;
+
+/* The rest is for the unit tests and the fuzzer (tests/unit, tests/fuzz),
+ * which drive the transport's parts directly; nothing in the library
+ * outside transport/tcp/ uses it. */
 
 /* The transport's settings (transport/tcp/settings.c, docs/environment.md),
  * read from params->env at open. */

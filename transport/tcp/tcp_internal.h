@@ -3,11 +3,18 @@
  * the functions its files share. Nothing outside transport/tcp/ includes
  * it; the transport's interface is transport/tcp/tcp.h.
  *
- *   tcp.c       the ops table, layout, failure (ABORT to every peer, a lost
- *               peer), requests (isend/irecv/wake) and goodbye (shutdown)
- *   progress.c  the progress engine: writing and reading the sockets,
- *               heartbeats and stalled peers
- *   connect.c   connection setup: the mesh, the handshake, open and close
+ * Calls go one way, down this list (frame.c and settings.c call nothing
+ * of the transport):
+ *
+ *   tcp.c       the ops table (the registry's entry)
+ *   setup.c     probe, open (where to listen, the address exchange),
+ *               open over connected sockets (tests), goodbye (shutdown)
+ *               and close
+ *   connect.c   the mesh: connecting, accepting, the handshake
+ *   progress.c  moving data: layout, isend/isendv/irecv, wake, the
+ *               progress engine (epoll, heartbeats, stalled peers)
+ *   stream.c    a socket's frames, written and read; a lost peer
+ *   fail.c      naming a peer; failing for good (ABORT to every peer)
  *   frame.c     the wire format (transport/tcp/frame.h)
  *   settings.c  the HVD_* settings table
  */
@@ -124,8 +131,8 @@ struct tcp {
 /* ------------------------------------------------------------------ */
 /* Part queues                                                         */
 
-/* Here, static inline, because tcp.c and progress.c both use them on the
- * hot path (once per message part). */
+/* Here, static inline, because progress.c, stream.c and fail.c use them,
+ * the first two on the hot path (once per message part). */
 
 static inline int q_reserve(partq *q, size_t more) {
     part *v;
@@ -158,26 +165,41 @@ static inline void q_pop(partq *q) {
 /* ------------------------------------------------------------------ */
 /* Shared between the files (each defined where its section lives)     */
 
-/* tcp.c: failure. */
+/* fail.c: failure. */
 void hvd_tcp_describe(const tcp *tp, int peer, char *out, size_t outlen);
 hvd_status hvd_tcp_fail_with(void *arg, hvd_status status, int culprit,
                              int origin, const char *text);
-hvd_status hvd_tcp_peer_lost(tcp *tp, tsock *s, const char *what);
 
-/* tcp.c: requests. */
-void hvd_tcp_wake(hvd_transport *t);
-
-/* progress.c. */
+/* stream.c: a socket's frames; a lost peer. */
 void hvd_tcp_set_events(tsock *s);
 hvd_status hvd_tcp_sock_send(tsock *s);
 hvd_status hvd_tcp_sock_recv(tsock *s);
 int hvd_tcp_scan_for_abort(tsock *s);
+hvd_status hvd_tcp_peer_lost(tcp *tp, tsock *s, const char *what);
+
+/* progress.c: moving data. */
+hvd_status hvd_tcp_isend(hvd_transport *t, int peer, int channel,
+                         const void *buf, size_t len, hvd_req *req);
+hvd_status hvd_tcp_isendv(hvd_transport *t, int peer, int channel,
+                          const hvd_sendv *msgs, int n, hvd_req *reqs);
+hvd_status hvd_tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                         size_t len, hvd_req *req);
+void hvd_tcp_wake(hvd_transport *t);
 hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms);
 
-/* connect.c. */
-void hvd_tcp_close(hvd_transport *t);
+/* connect.c: the mesh. */
+/* Takes fd over as the index-th socket to peer, watched by epoll. */
+void hvd_tcp_install(tcp *tp, int peer, int index, int fd);
+/* Connects to every lower rank and accepts every higher one on lfd,
+ * bounded by params->connect_timeout_ns. */
+hvd_status hvd_tcp_connect_mesh(tcp *tp, const hvd_transport_params *params,
+                                int lfd);
+
+/* setup.c. */
 hvd_status hvd_tcp_probe(const hvd_transport_params *params, hvd_caps *caps);
 hvd_status hvd_tcp_open(const hvd_transport_params *params,
                         hvd_transport **out);
+hvd_status hvd_tcp_shutdown(hvd_transport *t);
+void hvd_tcp_close(hvd_transport *t);
 
 #endif

@@ -1,27 +1,24 @@
 /*
- * The shared-memory transport's data movement (see shm_internal.h).
+ * The shared-memory transport's FIFOs (see shm_internal.h): writing queued
+ * messages into a peer's FIFO (hvd_shm_push), taking what arrived into
+ * the posted receives, one pass over every peer with work
+ * (hvd_shm_pass), and reading a peer's memory with process_vm_readv
+ * (hvd_shm_cma_read).
  */
 #include "transport/shm/shm_internal.h"
 
 #include <errno.h>
-#include <linux/futex.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
-#include "transport/bootstrap/failure.h"
-
-/* ------------------------------------------------------------------ */
-/* Moving data                                                         */
 
 /* Reads len bytes at remote of peer's memory into buf. */
-static hvd_status cma_read(shm *tp, int peer, void *buf, uint64_t remote,
-                           size_t len) {
+hvd_status hvd_shm_cma_read(shm *tp, int peer, void *buf, uint64_t remote,
+                            size_t len) {
     size_t done = 0;
 
     while (done < len) {
@@ -201,7 +198,7 @@ static int pull(shm *tp, int p, int ch) {
             return 1;
         }
         if (c->kind == CELL_RNDV) {
-            if (cma_read(tp, p, m->buf, c->addr, m->len) != HVD_OK)
+            if (hvd_shm_cma_read(tp, p, m->buf, c->addr, m->len) != HVD_OK)
                 return 1;
             m->off = m->len;
             atomic_fetch_add_explicit(&f->acked, 1, memory_order_release);
@@ -243,200 +240,4 @@ int hvd_shm_pass(shm *tp) {
         }
     }
     return moved;
-}
-
-hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
-    shm *tp = (shm *)t;
-    seg_hdr *me = tp->seg != NULL ? hdr_of(tp->seg) : NULL;
-    /* The heartbeat and the peers' checks need only the coarse clock; a
-     * wait reads the fine one. */
-    int64_t now = hvd_coarse_ns(), deadline, spin_end;
-
-    if (tp->failure.status != HVD_OK)
-        return hvd_tp_failure_error(&tp->failure);
-    if (me == NULL) {
-        /* No same-host peer: nothing can ever arrive. */
-        if (timeout_ms != 0) {
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        }
-        return HVD_OK;
-    }
-    if (now - tp->last_heartbeat >= HEARTBEAT_NS) {
-        tp->last_heartbeat = now;
-        atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed);
-    }
-    /* Peers are looked at every SLICE_MS even while traffic from others
-     * keeps this rank from ever sleeping. */
-    if (hvd_shm_check_peers(tp, now) != HVD_OK)
-        goto out;
-    if (hvd_shm_pass(tp) || timeout_ms == 0)
-        goto out;
-    now = hvd_now_ns();
-    deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
-    /* Spin while the doorbell is quiet (HVD_SHM_SPIN_US), yielding the
-     * core at every look. */
-    spin_end = now + tp->spin_ns;
-    /* Any ring of the doorbell ends the wait: data, freed cells, or
-     * another thread's wake; the caller looks at its requests again. */
-    while (hvd_now_ns() < spin_end) {
-        uint32_t bell =
-            atomic_load_explicit(&me->doorbell, memory_order_acquire);
-        if (bell != tp->seen_bell) {
-            tp->seen_bell = bell;
-            hvd_shm_pass(tp);
-            goto out;
-        }
-        /* Give the core to any other runnable thread (the peer, if they
-         * share it; this rank's own application thread): a busy loop would
-         * hold it for a whole time slice. */
-        sched_yield();
-    }
-    for (;;) {
-        uint32_t bell;
-        int64_t left;
-        struct timespec ts;
-
-        atomic_store(&me->sleeping, 1);
-        bell = atomic_load(&me->doorbell);
-        if (bell != tp->seen_bell || hvd_shm_pass(tp)) {
-            tp->seen_bell = bell;
-            atomic_store(&me->sleeping, 0);
-            hvd_shm_pass(tp);
-            break;
-        }
-        now = hvd_now_ns();
-        left = deadline - now;
-        if (left > SLICE_MS * 1000000LL)
-            left = SLICE_MS * 1000000LL;
-        if (left > 0) {
-            ts.tv_sec = left / 1000000000LL;
-            ts.tv_nsec = left % 1000000000LL;
-            hvd_shm_futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
-        }
-        atomic_store(&me->sleeping, 0);
-        if (atomic_load(&me->doorbell) != bell) {
-            tp->seen_bell = atomic_load(&me->doorbell);
-            hvd_shm_pass(tp);
-            break;
-        }
-        now = hvd_now_ns();
-        if (now - tp->last_heartbeat >= HEARTBEAT_NS) {
-            tp->last_heartbeat = now;
-            atomic_store_explicit(&me->heartbeat, now, memory_order_relaxed);
-        }
-        if (hvd_shm_check_peers(tp, now) != HVD_OK || now >= deadline)
-            break;
-    }
-out:
-    if (tp->failure.status != HVD_OK)
-        return hvd_tp_failure_error(&tp->failure);
-    return HVD_OK;
-}
-
-static hvd_status check_peer(shm *tp, int peer, int channel, const char *what) {
-    if (tp->failure.status != HVD_OK)
-        return hvd_tp_failure_error(&tp->failure);
-    if (peer < 0 || peer >= tp->size || peer == tp->rank)
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "shm: cannot %s rank %d (this is rank %d of %d)",
-                             what, peer, tp->rank, tp->size);
-    if (tp->peers[peer].seg == NULL)
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "shm: rank %d is on another host (%s) than rank "
-                             "%d: shared memory cannot reach it",
-                             peer, tp->hosts ? tp->hosts[peer] : "?", tp->rank);
-    if (channel < 0 || channel >= NCHANNELS)
-        return hvd_error_set(HVD_ERR_INVALID_ARG, "shm: no channel %d",
-                             channel);
-    return HVD_OK;
-}
-
-static hvd_status post(shm *tp, int peer, int ch, msgq *q, void *buf,
-                       size_t len, hvd_req *req) {
-    msg m = {.req = req, .buf = buf, .len = len};
-
-    req->done = 0;
-    req->status = HVD_OK;
-    req->peer = peer;
-    req->len = len;
-    if (q_push(q, &m) != 0)
-        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-    if (tp->peers[peer].pending++ == 0)
-        tp->peers[peer].last_active = hvd_coarse_ns();
-    (void)ch;
-    return HVD_OK;
-}
-
-hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
-                         const void *buf, size_t len, hvd_req *req) {
-    shm *tp = (shm *)t;
-    hvd_status st = check_peer(tp, peer, channel, "send to");
-    msgq *q;
-
-    if (st == HVD_OK)
-        st = post(tp, peer, channel, &tp->peers[peer].sendq[channel],
-                  (void *)(uintptr_t)buf, len, req);
-    if (st != HVD_OK)
-        return st;
-    /* Start at once: a small message is in the peer's FIFO before the
-     * caller next waits. */
-    q = &tp->peers[peer].sendq[channel];
-    if (q->count == 1)
-        hvd_shm_push(tp, peer, channel);
-    /*
-     * A control message the FIFO cannot take now is copied and completes
-     * at once, as a socket buffers it: the engine sends control messages
-     * and waits for them while the peer may be busy in a collective that
-     * waits on this rank, so they must never wait for the peer.
-     */
-    if (channel == HVD_CHANNEL_CONTROL && !req->done && q->count > 0) {
-        msg *m = &q->v[(q->head + q->count - 1) & (q->cap - 1)];
-        uint8_t *copy = malloc(len > 0 ? len : 1);
-        if (copy == NULL)
-            return HVD_OK; /* it completes when written, as data does */
-        if (len > 0)
-            memcpy(copy, buf, len);
-        m->buf = copy;
-        m->owned = 1;
-        m->req = NULL;
-        hvd_shm_complete(req, HVD_OK);
-    }
-    return HVD_OK;
-}
-
-hvd_status hvd_shm_irecv(hvd_transport *t, int peer, int channel, void *buf,
-                         size_t len, hvd_req *req) {
-    shm *tp = (shm *)t;
-    hvd_status st = check_peer(tp, peer, channel, "receive from");
-
-    if (st == HVD_OK)
-        st = post(tp, peer, channel, &tp->peers[peer].recvq[channel], buf, len,
-                  req);
-    return st;
-}
-
-void hvd_shm_wake(hvd_transport *t) {
-    shm *tp = (shm *)t;
-    if (tp->seg != NULL)
-        hvd_shm_ring(tp->seg);
-}
-
-hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
-                       size_t len) {
-    shm *tp = (shm *)t;
-    hvd_status st = check_peer(tp, peer, 0, "read from");
-
-    if (st != HVD_OK)
-        return st;
-    if (!tp->cma)
-        return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                             "shm: process_vm_readv is not permitted here");
-    return len > 0 ? cma_read(tp, peer, buf, remote, len) : HVD_OK;
-}
-
-int hvd_shm_can_get(hvd_transport *t, int peer) {
-    shm *tp = (shm *)t;
-    return tp->cma && peer >= 0 && peer < tp->size &&
-           tp->peers[peer].seg != NULL;
 }

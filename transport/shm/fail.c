@@ -1,0 +1,94 @@
+/*
+ * The shared-memory transport's failures and wake-ups (see
+ * shm_internal.h): the futex doorbell, naming a peer, and failing for good
+ * (every request completed, the sentence left in this rank's segment for
+ * the peers). Calls nothing else of the transport.
+ */
+#include "transport/shm/shm_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
+                   const struct timespec *ts) {
+    return syscall(SYS_futex, (uint32_t *)(void *)addr, op, val, ts, NULL, 0);
+}
+
+/* Tells the owner of seg that there is something for it. */
+void hvd_shm_ring(uint8_t *seg) {
+    seg_hdr *h = hdr_of(seg);
+    atomic_fetch_add(&h->doorbell, 1);
+    if (atomic_load(&h->sleeping))
+        hvd_shm_futex(&h->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen) {
+    int known = peer >= 0 && peer < tp->size && tp->hosts != NULL;
+
+    hvd_tp_describe(out, outlen, peer, tp->size, known ? tp->hosts[peer] : NULL,
+                    known ? (int)tp->peers[peer].pid : -1);
+}
+
+void hvd_shm_complete(hvd_req *req, hvd_status status) {
+    req->status = status;
+    req->done = 1;
+}
+
+/*
+ * Makes the transport fail for good: every request in flight completes
+ * with status, every later call returns it, and the same-host peers read
+ * why in this rank's segment.
+ */
+hvd_status hvd_shm_fail_with(void *arg, hvd_status status, int culprit,
+                             int origin, const char *text) {
+    shm *tp = arg;
+
+    /* A peer's sentence read from its segment is its own: no relay. */
+    (void)origin;
+    if (!hvd_tp_failure_set(&tp->failure, "shm", status, tp->rank, tp->rank,
+                            text))
+        return hvd_tp_failure_error(&tp->failure);
+    for (int p = 0; p < tp->size; p++) {
+        speer *pe = &tp->peers[p];
+        for (int ch = 0; ch < NCHANNELS; ch++) {
+            msgq *qs[3] = {&pe->sendq[ch], &pe->ackq[ch], &pe->recvq[ch]};
+            for (int k = 0; k < 3; k++) {
+                for (size_t i = 0; i < qs[k]->count; i++) {
+                    msg *m = &qs[k]->v[(qs[k]->head + i) & (qs[k]->cap - 1)];
+                    if (m->req != NULL)
+                        hvd_shm_complete(m->req, status);
+                    if (m->owned)
+                        free(m->buf);
+                }
+                qs[k]->count = 0;
+            }
+        }
+        pe->pending = 0;
+    }
+    if (tp->seg != NULL) {
+        seg_hdr *h = hdr_of(tp->seg);
+        snprintf(h->failmsg, sizeof(h->failmsg), "%s", text);
+        h->culprit = culprit;
+        atomic_store(&h->failed, (int32_t)status);
+        for (int p = 0; p < tp->size; p++)
+            if (tp->peers[p].seg != NULL)
+                hvd_shm_ring(tp->peers[p].seg);
+    }
+    return hvd_tp_failure_error(&tp->failure);
+}
+
+int hvd_shm_peer_exited(const speer *pe) {
+    if (pe->pidfd >= 0) {
+        struct pollfd pfd = {.fd = pe->pidfd, .events = POLLIN};
+        return poll(&pfd, 1, 0) > 0;
+    }
+    return kill(pe->pid, 0) != 0 && errno == ESRCH;
+}
