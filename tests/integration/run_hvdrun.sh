@@ -61,8 +61,8 @@ timeout 60 "$hvdrun" --grace-seconds 1 -np 2 -x HVD_TEST_SYNC="$sync" \
            exec sleep 100' 2>/dev/null
 check "failing rank's status" 5 $?
 sibling=$(cat "$sync/sibling" 2>/dev/null)
-check "sibling started" 1 $([ -n "$sibling" ] && echo 1 || echo 0)
-check "sibling stopped" 1 $([ -n "$sibling" ] && ! kill -0 "$sibling" 2>/dev/null && echo 1 || echo 0)
+check "sibling started" 1 "$([ -n "$sibling" ] && echo 1 || echo 0)"
+check "sibling stopped" 1 "$([ -n "$sibling" ] && ! kill -0 "$sibling" 2>/dev/null && echo 1 || echo 0)"
 
 timeout 60 "$hvdrun" -np 2 sh -c 'kill -9 $$' 2>/dev/null
 check "killed rank gives 128+9" 137 $?
