@@ -32,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include "thread_bootstrap.h"
 #include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/transport.h"
@@ -40,22 +41,8 @@
 #define OK_TIMEOUT_NS (30LL * 1000000000LL)
 #define FAIL_TIMEOUT_NS (1LL * 1000000000LL)
 
-/* ---- the in-process bootstrap: allgather is a barrier ---- */
-
-typedef struct world {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int size;
-    int arrived;
-    unsigned round;
-    uint8_t slots[MAXR][256];
-    /* The silent rank's allgather returns only once released. */
-    int silent;
-    int released;
-} world;
-
 typedef struct rank_ctx {
-    world *w;
+    thread_bootstrap *tb;
     hvd_bootstrap bs;
     hvd_transport_params params;
     char hosts[MAXR][HVD_HOST_MAX];
@@ -68,40 +55,6 @@ typedef struct rank_ctx {
     char open_error[HVD_ERROR_MAX];
     int exchanged; /* messages exchanged with every peer */
 } rank_ctx;
-
-static hvd_status barrier_allgather(hvd_bootstrap *bs, const void *mine,
-                                    size_t len, void *all_out) {
-    rank_ctx *rc = bs->ctx;
-    world *w = rc->w;
-
-    if (len > sizeof(w->slots[0]))
-        return HVD_ERR_INTERNAL;
-    pthread_mutex_lock(&w->mu);
-    unsigned round = w->round;
-    memcpy(w->slots[bs->rank], mine, len);
-    if (++w->arrived == w->size) {
-        w->arrived = 0;
-        w->round++;
-        pthread_cond_broadcast(&w->cv);
-    }
-    while (w->round == round)
-        pthread_cond_wait(&w->cv, &w->mu);
-    for (int r = 0; r < w->size; r++)
-        memcpy((uint8_t *)all_out + (size_t)r * len, w->slots[r], len);
-    /* Every rank has copied the slots before any writes them again: the
-     * transports here gather once per open. */
-    while (bs->rank == w->silent && !w->released)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    return HVD_OK;
-}
-
-static void release_silent(world *w) {
-    pthread_mutex_lock(&w->mu);
-    w->released = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
 
 /* ---- a job ---- */
 
@@ -160,8 +113,8 @@ static void *rank_main(void *arg) {
     snprintf(rc->open_error, sizeof(rc->open_error), "%s",
              rc->open_status == HVD_OK ? "" : hvd_error_get());
     /* The silent rank's peer has given up: let the silent one go on. */
-    if (rc->w->silent >= 0 && rc->bs.rank != rc->w->silent)
-        release_silent(rc->w);
+    if (rc->tb->silent >= 0 && rc->bs.rank != rc->tb->silent)
+        thread_bootstrap_release(rc->tb);
     if (rc->open_status != HVD_OK)
         return NULL;
     exchange(rc);
@@ -174,26 +127,19 @@ static void *rank_main(void *arg) {
 
 /* Runs the job; ranks[] holds what each rank saw. */
 static void run_job(const job_spec *spec, rank_ctx *ranks) {
-    world w;
+    thread_bootstrap tb;
     pthread_t th[MAXR];
     const hvd_transport_ops *ops = NULL;
 
     assert_int_equal(hvd_transport_lookup("tcp", &ops), HVD_OK);
     assert_non_null(ops);
-    memset(&w, 0, sizeof(w));
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    w.size = spec->size;
-    w.silent = spec->silent;
+    thread_bootstrap_init(&tb, spec->size, spec->silent);
     for (int r = 0; r < spec->size; r++) {
         rank_ctx *rc = &ranks[r];
         memset(rc, 0, sizeof(*rc));
-        rc->w = &w;
+        rc->tb = &tb;
         rc->ops = ops;
-        rc->bs = (hvd_bootstrap){.rank = r,
-                                 .size = spec->size,
-                                 .allgather = barrier_allgather,
-                                 .ctx = rc};
+        rc->bs = thread_bootstrap_of(&tb, r);
         for (int q = 0; q < spec->size; q++) {
             snprintf(rc->hosts[q], HVD_HOST_MAX, "localhost");
             rc->pids[q] = (int)getpid();
@@ -228,8 +174,7 @@ static void run_job(const job_spec *spec, rank_ctx *ranks) {
         if (ranks[r].open_status != HVD_OK)
             printf("rank %d: %s: %s\n", r,
                    hvd_status_name(ranks[r].open_status), ranks[r].open_error);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    thread_bootstrap_destroy(&tb);
 }
 
 static job_spec spec_of(int size) {
