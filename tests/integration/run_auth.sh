@@ -23,7 +23,10 @@ if ! command -v timeout >/dev/null 2>&1; then
 fi
 
 out=$(mktemp "${TMPDIR:-/tmp}/hvd_auth.XXXXXX") || exit 1
-trap 'rm -f "$out"' EXIT
+# Where the intruder leaves its pid for the others (test_auth.c).
+HVD_TEST_SYNC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hvd_auth_sync.XXXXXX") || exit 1
+export HVD_TEST_SYNC_DIR
+trap 'rm -f "$out"; rm -rf "$HVD_TEST_SYNC_DIR"' EXIT
 
 # Bound hvd_init on the honest ranks, in case hvdrun does not end them.
 HVD_START_TIMEOUT_SECONDS=${HVD_START_TIMEOUT_SECONDS:-20}

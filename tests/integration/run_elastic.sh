@@ -45,7 +45,12 @@ job=
 cleanup() {
     if [ -n "$job" ] && kill -0 "$job" 2>/dev/null; then
         kill -TERM "$job" 2>/dev/null
-        sleep 1
+        # Up to 5 s for it to end on SIGTERM, then SIGKILL.
+        local i=0
+        while kill -0 "$job" 2>/dev/null && [ $i -lt 100 ]; do
+            sleep 0.05
+            i=$((i + 1))
+        done
         kill -KILL "$job" 2>/dev/null
     fi
     rm -rf "$dir"
@@ -233,10 +238,24 @@ late-join)
     printf 'localhost:2\n127.0.0.1:1\n' >"$dir/hosts"
     wait_lines 0 30 "127.0.0.1 (1 slot) joined" ||
         fail "the host was not added"
-    # Past twice --elastic-timeout: the members must still be training.
-    sleep 6
+    mapfile -t members < <(workers)
+    # The property is about hvdrun's clock: for three times
+    # --elastic-timeout (past the twice at which it would end the job) the
+    # members are neither stopped as laggards nor gone. A bounded poll
+    # that fails as soon as either happens; at its end both members must
+    # still be running (they never commit, so print nothing more).
+    end=$(($(now_ms) + 6000))
+    while [ "$(now_ms)" -lt "$end" ]; do
+        grep -q "did not rejoin" "$out" &&
+            fail "the training members were stopped as laggards"
+        kill -0 "$job" 2>/dev/null || fail "the job ended"
+        sleep 0.1
+    done
     grep -q "did not rejoin" "$out" &&
         fail "the training members were stopped as laggards"
+    for m in "${members[@]}"; do
+        kill -0 "$m" 2>/dev/null || fail "member $m is gone"
+    done
     touch "$dir/stop"
     finish_job 0
     npass=$(count "PASS elastic .* size 2 ")

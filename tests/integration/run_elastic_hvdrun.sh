@@ -64,8 +64,11 @@ out=$(timeout 30 "$hvdrun" --min-np 1 -np 1 --elastic-timeout 7 sh -c \
 check "rendezvous variables and --elastic-timeout" "[w0] rdv ok 24" "$out"
 
 # (6) A worker exiting 0 ends the job with 0, the others included.
-timeout 60 "$hvdrun" --min-np 1 -np 2 sh -c \
-    'if [ "$HVD_ELASTIC_WORKER" = 0 ]; then exit 0; fi; sleep 1' 2>/dev/null
+# The other worker exits 0 once hvdrun has said the job is finishing
+# (so surely after worker 0's success).
+timeout 60 "$hvdrun" --min-np 1 -np 2 sh -c "$await"'
+    if [ "$HVD_ELASTIC_WORKER" = 0 ]; then exit 0; fi
+    await "the job is finishing"' 2>"$dir/err"
 check "a worker exiting 0 ends the job with 0" 0 $?
 timeout 60 "$hvdrun" --min-np 1 -np 2 sh -c "$await"'
     if [ "$HVD_ELASTIC_WORKER" = 0 ]; then exit 0; fi
@@ -106,15 +109,25 @@ contains "cooldown 0 0: said" "$(cat "$dir/err")" \
 
 # (3) A flapping host: two names of this machine from a discovery script;
 # the workers on 127.0.0.1 fail. After --host-failures 2 it is
-# blacklisted and nothing more starts there.
+# blacklisted and nothing more starts there: the localhost workers go on
+# until the discovery script has run twice more after the blacklisting
+# (each run adds a line to $dir/runs; the first of the two may still be
+# read, the second starts only once it was), then finish.
 printf 'localhost:2\n127.0.0.1:2\n' >"$dir/hosts"
-printf '#!/bin/sh\ncat "%s/hosts"\n' "$dir" >"$dir/discover"
+printf '#!/bin/sh\necho run >>"%s/runs"\ncat "%s/hosts"\n' "$dir" "$dir" \
+    >"$dir/discover"
 chmod +x "$dir/discover"
+runs='runs() { wc -l <'"$dir"'/runs 2>/dev/null || echo 0; }; '
 out=$(timeout 60 "$hvdrun" --host-discovery-script "$dir/discover" \
-    --min-np 1 --host-failures 2 --grace-seconds 1 sh -c "$await"'
+    --min-np 1 --host-failures 2 --grace-seconds 1 sh -c "$await$runs"'
      echo "start $HVD_HOSTNAME"
      if [ "$HVD_HOSTNAME" = 127.0.0.1 ]; then exit 4; fi
-     await "is blacklisted"; sleep 1; echo done' 2>"$dir/err")
+     await "is blacklisted"
+     want=$(($(runs) + 2)); i=0
+     while [ "$(runs)" -lt $want ] && [ $i -lt 300 ]; do
+         sleep 0.1; i=$((i + 1))
+     done
+     echo done' 2>"$dir/err")
 rc=$?
 check "flapping host: the job ends 0" 0 $rc
 check "flapping host: two workers started there" 2 \

@@ -61,8 +61,9 @@ run() {
     limit=$2
     shift 2
     label="$name${*:+ ($*)}"
-    env "$@" timeout "$limit" "$hvdrun" -np "$np" -- "$prog" "$subtest" \
-        >"$log" 2>&1
+    # HVD_TEST_LOG: the ranks of the stall subtests wait for lines in it.
+    env HVD_TEST_LOG="$log" "$@" timeout "$limit" "$hvdrun" -np "$np" -- \
+        "$prog" "$subtest" >"$log" 2>&1
     rc=$?
     if [ "$rc" -eq 77 ]; then
         cat "$log"

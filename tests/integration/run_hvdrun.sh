@@ -35,13 +35,34 @@ out=$(timeout 30 "$hvdrun" -np 2 -x HVD_TEST_VAR=42 sh -c 'echo $HVD_TEST_VAR' |
 check "-x NAME=VALUE" "[0] 42
 [1] 42" "$out"
 
+# Files the ranks and this script wait for (bounded polls), not sleeps.
+sync=$(mktemp -d)
+trap 'rm -rf "$sync"' EXIT
+# await FILE...: waits up to 30 s for every FILE to exist.
+await() {
+    for f in "$@"; do
+        i=0
+        while [ ! -e "$f" ] && [ $i -lt 300 ]; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+    done
+}
+
 # A failing rank: its status is hvdrun's, and the sibling is stopped
-# (it would otherwise sleep for 100 s).
-start=$(date +%s)
-timeout 60 "$hvdrun" --grace-seconds 1 -np 2 \
-    sh -c 'if [ $HVD_RANK = 1 ]; then exit 5; fi; sleep 100' 2>/dev/null
+# (it would otherwise sleep for 100 s). Rank 1 fails only once rank 0
+# has written its pid, so the sibling is surely running by then.
+timeout 60 "$hvdrun" --grace-seconds 1 -np 2 -x HVD_TEST_SYNC="$sync" \
+    sh -c 'if [ $HVD_RANK = 1 ]; then
+               i=0; while [ ! -s "$HVD_TEST_SYNC/sibling" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+               exit 5
+           fi
+           echo $$ >"$HVD_TEST_SYNC/sibling.tmp" && mv "$HVD_TEST_SYNC/sibling.tmp" "$HVD_TEST_SYNC/sibling"
+           exec sleep 100' 2>/dev/null
 check "failing rank's status" 5 $?
-check "sibling stopped quickly" 1 $(( $(date +%s) - start < 10 ))
+sibling=$(cat "$sync/sibling" 2>/dev/null)
+check "sibling started" 1 "$([ -n "$sibling" ] && echo 1 || echo 0)"
+check "sibling stopped" 1 "$([ -n "$sibling" ] && ! kill -0 "$sibling" 2>/dev/null && echo 1 || echo 0)"
 
 timeout 60 "$hvdrun" -np 2 sh -c 'kill -9 $$' 2>/dev/null
 check "killed rank gives 128+9" 137 $?
@@ -55,10 +76,12 @@ case $msg in
 *) check "failure message" "rank 1 ... exited with status 3" "$msg" ;;
 esac
 
-# SIGTERM to hvdrun reaches the ranks and hvdrun exits 128+15.
-timeout 60 "$hvdrun" -np 2 sleep 100 &
+# SIGTERM to hvdrun reaches the ranks and hvdrun exits 128+15 (sent once
+# both ranks have started).
+timeout 60 "$hvdrun" -np 2 -x HVD_TEST_SYNC="$sync" \
+    sh -c 'touch "$HVD_TEST_SYNC/term.$HVD_RANK"; exec sleep 100' &
 pid=$!
-sleep 1
+await "$sync/term.0" "$sync/term.1"
 kill -TERM $pid
 wait $pid
 check "SIGTERM forwarded" 143 $?
@@ -72,7 +95,7 @@ check "HOROVOD_RANK and friends" "[0] 0/1/1/1" "$out"
 # --config-file: horovodrun's YAML keys become HVD_* variables; hvdrun's
 # environment and -x win over it; a bad key or value is refused by name.
 cfg=$(mktemp)
-trap 'rm -f "$cfg"' EXIT
+trap 'rm -f "$cfg"; rm -rf "$sync"' EXIT
 cat >"$cfg" <<'YAML'
 params:
   fusion_threshold_mb: 32

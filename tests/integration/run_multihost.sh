@@ -199,8 +199,14 @@ check "remote environment and directory" \
 
 # ---- the secret is on no command line, on either host ----
 # printf is a shell builtin: the secret reaches grep on its stdin only.
-out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b $ssh_opts sh -c \
-    'test -n "$HVD_SECRET" || echo "no secret"; printf "%s\n" "$HVD_SECRET" | grep -lF -f - /proc/[0-9]*/cmdline 2>/dev/null; sleep 1' 2>&1)
+# Each rank looks while the other is surely running: both say they have
+# started, and neither ends before both have looked (files in the
+# directory both hosts share, bounded polls).
+sync_both='both() { i=0; while { [ ! -e "$1.0" ] || [ ! -e "$1.1" ]; } && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done; }; '
+out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b $ssh_opts sh -c "$sync_both"'
+    : >"'"$dir"'/secret-up.$HVD_RANK"; both "'"$dir"'/secret-up"
+    test -n "$HVD_SECRET" || echo "no secret"; printf "%s\n" "$HVD_SECRET" | grep -lF -f - /proc/[0-9]*/cmdline 2>/dev/null
+    : >"'"$dir"'/secret-seen.$HVD_RANK"; both "'"$dir"'/secret-seen"' 2>&1)
 check "secret on no command line" "" "$out"
 
 # Does a process of host B run command line $1?
@@ -225,7 +231,11 @@ gone() {
 # ---- a failing local rank tears the remote one down ----
 start=$(date +%s)
 in_a timeout 60 "$hvdrun" --grace-seconds 1 -H $addr_a,$addr_b $ssh_opts \
-    sh -c 'if [ $HVD_RANK = 0 ]; then sleep 1; exit 5; fi; exec sleep 101' \
+    sh -c 'if [ $HVD_RANK = 0 ]; then
+               i=0; while [ ! -e "'"$dir"'/remote-up" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+               exit 5
+           fi
+           : >"'"$dir"'/remote-up"; exec sleep 101' \
     >/dev/null 2>&1
 check "local failure's status" 5 $?
 check "remote rank stopped quickly" 1 $(($(date +%s) - start < 15))

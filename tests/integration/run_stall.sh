@@ -21,7 +21,10 @@ if ! command -v timeout >/dev/null 2>&1; then
 fi
 
 out=$(mktemp "${TMPDIR:-/tmp}/hvd_stall.XXXXXX") || exit 1
-trap 'rm -f "$out"' EXIT
+# Where the survivors say they have their verdict (test_stall.c).
+HVD_TEST_SYNC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/hvd_stall_sync.XXXXXX") || exit 1
+export HVD_TEST_SYNC_DIR
+trap 'rm -f "$out"; rm -rf "$HVD_TEST_SYNC_DIR"' EXIT
 
 HVD_TIMEOUT_SECONDS=3
 export HVD_TIMEOUT_SECONDS

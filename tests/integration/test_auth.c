@@ -7,22 +7,75 @@
  * wrong one before hvd_init. It passes when hvd_init returns HVD_ERR_AUTH
  * with a message, and then exits 3, a distinctive status that makes hvdrun
  * end the job. The other ranks only call hvd_init (it cannot succeed without
- * R), print what it returned, wait to be ended by hvdrun and exit 0 if they
- * are not. Exit status: intruder 3 pass, 1 fail; others 0; 2 bad usage.
+ * R), print what it returned, and wait until the intruder has exited: it
+ * writes its pid to a file named after the job (in HVD_TEST_SYNC_DIR, else
+ * TMPDIR) once it has its verdict, and they poll (bounded) for that process
+ * to be gone, so that their exit cannot change what the intruder sees nor
+ * come before its status. hvdrun normally ends them sooner; if not they
+ * exit 0. Exit status: intruder 3 pass, 1 fail; others 0; 2 bad usage.
  */
 #include <hvd/hvd.h>
 
 #include "testutil.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_PASS 3
-/* How long an honest rank lingers after hvd_init returns, so that its exit
- * does not change what the intruder sees. hvdrun normally ends it sooner. */
+/* The longest an honest rank waits for the intruder to be gone. */
 #define LINGER_S 10
+
+/* The file where the intruder leaves its pid. */
+static void verdict_path(char *out, size_t outlen) {
+    const char *dir = getenv("HVD_TEST_SYNC_DIR"), *job = getenv("HVD_JOB_ID");
+
+    if (dir == NULL || dir[0] == '\0')
+        dir = getenv("TMPDIR");
+    snprintf(out, outlen, "%s/hvd-auth-%s", dir != NULL ? dir : "/tmp",
+             job != NULL ? job : "nojob");
+}
+
+/* The intruder has its verdict: its pid, written whole (a rename). */
+static void say_verdict(void) {
+    char path[512], tmp[520];
+    FILE *f;
+
+    verdict_path(path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return;
+    fprintf(f, "%ld\n", (long)getpid());
+    if (fclose(f) == 0)
+        rename(tmp, path);
+}
+
+/* Waits (bounded: LINGER_S) until the intruder has said its verdict and
+ * its process is gone (reaped by hvdrun, which has its status then). */
+static void await_intruder_gone(void) {
+    char path[512];
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    double deadline = now_s() + LINGER_S;
+    long pid = 0;
+
+    verdict_path(path, sizeof(path));
+    while (now_s() < deadline) {
+        FILE *f = pid == 0 ? fopen(path, "r") : NULL;
+        if (f != NULL) {
+            if (fscanf(f, "%ld", &pid) != 1)
+                pid = 0;
+            fclose(f);
+        }
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            return;
+        nanosleep(&tick, NULL);
+    }
+}
 
 int main(int argc, char **argv) {
     int intruder = -1, rank = -1;
@@ -56,6 +109,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("PASS auth rank %d: %s\n", rank, text);
+        say_verdict();
         return EXIT_PASS;
     }
 
@@ -63,6 +117,6 @@ int main(int argc, char **argv) {
     printf("rank %d: hvd_init returned %s: %s\n", rank, status_name(s),
            hvd_last_error());
     fflush(stdout);
-    sleep(LINGER_S);
+    await_intruder_gone();
     return 0;
 }

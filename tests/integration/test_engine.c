@@ -810,13 +810,47 @@ static void test_join(void) {
 /* ------------------------------------------------------------------ */
 /* stall and stall_shutdown: a rank that is late or never comes        */
 
-#define STALL_LATE_S 3.0
-#define STALL_IDLE_S 6.0
 #define STALL_SHUTDOWN_DEFAULT_S 2
 #define STALL_FAIL_LIMIT_S 10.0
+/* The longest a rank waits for a line in the job's log. */
+#define LOG_WAIT_S 60.0
+
+/*
+ * Waits (bounded: LOG_WAIT_S) until the job's output, which
+ * run_engine_logs.sh captures in the file HVD_TEST_LOG (hvdrun writes each
+ * rank's lines there as they come), holds at least count lines containing
+ * text. This orders a late rank after what the others log, not after a
+ * sleep.
+ */
+static void await_log(const char *text, int count) {
+    const char *path = getenv("HVD_TEST_LOG");
+    double deadline = now_s() + LOG_WAIT_S;
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    char line[2048];
+
+    if (path == NULL || path[0] == '\0')
+        fail("HVD_TEST_LOG is not set: run %s through run_engine_logs.sh",
+             g_subtest);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        int seen = 0;
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+            seen += strstr(line, text) != NULL;
+        if (f != NULL)
+            fclose(f);
+        if (seen >= count)
+            return;
+        if (now_s() > deadline)
+            fail("%d line(s) with \"%s\" expected in %s after %.0f s, found "
+                 "%d",
+                 count, text, path, LOG_WAIT_S, seen);
+        nanosleep(&tick, NULL);
+    }
+}
 
 /* With HVD_STALL_CHECK_SECONDS=1 rank 0 warns while 'late' waits for
- * rank 1 (the wrapper checks the log); the operation still succeeds. */
+ * rank 1 (the wrapper checks the log); the operation still succeeds. Rank
+ * 1 submits it only once rank 0's warning is in the log. */
 static void test_stall(void) {
     struct arop a;
     double t0;
@@ -826,7 +860,7 @@ static void test_stall(void) {
     expect_ok("hvd_barrier", hvd_barrier());
     t0 = now_s();
     if (g_rank == 1)
-        sleep_s(STALL_LATE_S);
+        await_log("stall: 'late' waits", 1);
     arop_blocking(&a);
     arop_check(&a, 0);
     if (g_rank == 0)
@@ -848,7 +882,7 @@ static void test_stall_cached(void) {
     }
     expect_ok("hvd_barrier", hvd_barrier());
     if (g_rank == 1)
-        sleep_s(STALL_LATE_S);
+        await_log("stall: 'late.cached' waits", 1);
     arop_fill(&a, round);
     arop_blocking(&a);
     arop_check(&a, round);
@@ -858,32 +892,32 @@ static void test_stall_cached(void) {
 /*
  * With HVD_STALL_SHUTDOWN_SECONDS=S, 'never' (which rank 1 never submits)
  * fails with HVD_ERR_TIMEOUT on every other rank after about S s. Rank 1
- * is idle for STALL_IDLE_S s after the barrier; the others, once 'never'
- * has failed, wait until that time too, so that 'after' is not itself
- * stalled for S s on either side.
+ * stays idle after the barrier until every other rank has logged that
+ * 'never' failed, and only then submits 'after', which the others submit
+ * as soon as 'never' has failed: 'after' is not itself stalled on either
+ * side.
  */
 static void test_stall_shutdown(void) {
     const char *env = getenv("HVD_STALL_SHUTDOWN_SECONDS");
     int shutdown_s = STALL_SHUTDOWN_DEFAULT_S;
     struct arop never, after;
     char text[1024];
-    double t0, t_submit, elapsed;
+    double t_submit, elapsed;
     hvd_status st;
 
     if (env != NULL && parse_int(env, &shutdown_s) != 0)
         fail("HVD_STALL_SHUTDOWN_SECONDS=%s is not a whole number", env);
-    if (shutdown_s <= 0 || shutdown_s * 2 >= STALL_IDLE_S)
+    if (shutdown_s <= 0 || shutdown_s >= STALL_FAIL_LIMIT_S)
         fail("needs 0 < HVD_STALL_SHUTDOWN_SECONDS < %.0f (got %d)",
-             STALL_IDLE_S / 2, shutdown_s);
+             STALL_FAIL_LIMIT_S, shutdown_s);
 
     arop_init(&never, "never", 400, HVD_FLOAT32, HVD_SUM, 8, 8, 0);
     arop_init(&after, "after", 401, HVD_FLOAT32, HVD_SUM, 128, 128, 0);
     arop_fill(&never, 0);
     arop_fill(&after, 0);
     expect_ok("hvd_barrier", hvd_barrier());
-    t0 = now_s();
     if (g_rank == 1) {
-        sleep_s(STALL_IDLE_S);
+        await_log("'never' failed after", g_size - 1);
     } else {
         t_submit = now_s();
         arop_submit(&never);
@@ -900,7 +934,6 @@ static void test_stall_shutdown(void) {
                  elapsed, 0.5 * shutdown_s, STALL_FAIL_LIMIT_S, shutdown_s,
                  text);
         printf("'never' failed after %.2f s: %s\n", elapsed, text);
-        sleep_s(t0 + STALL_IDLE_S - now_s());
     }
     arop_blocking(&after);
     arop_check(&after, 0);

@@ -4,14 +4,17 @@
  *
  *     HVD_TIMEOUT_SECONDS=3 hvdrun -np N test_stall --victim R
  *
- * Every rank runs allreduces of 4M float32 in a loop. 300 ms after
- * hvd_init, a thread of rank R stops its own process. Each other rank passes
+ * Every rank runs allreduces of 4M float32 in a loop. Once rank R has
+ * finished STOP_AFTER_ITERS of them, a thread of rank R stops its own
+ * process (while its main thread is in the next one). Each other rank passes
  * when its failing call returns HVD_ERR_TIMEOUT naming "rank R" (a rank not
  * next to R may learn it from a propagated abort; the message still names
  * R) between HVD_TIMEOUT_SECONDS / 2 and HVD_TIMEOUT_SECONDS + 8 s after its
  * last success. It then exits 3, a distinctive status that makes hvdrun tear
- * the job down (SIGCONT and SIGTERM un-stop and end the victim). Exit
- * status: 3 pass, 1 fail, 2 bad usage.
+ * the job down (SIGCONT and SIGTERM un-stop and end the victim), but only
+ * once every survivor has had its failing call return (each creates a file
+ * in HVD_TEST_SYNC_DIR, else TMPDIR, named after the job, and waits for the
+ * others', a bounded poll). Exit status: 3 pass, 1 fail, 2 bad usage.
  */
 #include <hvd/hvd.h>
 
@@ -27,20 +30,71 @@
 
 #define MAX_ITERS 10000
 #define ELEMS ((size_t)4 << 20)
-#define STOP_AFTER_MS 300
+#define STOP_AFTER_ITERS 3
+/* How long a survivor waits for the others' verdicts. */
+#define VERDICT_WAIT_S 30
 #define DEFAULT_TIMEOUT_S 300.0
 #define EXTRA_S 8.0
 #define EXIT_PASS 3
 
-static void *stop_self(void *arg) {
-    struct timespec delay = {0, STOP_AFTER_MS * 1000000L};
+/* The victim's progress: its main thread counts finished allreduces, its
+ * stopping thread waits for STOP_AFTER_ITERS of them. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_done_iters;
 
+static void *stop_self(void *arg) {
     (void)arg;
-    nanosleep(&delay, NULL);
+    pthread_mutex_lock(&g_mu);
+    while (g_done_iters < STOP_AFTER_ITERS)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
     printf("VICTIM stopping itself (SIGSTOP)\n");
     fflush(stdout);
     kill(getpid(), SIGSTOP);
     return NULL;
+}
+
+static void count_iteration(void) {
+    pthread_mutex_lock(&g_mu);
+    g_done_iters++;
+    pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* The file survivor rank writes once its failing call has returned. */
+static void verdict_path(char *out, size_t outlen, int rank) {
+    const char *dir = getenv("HVD_TEST_SYNC_DIR"), *job = getenv("HVD_JOB_ID");
+
+    if (dir == NULL || dir[0] == '\0')
+        dir = getenv("TMPDIR");
+    snprintf(out, outlen, "%s/hvd-stall-%s-%d", dir != NULL ? dir : "/tmp",
+             job != NULL ? job : "nojob", rank);
+}
+
+/*
+ * Says this survivor has its verdict, and waits (bounded) until every
+ * other survivor has too: this rank's exit makes hvdrun end the job and
+ * closes its connections, which a survivor still waiting would see as a
+ * lost peer instead of the stall.
+ */
+static void verdict_barrier(int rank, int size, int victim) {
+    char path[512];
+    FILE *f;
+    struct timespec tick = {0, 10 * 1000 * 1000};
+    double deadline = now_s() + VERDICT_WAIT_S;
+
+    verdict_path(path, sizeof(path), rank);
+    f = fopen(path, "w");
+    if (f != NULL)
+        fclose(f);
+    for (int r = 0; r < size; r++) {
+        if (r == victim || r == rank)
+            continue;
+        verdict_path(path, sizeof(path), r);
+        while (access(path, F_OK) != 0 && now_s() < deadline)
+            nanosleep(&tick, NULL);
+    }
 }
 
 static double timeout_seconds(void) {
@@ -116,6 +170,8 @@ int main(int argc, char **argv) {
         if (s != HVD_OK)
             break;
         last_ok = now_s();
+        if (rank == victim)
+            count_iteration();
     }
     if (it == MAX_ITERS) {
         printf("FAIL stall rank %d: %d allreduces succeeded, but rank %d was "
@@ -125,6 +181,8 @@ int main(int argc, char **argv) {
     }
     elapsed = now_s() - last_ok;
     snprintf(error_text, sizeof(error_text), "%s", hvd_last_error());
+    if (rank != victim)
+        verdict_barrier(rank, size, victim);
 
     if (rank == victim) {
         printf("FAIL stall rank %d: the victim itself got %s after %.3f s: "
@@ -154,10 +212,6 @@ int main(int argc, char **argv) {
            elapsed, error_text);
     fflush(stdout);
 
-    /* Give the other survivors a moment to reach their own verdict before
-     * this exit makes hvdrun end the job and closes our connections (which
-     * they could otherwise see as a lost peer first). */
-    sleep(1);
     /* After a failure hvd_shutdown only releases what is left (the engine
      * thread has ended: ThreadSanitizer reports a thread never joined). */
     hvd_shutdown();

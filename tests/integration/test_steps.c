@@ -43,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define EXIT_SKIP 77
 #define SENTINEL 0xA5
@@ -495,15 +497,79 @@ static void test_mixed(void) {
 /* ------------------------------------------------------------------ */
 /* inflight                                                            */
 
-static void *inflight_second(void *arg) {
-    hvd_status *out = arg;
-    hvd_handle h;
-    float x = 1, y = 0;
-    struct timespec ts = {0, 100 * 1000 * 1000};
+/*
+ * The order of the two submissions is set by conditions, not by sleeps:
+ * rank 0's second thread submits only once its main thread has raised a
+ * flag just before its blocking call and then been seen asleep (its
+ * blocking call waiting for the last rank, which has not called yet); the
+ * last rank calls only once rank 0's second submission has returned, which
+ * rank 0 says by creating a file named after the job (a bounded poll).
+ */
+typedef struct inflight {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int calling; /* the main thread is about to call 'if.dup' */
+    pid_t main_tid;
+    const char *signal_path; /* created once the second submission returned */
+    hvd_status second;
+    float y;
+} inflight;
 
-    nanosleep(&ts, NULL);
-    *out = hvd_allreduce_async("if.dup", &x, &y, 1, HVD_FLOAT32, HVD_SUM, &h);
-    if (*out == HVD_OK)
+/* 1 once the thread tid is asleep (state S or D in its stat file). */
+static int thread_asleep(pid_t tid) {
+    char path[64], buf[512];
+    FILE *f;
+    size_t n;
+    const char *close_paren;
+
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    close_paren = strrchr(buf, ')');
+    return close_paren != NULL && close_paren[1] == ' ' &&
+           (close_paren[2] == 'S' || close_paren[2] == 'D');
+}
+
+static void touch(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        fail("cannot create %s", path);
+    fclose(f);
+}
+
+/* Waits (bounded: 60 s) for path to exist. */
+static void await_file(const char *path) {
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    for (int i = 0; i < 30000; i++) {
+        if (access(path, F_OK) == 0)
+            return;
+        nanosleep(&ts, NULL);
+    }
+    fail("%s never appeared", path);
+}
+
+static void *inflight_second(void *arg) {
+    inflight *in = arg;
+    hvd_handle h;
+    float x = 1;
+    struct timespec ts = {0, 1000 * 1000};
+
+    pthread_mutex_lock(&in->mu);
+    while (!in->calling)
+        pthread_cond_wait(&in->cv, &in->mu);
+    pthread_mutex_unlock(&in->mu);
+    /* Bounded (5 s): past it the submission goes ahead, and the round
+     * still checks that one of the two is refused. */
+    for (int i = 0; i < 5000 && !thread_asleep(in->main_tid); i++)
+        nanosleep(&ts, NULL);
+    in->second =
+        hvd_allreduce_async("if.dup", &x, &in->y, 1, HVD_FLOAT32, HVD_SUM, &h);
+    touch(in->signal_path);
+    if (in->second == HVD_OK)
         hvd_wait(h);
     return NULL;
 }
@@ -511,33 +577,65 @@ static void *inflight_second(void *arg) {
 /* A name in flight is refused to a second submission on the same rank,
  * also while its first is a blocking call running the engine in its own
  * thread (the express way, which keeps its name out of the engine's map):
- * rank 0 blocks in 'if.dup' (the last rank calls it only after 1 s)
- * while another thread submits 'if.dup' at 100 ms. */
+ * rank 0 blocks in 'if.dup' (the last rank calls it only once rank 0's
+ * second submission has returned) while another thread submits 'if.dup'
+ * once the blocking call is asleep. Should the second thread still come
+ * first (it waits for the main thread to sleep, which should be in the
+ * blocking call), the blocking call is the one refused: either way exactly
+ * one of the two is, and the other gets the exact sum; at least one round
+ * must have seen the blocking call first. */
 static void test_inflight(void) {
-    hvd_status second = HVD_OK;
-    pthread_t th;
-    float x = (float)(g_rank + 1), y = 0;
-    struct timespec ts = {1, 0};
+    float want = (float)(g_size * (g_size + 1) / 2);
+    const char *job = getenv("HVD_JOB_ID"), *tmp = getenv("TMPDIR");
+    char path[512];
+    int express_first = 0;
 
+    if (job == NULL)
+        fail("HVD_JOB_ID is not set: run under hvdrun");
     for (int round = 0; round < 3; round++) {
-        if (g_rank == 0 &&
-            pthread_create(&th, NULL, inflight_second, &second) != 0)
+        inflight in = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                       .cv = PTHREAD_COND_INITIALIZER};
+        pthread_t th;
+        float x = (float)(g_rank + 1), y = 0;
+        snprintf(path, sizeof(path), "%s/hvd-steps-inflight-%s-%d",
+                 tmp != NULL ? tmp : "/tmp", job, round);
+        in.signal_path = path;
+        in.main_tid = (pid_t)syscall(SYS_gettid);
+        if (g_rank == 0 && pthread_create(&th, NULL, inflight_second, &in) != 0)
             fail("pthread_create failed");
         if (g_rank == g_size - 1)
-            nanosleep(&ts, NULL);
+            await_file(path);
+        if (g_rank == 0) {
+            pthread_mutex_lock(&in.mu);
+            in.calling = 1;
+            pthread_cond_signal(&in.cv);
+            pthread_mutex_unlock(&in.mu);
+        }
         hvd_status st =
             hvd_allreduce("if.dup", &x, &y, 1, HVD_FLOAT32, HVD_SUM);
-        if (st != HVD_OK || y != (float)(g_size * (g_size + 1) / 2))
-            fail("round %d 'if.dup': %s, %g", round, status_name(st),
-                 (double)y);
-        if (g_rank == 0) {
-            pthread_join(th, NULL);
-            if (second != HVD_ERR_INVALID_ARG)
-                fail("round %d: a second 'if.dup' submitted while the first "
-                     "was in flight returned %s, expected HVD_ERR_INVALID_ARG",
-                     round, status_name(second));
+        if (g_rank != 0) {
+            if (st != HVD_OK || y != want)
+                fail("round %d 'if.dup': %s, %g", round, status_name(st),
+                     (double)y);
+            continue;
+        }
+        pthread_join(th, NULL);
+        unlink(path);
+        if (st == HVD_OK && y == want && in.second == HVD_ERR_INVALID_ARG) {
+            express_first++;
+        } else if (st != HVD_ERR_INVALID_ARG || in.second != HVD_OK ||
+                   in.y != want) {
+            fail("round %d: the blocking 'if.dup' returned %s (%g) and a "
+                 "second 'if.dup' submitted while it was in flight %s (%g): "
+                 "expected exactly one refused with HVD_ERR_INVALID_ARG and "
+                 "the other the sum %g",
+                 round, status_name(st), (double)y, status_name(in.second),
+                 (double)in.y, (double)want);
         }
     }
+    if (g_rank == 0 && express_first == 0)
+        fail("no round submitted the second 'if.dup' while the blocking one "
+             "was in flight (the second thread came first every time)");
 }
 
 /* ------------------------------------------------------------------ */

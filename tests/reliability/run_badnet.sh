@@ -235,6 +235,10 @@ if [ $mode != linkcut ]; then
 fi
 
 # ---- linkcut ----
+# Where the survivors say they have their verdict (test_fault.c).
+HVD_TEST_SYNC_DIR=$dir/sync
+export HVD_TEST_SYNC_DIR
+mkdir -p "$HVD_TEST_SYNC_DIR"
 delay=$(awk -v s="${HVD_FAULT_SEED:-$$}" 'BEGIN { srand(s); printf "%.3f", rand() * 1.5 }')
 HVD_TIMEOUT_SECONDS=3
 export HVD_TIMEOUT_SECONDS

@@ -123,6 +123,10 @@ while read -r victim delay; do
     rep=$((rep + 1))
     out=$dir/out.$rep
     : >"$out"
+    # Where the survivors say they have their verdict (test_fault.c).
+    HVD_TEST_SYNC_DIR=$dir/sync.$rep
+    export HVD_TEST_SYNC_DIR
+    mkdir -p "$HVD_TEST_SYNC_DIR"
     shm_before
     if [ $kind = hvdrun ]; then
         timeout -k 5 60 "$launcher" --grace-seconds 8 -np "$np" -- "$prog" \
@@ -131,7 +135,8 @@ while read -r victim delay; do
     else
         # shellcheck disable=SC2086
         timeout -k 5 60 $launcher -np "$np" -x HVD_TRANSPORT=tcp \
-            ${HVD_TIMEOUT_SECONDS:+-x HVD_TIMEOUT_SECONDS} "$prog" \
+            ${HVD_TIMEOUT_SECONDS:+-x HVD_TIMEOUT_SECONDS} -x HVD_TEST_SYNC_DIR \
+            "$prog" \
             --victim "$victim" --expect $expect --linger-ms $linger \
             >"$out" 2>&1 &
     fi

@@ -90,7 +90,9 @@ for port in range(40033, 40064, 2):
     cli = socket.create_connection((addr, port))
     conn, _ = srv.accept()
     conn.close()  # this side closes first: TIME_WAIT on addr:port
-    time.sleep(0.01)
+    # The client closes only once the FIN has arrived (recv returns b"").
+    cli.settimeout(10)
+    cli.recv(1)
     cli.close()
     srv.close()
 open(ready, "w").close()

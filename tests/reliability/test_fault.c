@@ -24,7 +24,11 @@
  * "PASS fault rank ..." or "FAIL fault rank ...". Every rank except the
  * victim ignores SIGTERM, so that it gets to report while the launcher
  * tears the job down. A rank whose loop runs --max-seconds (default 60)
- * without a failure fails.
+ * without a failure fails. Before it exits, a survivor waits (bounded) for
+ * the other survivors' verdicts, so that its exit, which closes its
+ * connections, is not what they see first: each creates a file in
+ * HVD_TEST_SYNC_DIR once its call has failed. Without that directory it
+ * waits --linger-ms (default 1000) instead.
  *
  * Exit status: 3 pass (non-zero, so that hvdrun ends the job: a stopped
  * victim would otherwise hold it), 1 fail, 2 bad usage.
@@ -45,6 +49,8 @@
 #define INFLIGHT 3
 #define MAX_ELEMS ((size_t)1 << 20)
 #define SHUTDOWN_LIMIT_S 5.0
+/* The longest a survivor waits for the others' verdicts. */
+#define VERDICT_WAIT_S 30.0
 
 /* Elements per allreduce, cycled with a stride that is prime to the table
  * size so that neighbours in flight differ. */
@@ -90,6 +96,46 @@ static float expected(int n, size_t i) {
     return (float)n * (float)(i % 251) + (float)(n * (n - 1) / 2);
 }
 
+/* The file survivor rank creates in dir once its call has failed. */
+static void verdict_path(char *out, size_t outlen, const char *dir, int rank) {
+    snprintf(out, outlen, "%s/verdict.%d", dir, rank);
+}
+
+static void say_verdict(const char *dir, int rank) {
+    char path[512];
+    FILE *f;
+
+    if (dir == NULL)
+        return;
+    verdict_path(path, sizeof(path), dir, rank);
+    f = fopen(path, "w");
+    if (f != NULL)
+        fclose(f);
+}
+
+/* Waits until every other survivor (every rank but the victim) has said
+ * its verdict, at most VERDICT_WAIT_S; without a directory, linger_ms. */
+static void await_verdicts(const char *dir, int rank, int size, int victim,
+                           int linger_ms) {
+    struct timespec tick = {0, 10 * 1000 * 1000};
+    double deadline = now_s() + VERDICT_WAIT_S;
+    char path[512];
+
+    if (dir == NULL) {
+        struct timespec linger = {linger_ms / 1000,
+                                  (long)(linger_ms % 1000) * 1000000L};
+        nanosleep(&linger, NULL);
+        return;
+    }
+    for (int r = 0; r < size; r++) {
+        if (r == victim || r == rank)
+            continue;
+        verdict_path(path, sizeof(path), dir, r);
+        while (access(path, F_OK) != 0 && now_s() < deadline)
+            nanosleep(&tick, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
     int victim = -2, expect = -1, max_s = 60, linger_ms = 1000;
     int rank, size, it, i, k;
@@ -98,6 +144,7 @@ int main(int argc, char **argv) {
     size_t n[INFLIGHT];
     char name[64], text[1024];
     const char *job;
+    const char *sync_dir = getenv("HVD_TEST_SYNC_DIR");
     hvd_status s = HVD_OK, again;
     double t_fail = 0, start, t0, shutdown_s;
 
@@ -198,6 +245,7 @@ int main(int argc, char **argv) {
     }
     printf("DETECT rank %d status %s wall %.6f after %d iterations\n", rank,
            status_name(s), t_fail, it);
+    say_verdict(sync_dir, rank);
 
     /* A failed job fails every later operation too. */
     again =
@@ -233,9 +281,7 @@ int main(int argc, char **argv) {
     }
     printf("PASS fault rank %d: %s: %s\n", rank, status_name(s), text);
     fflush(stdout);
-    /* Let the other ranks reach their own verdict before this exit closes
-     * our connections (which they could see as a lost peer first). */
-    usleep((useconds_t)linger_ms * 1000);
+    await_verdicts(sync_dir, rank, size, victim, linger_ms);
     for (k = 0; k < INFLIGHT; k++) {
         free(send[k]);
         free(recv[k]);

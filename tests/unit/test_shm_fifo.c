@@ -1,0 +1,423 @@
+/*
+ * The shared-memory transport's FIFOs (transport/shm/): the ring of cells
+ * each rank writes into another's segment, and the message queues that
+ * feed it. Two ranks live in this one process and one thread, each with a
+ * segment in ordinary memory pointing at the other's; moving data is
+ * hvd_shm_pass called on each side in turn, so every step is
+ * deterministic: push and pop of one cell, wrap-around past the ring's
+ * capacity, a full FIFO that holds the sender back until a cell is freed,
+ * messages of many cells, a message larger than the whole FIFO, the zero
+ * tails of control messages (not copied, written by the receiver), the
+ * buffered control send, a length mismatch, and the ring arithmetic of the
+ * power-of-two capacities.
+ *
+ * The internal functions called (transport/shm/shm_internal.h):
+ * hvd_shm_isend, hvd_shm_irecv, hvd_shm_pass, hvd_shm_push, and the inline
+ * layout and queue helpers segment_bytes, fifo_bytes, fifo_of, cell_of,
+ * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "transport/shm/shm_internal.h"
+
+#define DATA HVD_CHANNEL_DATA
+#define CTRL HVD_CHANNEL_CONTROL
+
+typedef struct pair {
+    shm side[2];
+    speer peers[2][2];
+} pair;
+
+/* Two ranks of one host: rank r's segment is its own memory, and it
+ * writes into the other's. No process_vm_readv (every message goes
+ * through the cells). */
+static int pair_setup(void **state) {
+    pair *pr = calloc(1, sizeof(*pr));
+    size_t len = segment_bytes(2);
+
+    assert_non_null(pr);
+    for (int r = 0; r < 2; r++) {
+        shm *tp = &pr->side[r];
+        tp->rank = r;
+        tp->size = 2;
+        tp->nlocal = 2;
+        tp->my_local = r;
+        tp->seg_len = len;
+        tp->seg = aligned_alloc(LINE, (len + LINE - 1) / LINE * LINE);
+        assert_non_null(tp->seg);
+        memset(tp->seg, 0, len);
+        tp->peers = pr->peers[r];
+        tp->eager_max = SIZE_MAX;
+    }
+    for (int r = 0; r < 2; r++) {
+        for (int p = 0; p < 2; p++) {
+            speer *pe = &pr->peers[r][p];
+            pe->local = p;
+            pe->pid = getpid();
+            pe->pidfd = -1;
+            pe->seg = p == r ? NULL : pr->side[p].seg;
+            pe->seg_len = len;
+        }
+    }
+    *state = pr;
+    return 0;
+}
+
+static int pair_teardown(void **state) {
+    pair *pr = *state;
+
+    for (int r = 0; r < 2; r++) {
+        for (int p = 0; p < 2; p++) {
+            for (int ch = 0; ch < NCHANNELS; ch++) {
+                speer *pe = &pr->peers[r][p];
+                msg *m;
+                while ((m = q_front(&pe->sendq[ch])) != NULL) {
+                    if (m->owned)
+                        free(m->buf);
+                    q_pop(&pe->sendq[ch]);
+                }
+                free(pe->sendq[ch].v);
+                free(pe->ackq[ch].v);
+                free(pe->recvq[ch].v);
+            }
+        }
+        free(pr->side[r].seg);
+    }
+    free(pr);
+    return 0;
+}
+
+static hvd_transport *T(pair *pr, int r) { return &pr->side[r].base; }
+
+/* Passes on both sides until neither moves anything (bounded). */
+static void settle(pair *pr) {
+    for (int i = 0; i < 10000; i++)
+        if (!hvd_shm_pass(&pr->side[0]) && !hvd_shm_pass(&pr->side[1]))
+            return;
+    fail_msg("the FIFOs never settled");
+}
+
+static void pattern(uint8_t *buf, size_t len, unsigned seed) {
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(i * 131 + seed * 7 + 1);
+}
+
+/* The cell of the n-th write of rank src into rank dst's FIFO on ch. */
+static cell *written(pair *pr, int src, int dst, int ch, uint64_t n) {
+    return cell_of(fifo_of(pr->side[dst].seg, src, ch), ch, n);
+}
+
+static void one_cell(void **state) {
+    pair *pr = *state;
+    uint8_t out[100], in[100];
+    hvd_req s, r;
+
+    pattern(out, sizeof(out), 1);
+    memset(in, 0, sizeof(in));
+    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in, sizeof(in), &r),
+                     HVD_OK);
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, DATA, out, sizeof(out), &s),
+                     HVD_OK);
+    /* A message of one cell is written at once: the sender is done. */
+    assert_int_equal(s.done, 1);
+    assert_int_equal(pr->peers[0][1].tail[DATA], 1);
+    cell *c = written(pr, 0, 1, DATA, 0);
+    assert_int_equal(atomic_load(&c->seq), 1);
+    assert_int_equal(c->len, sizeof(out));
+    assert_int_equal(c->msg_len, sizeof(out));
+    assert_int_equal(c->first, 1);
+    assert_int_equal(c->kind, CELL_DATA);
+    assert_int_equal(r.done, 0);
+    settle(pr);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, HVD_OK);
+    assert_memory_equal(in, out, sizeof(out));
+    /* The receiver consumed the cell and said so. */
+    assert_int_equal(pr->peers[1][0].rx_head[DATA], 1);
+    assert_int_equal(atomic_load(&fifo_of(pr->side[1].seg, 0, DATA)->head), 1);
+    assert_int_equal(pr->peers[0][1].pending, 0);
+    assert_int_equal(pr->peers[1][0].pending, 0);
+}
+
+/* Three times the ring's capacity of one-cell messages, each received
+ * before the next is sent: the cell index wraps, the counters do not. */
+static void wrap_around(void **state) {
+    pair *pr = *state;
+    uint32_t n = 3 * ncells_of[CTRL] + 1;
+
+    for (uint32_t k = 0; k < n; k++) {
+        uint8_t out[40], in[40];
+        hvd_req s, r;
+        pattern(out, sizeof(out), k);
+        assert_int_equal(hvd_shm_isend(T(pr, 1), 0, CTRL, out, sizeof(out), &s),
+                         HVD_OK);
+        assert_int_equal(hvd_shm_irecv(T(pr, 0), 1, CTRL, in, sizeof(in), &r),
+                         HVD_OK);
+        settle(pr);
+        assert_int_equal(s.done, 1);
+        assert_int_equal(r.done, 1);
+        assert_memory_equal(in, out, sizeof(out));
+        /* The cell that carried it is the k-th modulo the capacity. */
+        assert_ptr_equal(written(pr, 1, 0, CTRL, k),
+                         written(pr, 1, 0, CTRL, k % ncells_of[CTRL]));
+        assert_int_equal(atomic_load(&written(pr, 1, 0, CTRL, k)->seq), k + 1);
+    }
+    assert_int_equal(pr->peers[1][0].tail[CTRL], n);
+    assert_int_equal(pr->peers[0][1].rx_head[CTRL], n);
+}
+
+/* More one-cell data messages than cells, none received yet: the FIFO
+ * fills, the rest wait in the send queue (incomplete), and each receive
+ * frees a cell the sender then fills. */
+static void full_fifo(void **state) {
+    pair *pr = *state;
+    uint32_t cap = ncells_of[DATA], n = cap + 3;
+    uint8_t out[16][32], in[16][32];
+    hvd_req s[16], r[16];
+
+    assert_true(n <= 16);
+    for (uint32_t k = 0; k < n; k++) {
+        pattern(out[k], sizeof(out[k]), k);
+        assert_int_equal(
+            hvd_shm_isend(T(pr, 0), 1, DATA, out[k], sizeof(out[k]), &s[k]),
+            HVD_OK);
+        hvd_shm_pass(&pr->side[0]);
+    }
+    assert_int_equal(pr->peers[0][1].tail[DATA], cap);
+    for (uint32_t k = 0; k < n; k++)
+        assert_int_equal(s[k].done, k < cap);
+    /* Nothing received: passing again writes nothing. */
+    assert_int_equal(hvd_shm_push(&pr->side[0], 1, DATA), 0);
+    assert_int_equal(pr->peers[0][1].tail[DATA], cap);
+    /* One receive frees one cell: exactly one more message goes in. */
+    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in[0], 32, &r[0]),
+                     HVD_OK);
+    hvd_shm_pass(&pr->side[1]);
+    assert_int_equal(r[0].done, 1);
+    assert_int_equal(hvd_shm_push(&pr->side[0], 1, DATA), 1);
+    assert_int_equal(pr->peers[0][1].tail[DATA], cap + 1);
+    assert_int_equal(s[cap].done, 1);
+    assert_int_equal(s[cap + 1].done, 0);
+    for (uint32_t k = 1; k < n; k++)
+        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in[k], 32, &r[k]),
+                         HVD_OK);
+    settle(pr);
+    for (uint32_t k = 0; k < n; k++) {
+        assert_int_equal(s[k].done, 1);
+        assert_int_equal(r[k].done, 1);
+        assert_memory_equal(in[k], out[k], 32);
+    }
+}
+
+/* Messages of several cells, and one larger than the whole FIFO (it can
+ * only move while the receiver frees cells). */
+static void many_cells(void **state) {
+    pair *pr = *state;
+    size_t cb = cell_bytes_of[DATA];
+    size_t lens[] = {cb - 1, cb, cb + 1, 3 * cb + 17,
+                     (size_t)(ncells_of[DATA] + 2) * cb + 5};
+
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        size_t len = lens[k];
+        uint8_t *out = malloc(len), *in = calloc(1, len);
+        hvd_req s, r;
+        pattern(out, len, (unsigned)k);
+        assert_int_equal(hvd_shm_isend(T(pr, 0), 1, DATA, out, len, &s),
+                         HVD_OK);
+        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in, len, &r), HVD_OK);
+        settle(pr);
+        assert_int_equal(s.done, 1);
+        assert_int_equal(r.done, 1);
+        assert_int_equal(r.status, HVD_OK);
+        assert_memory_equal(in, out, len);
+        free(out);
+        free(in);
+    }
+    /* Every cell written was consumed. */
+    assert_int_equal(pr->peers[0][1].tail[DATA], pr->peers[1][0].rx_head[DATA]);
+}
+
+/* Zero bytes at the end of a control message are not copied: the cell
+ * says how many, the receiver writes them over whatever its buffer held.
+ * Whole 8-byte words only, counted from the end. */
+static void zero_tail(void **state) {
+    pair *pr = *state;
+    struct {
+        size_t len, nonzero, zeros;
+    } cases[] = {
+        {64, 10, 48}, /* 10 bytes, then 54 zeros: 6 whole words */
+        {64, 0, 64},  /* all zeros: nothing copied */
+        {13, 5, 8},   /* one word of the 8 trailing zeros */
+        {7, 0, 0},    /* shorter than a word */
+        {100, 100, 0} /* no zero tail */
+    };
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        size_t len = cases[k].len;
+        uint8_t out[128], in[128];
+        hvd_req s, r;
+        uint64_t n = pr->peers[0][1].tail[CTRL];
+        memset(out, 0, sizeof(out));
+        for (size_t i = 0; i < cases[k].nonzero; i++)
+            out[i] = (uint8_t)(i + 1);
+        memset(in, 0xff, sizeof(in));
+        assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, len, &s),
+                         HVD_OK);
+        cell *c = written(pr, 0, 1, CTRL, n);
+        assert_int_equal(c->zeros, cases[k].zeros);
+        assert_int_equal(c->len, len - cases[k].zeros);
+        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, CTRL, in, len, &r), HVD_OK);
+        settle(pr);
+        assert_int_equal(r.done, 1);
+        assert_memory_equal(in, out, len);
+        assert_int_equal(in[len], 0xff); /* nothing past the message */
+    }
+    /* The data channel copies every byte. */
+    uint8_t zeros[64] = {0}, in[64];
+    hvd_req s, r;
+    uint64_t n = pr->peers[0][1].tail[DATA];
+    memset(in, 0xff, sizeof(in));
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, DATA, zeros, 64, &s), HVD_OK);
+    assert_int_equal(written(pr, 0, 1, DATA, n)->zeros, 0);
+    assert_int_equal(written(pr, 0, 1, DATA, n)->len, 64);
+    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in, 64, &r), HVD_OK);
+    settle(pr);
+    assert_memory_equal(in, zeros, 64);
+}
+
+/* A control message that finds the FIFO full is copied and completes at
+ * once (the engine never waits for a busy peer to make room). */
+static void control_send_buffered(void **state) {
+    pair *pr = *state;
+    uint32_t cap = ncells_of[CTRL], n = cap + 2;
+    uint8_t out[16][24], in[16][24];
+    hvd_req s[16], r[16];
+
+    assert_true(n <= 16);
+    for (uint32_t k = 0; k < n; k++) {
+        pattern(out[k], 24, k + 50);
+        assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out[k], 24, &s[k]),
+                         HVD_OK);
+        assert_int_equal(s[k].done, 1);
+    }
+    assert_int_equal(pr->peers[0][1].tail[CTRL], cap);
+    assert_int_equal(pr->peers[0][1].sendq[CTRL].count, 2);
+    /* The copies, not the caller's buffers, are sent. */
+    memset(out[cap], 0, 24);
+    memset(out[cap + 1], 0, 24);
+    for (uint32_t k = 0; k < n; k++)
+        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, CTRL, in[k], 24, &r[k]),
+                         HVD_OK);
+    settle(pr);
+    for (uint32_t k = 0; k < n; k++) {
+        uint8_t want[24];
+        pattern(want, 24, k + 50);
+        assert_int_equal(r[k].done, 1);
+        assert_memory_equal(in[k], want, 24);
+    }
+}
+
+/* A receive of another length than the message's fails the transport. */
+static void length_mismatch(void **state) {
+    pair *pr = *state;
+    uint8_t out[32] = {1}, in[48];
+    hvd_req s, r;
+
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, DATA, out, 32, &s), HVD_OK);
+    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in, 48, &r), HVD_OK);
+    hvd_shm_pass(&pr->side[1]);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, HVD_ERR_MISMATCH);
+    assert_int_equal(pr->side[1].failure.status, HVD_ERR_MISMATCH);
+    assert_int_equal(atomic_load(&hdr_of(pr->side[1].seg)->failed),
+                     HVD_ERR_MISMATCH);
+}
+
+/* The ring arithmetic: capacities are powers of two, cell n and cell
+ * n + capacity are the same, the cells of one FIFO are distinct and
+ * inside it, and the FIFOs tile the segment. */
+static void ring_layout(void **state) {
+    pair *pr = *state;
+    uint8_t *seg = pr->side[0].seg;
+    size_t end = segment_bytes(2);
+
+    for (int ch = 0; ch < NCHANNELS; ch++) {
+        uint32_t cap = ncells_of[ch];
+        assert_true(cap > 0 && (cap & (cap - 1)) == 0);
+        for (int src = 0; src < 2; src++) {
+            fifo *f = fifo_of(seg, src, ch);
+            uint8_t *lo = (uint8_t *)f, *hi = lo + fifo_bytes(ch);
+            assert_true(lo >= seg + sizeof(seg_hdr) && hi <= seg + end);
+            for (uint64_t n = 0; n < cap; n++) {
+                cell *c = cell_of(f, ch, n);
+                assert_ptr_equal(c, cell_of(f, ch, n + cap));
+                assert_ptr_equal(c, cell_of(f, ch, n + 5 * (uint64_t)cap));
+                assert_true((uint8_t *)c >= lo + sizeof(fifo));
+                assert_true(payload_of(c) + cell_bytes_of[ch] <= hi);
+                if (n > 0)
+                    assert_true(cell_of(f, ch, n - 1) != c);
+            }
+        }
+    }
+    /* The FIFOs do not overlap: one after the other, in order. */
+    assert_ptr_equal((uint8_t *)fifo_of(seg, 0, 0) + fifo_bytes(0),
+                     (uint8_t *)fifo_of(seg, 0, 1));
+    assert_ptr_equal((uint8_t *)fifo_of(seg, 0, 1) + fifo_bytes(1),
+                     (uint8_t *)fifo_of(seg, 1, 0));
+    assert_ptr_equal((uint8_t *)fifo_of(seg, 1, 1) + fifo_bytes(1), seg + end);
+}
+
+/* The message queue: a ring that doubles, keeping order across the wrap. */
+static void message_queue(void **state) {
+    msgq q = {0};
+    size_t next_in = 0, next_out = 0;
+
+    (void)state;
+    /* Push and pop at different rates so the head wraps while it grows. */
+    for (int round = 0; round < 50; round++) {
+        for (int k = 0; k < 3; k++) {
+            msg m = {.len = next_in++};
+            assert_int_equal(q_push(&q, &m), 0);
+        }
+        for (int k = 0; k < 2; k++) {
+            msg *m = q_front(&q);
+            assert_non_null(m);
+            assert_int_equal(m->len, next_out++);
+            q_pop(&q);
+        }
+        assert_true((q.cap & (q.cap - 1)) == 0);
+        assert_int_equal(q.count, next_in - next_out);
+    }
+    while (q.count > 0) {
+        assert_int_equal(q_front(&q)->len, next_out++);
+        q_pop(&q);
+    }
+    assert_null(q_front(&q));
+    assert_int_equal(next_out, next_in);
+    free(q.v);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(one_cell, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(wrap_around, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(full_fifo, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(many_cells, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(zero_tail, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(control_send_buffered, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(length_mismatch, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(ring_layout, pair_setup, pair_teardown),
+        cmocka_unit_test(message_queue),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
