@@ -164,7 +164,7 @@ static void send_step(fixture *f, uint64_t number, const uint8_t *data,
 static void pump_fails(fixture *f, const char *text) {
     hvd_status st = hvd_eng_pump(f->eng, 0);
 
-    assert_int_equal(st, HVD_ERR_TRANSPORT);
+    assert_int_equal(st, HVD_ERR_PROTOCOL);
     if (strstr(hvd_error_get(), text) == NULL)
         fail_msg("\"%s\" does not contain \"%s\"", hvd_error_get(), text);
 }

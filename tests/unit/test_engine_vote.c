@@ -328,7 +328,7 @@ static void updates(void **state) {
     assert_int_equal(eng->vt.stop[2], 1);
     assert_int_equal(eng->vt.stop[1], 0);
     assert_int_equal(hvd_eng_apply_update(eng, 3, junk, sizeof(junk), 1.0),
-                     HVD_ERR_TRANSPORT);
+                     HVD_ERR_PROTOCOL);
     assert_non_null(strstr(hvd_error_get(), "malformed update from rank 3"));
 }
 

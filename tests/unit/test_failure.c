@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "transport/base/error.h"
-#include "transport/failure.h"
+#include "transport/bootstrap/failure.h"
 
 static void first_failure_wins(void **state) {
     hvd_tp_failure f;
@@ -119,18 +119,14 @@ static void describe(void **state) {
 static void copy_names(void **state) {
     char hosts[2][HVD_HOST_MAX] = {"a", "b"};
     int pids[2] = {10, 11};
-    hvd_transport_params p;
     char(*h)[HVD_HOST_MAX];
     int *q;
 
     (void)state;
-    memset(&p, 0, sizeof(p));
-    hvd_tp_copy_names(&p, 2, &h, &q);
+    hvd_tp_copy_names(NULL, NULL, 2, &h, &q);
     assert_null(h);
     assert_null(q);
-    p.hosts = (const char(*)[HVD_HOST_MAX])hosts;
-    p.pids = pids;
-    hvd_tp_copy_names(&p, 2, &h, &q);
+    hvd_tp_copy_names((const char(*)[HVD_HOST_MAX])hosts, pids, 2, &h, &q);
     assert_non_null(h);
     assert_non_null(q);
     assert_string_equal(h[1], "b");

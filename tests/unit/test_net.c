@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "transport/base/error.h"
-#include "transport/net.h"
+#include "transport/bootstrap/net.h"
 
 /* Waits (bounded: 10 s) until fd is writable: the connect has an answer. */
 static void writable(int fd) {
