@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,11 +347,18 @@ static void case_control(suite_rank *c) {
     free(data);
 }
 
+/* The case's waiter: set just before it calls progress(-1). */
+static _Atomic int wake_armed;
+
 static void *waker(void *arg) {
     suite_rank *c = arg;
-    struct timespec ts = {0, 100 * 1000 * 1000};
+    struct timespec look = {0, 1000 * 1000};
 
-    nanosleep(&ts, NULL);
+    /* Bounded poll for the waiter's announcement (it comes at once); a
+     * wake() before the blocking call must end it as well as one during
+     * it, so the order within that window does not matter. */
+    for (int i = 0; i < 10000 && !atomic_load(&wake_armed); i++)
+        nanosleep(&look, NULL);
     c->ops->wake(c->tp);
     return NULL;
 }
@@ -358,15 +366,14 @@ static void *waker(void *arg) {
 /* wake: a progress call waiting for nothing returns after wake(). */
 static void case_wake(suite_rank *c) {
     pthread_t t;
-    double t0 = now_s();
 
     /* Drain what open left to do first. */
     for (int i = 0; i < 10; i++)
         c->ops->progress(c->tp, 0);
+    atomic_store(&wake_armed, 0);
     pthread_create(&t, NULL, waker, c);
-    t0 = now_s();
-    while (now_s() - t0 < 0.09)
-        c->ops->progress(c->tp, 0);
+    double t0 = now_s();
+    atomic_store(&wake_armed, 1);
     hvd_status st = c->ops->progress(c->tp, -1);
     double dt = now_s() - t0;
     pthread_join(t, NULL);
@@ -417,8 +424,20 @@ static void case_kill(suite_rank *c) {
     hvd_req reqs[SUITE_MAX_RANKS] = {{0}};
 
     if (c->rank == victim) {
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        /* Leaves once every other rank said its receives are posted (a
+         * control message each), not after a guessed delay. */
+        double end = now_s() + 4 * SUITE_TIMEOUT_S;
+        for (int p = 0; p < c->size; p++) {
+            if (p == victim)
+                continue;
+            if (c->ops->irecv(c->tp, p, HVD_CHANNEL_CONTROL, bufs[p], 1,
+                              &reqs[p]) != HVD_OK)
+                suite_fail("irecv of rank %d's ready: %s", p, hvd_last_error());
+            while (!reqs[p].done && now_s() < end)
+                c->ops->progress(c->tp, 10);
+            if (!reqs[p].done || reqs[p].status != HVD_OK)
+                suite_fail("no ready from rank %d", p);
+        }
         c->leave(c);
         return;
     }
@@ -426,6 +445,11 @@ static void case_kill(suite_rank *c) {
         if (p != c->rank && c->ops->irecv(c->tp, p, HVD_CHANNEL_DATA, bufs[p],
                                           8, &reqs[p]) != HVD_OK)
             suite_fail("irecv from rank %d: %s", p, hvd_last_error());
+    hvd_req ready = {0};
+    uint8_t one = 1;
+    if (c->ops->isend(c->tp, victim, HVD_CHANNEL_CONTROL, &one, 1, &ready) !=
+        HVD_OK)
+        suite_fail("isend of ready to rank %d: %s", victim, hvd_last_error());
     double t0 = now_s();
     hvd_status st = HVD_OK;
     while (st == HVD_OK && now_s() - t0 < 4 * SUITE_TIMEOUT_S)
