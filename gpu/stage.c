@@ -166,7 +166,7 @@ static size_t piece_len(const stage *s, const sop *o, size_t k) {
  * (the sentence is this thread's). The requests stay listed, so that
  * nothing the inner transport may still write into is freed before close.
  */
-static hvd_status fail(stage *s, hvd_status status) {
+static hvd_status stage_fail(stage *s, hvd_status status) {
     if (s->failed == HVD_OK) {
         s->failed = status;
         snprintf(s->failmsg, sizeof(s->failmsg), "%s", hvd_error_get());
@@ -387,7 +387,7 @@ static hvd_status run_pass(stage *s, int *moved) {
         next = o->next;
         st = o->send ? advance_send(s, o, moved) : advance_recv(s, o, moved);
         if (st != HVD_OK)
-            return fail(s, st);
+            return stage_fail(s, st);
         if (o->finished == o->npieces) {
             o->user->status = HVD_OK;
             o->user->done = 1;
@@ -461,7 +461,7 @@ static hvd_status stage_progress(hvd_transport *t, int timeout_ms) {
     st = s->inner->ops->progress(s->inner,
                                  moved || s->copying > 0 ? 0 : timeout_ms);
     if (st != HVD_OK)
-        return fail(s, st);
+        return stage_fail(s, st);
     if (!moved && s->copying > 0)
         sched_yield();
     return run_pass(s, &moved);

@@ -42,10 +42,10 @@ const char *hvd_hs_code_text(hvd_hs_code code) {
     return "unknown refusal code";
 }
 
-static hvd_status fail(hvd_hs *hs, hvd_status status, const char *fmt, ...)
+static hvd_status hs_fail(hvd_hs *hs, hvd_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static hvd_status fail(hvd_hs *hs, hvd_status status, const char *fmt, ...) {
+static hvd_status hs_fail(hvd_hs *hs, hvd_status status, const char *fmt, ...) {
     va_list ap;
 
     va_start(ap, fmt);
@@ -124,8 +124,8 @@ hvd_status hvd_hs_client_init(hvd_hs *hs, const uint8_t job_id[HVD_JOB_ID_LEN],
     hvd_put32(h + 24, (uint32_t)rank);
     hvd_put32(h + 28, (uint32_t)index);
     if (RAND_bytes(h + 32, HVD_HS_NONCE) != 1)
-        return fail(hs, HVD_ERR_INTERNAL,
-                    "RAND_bytes failed to make a handshake nonce");
+        return hs_fail(hs, HVD_ERR_INTERNAL,
+                       "RAND_bytes failed to make a handshake nonce");
     queue(hs, h, HVD_HS_HELLO_LEN);
     return HVD_OK;
 }
@@ -177,10 +177,10 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
 
     if (hvd_get32(m) != HVD_HS_MAGIC || hvd_get16(m + 4) != HVD_HS_VERSION) {
         queue_refusal(hs, HVD_HS_BAD_VERSION, HVD_HS_CHALLENGE_LEN);
-        return fail(hs, HVD_ERR_AUTH,
-                    "not an hvd handshake of version %d (magic 0x%08x, "
-                    "version %u)",
-                    HVD_HS_VERSION, hvd_get32(m), hvd_get16(m + 4));
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "not an hvd handshake of version %d (magic 0x%08x, "
+                       "version %u)",
+                       HVD_HS_VERSION, hvd_get32(m), hvd_get16(m + 4));
     }
     memcpy(hs->hello, m, HVD_HS_HELLO_LEN);
     hs->peer_kind = hvd_get16(m + 6);
@@ -191,15 +191,15 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
 
     if (CRYPTO_memcmp(m + 8, hs->job_id, HVD_JOB_ID_LEN) != 0) {
         queue_refusal(hs, HVD_HS_WRONG_JOB, HVD_HS_CHALLENGE_LEN);
-        return fail(hs, HVD_ERR_AUTH,
-                    "the peer belongs to another job "
-                    "(job id differs)");
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "the peer belongs to another job "
+                       "(job id differs)");
     }
     if (hs->peer_kind != hs->kind || hs->peer_rank < 0 || hs->peer_index < 0) {
         queue_refusal(hs, HVD_HS_UNEXPECTED, HVD_HS_CHALLENGE_LEN);
-        return fail(hs, HVD_ERR_AUTH,
-                    "unexpected connection kind %d rank %u index %u",
-                    hs->peer_kind, rank, index);
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "unexpected connection kind %d rank %u index %u",
+                       hs->peer_kind, rank, index);
     }
     if (hs->check != NULL) {
         hvd_hs_code code =
@@ -207,17 +207,17 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
                       hs->peer_index, why, sizeof(why));
         if (code != HVD_HS_OK) {
             queue_refusal(hs, code, HVD_HS_CHALLENGE_LEN);
-            return fail(hs, HVD_ERR_AUTH, "%s",
-                        why[0] ? why : hvd_hs_code_text(code));
+            return hs_fail(hs, HVD_ERR_AUTH, "%s",
+                           why[0] ? why : hvd_hs_code_text(code));
         }
     }
 
     if (RAND_bytes(hs->nonce_s, HVD_HS_NONCE) != 1)
-        return fail(hs, HVD_ERR_INTERNAL,
-                    "RAND_bytes failed to make a handshake nonce");
+        return hs_fail(hs, HVD_ERR_INTERNAL,
+                       "RAND_bytes failed to make a handshake nonce");
     server_mac(hs, (uint32_t)hs->rank, hs->mac_s, &ok);
     if (!ok)
-        return fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
+        return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
     memset(reply, 0, sizeof(reply));
     hvd_put32(reply, HVD_HS_MAGIC);
     hvd_put32(reply + 4, HVD_HS_OK);
@@ -236,17 +236,17 @@ static hvd_status server_response(hvd_hs *hs, const uint8_t *m) {
 
     if (hvd_get32(m) != HVD_HS_MAGIC) {
         queue_refusal(hs, HVD_HS_BAD_VERSION, HVD_HS_RESULT_LEN);
-        return fail(hs, HVD_ERR_AUTH, "malformed handshake response");
+        return hs_fail(hs, HVD_ERR_AUTH, "malformed handshake response");
     }
     client_mac(hs, want, &ok);
     if (!ok)
-        return fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
+        return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
     if (CRYPTO_memcmp(want, m + 8, HVD_HS_MAC) != 0) {
         queue_refusal(hs, HVD_HS_BAD_PROOF, HVD_HS_RESULT_LEN);
-        return fail(hs, HVD_ERR_AUTH,
-                    "its proof of the job secret is wrong (it was started "
-                    "with a different HVD_SECRET, or is not part of this "
-                    "job)");
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "its proof of the job secret is wrong (it was started "
+                       "with a different HVD_SECRET, or is not part of this "
+                       "job)");
     }
     hvd_put32(result, HVD_HS_MAGIC);
     hvd_put32(result + 4, HVD_HS_OK);
@@ -263,28 +263,28 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     int ok;
 
     if (hvd_get32(m) != HVD_HS_MAGIC)
-        return fail(hs, HVD_ERR_AUTH,
-                    "the peer is not an hvd process (bad handshake magic)");
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "the peer is not an hvd process (bad handshake magic)");
     if (code != HVD_HS_OK)
-        return fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
-                    hvd_hs_code_text((hvd_hs_code)code));
+        return hs_fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
+                       hvd_hs_code_text((hvd_hs_code)code));
     if (hs->peer_rank >= 0 && server_rank != (uint32_t)hs->peer_rank)
-        return fail(hs, HVD_ERR_AUTH,
-                    "the process at this address is rank %u, not rank %d",
-                    server_rank, hs->peer_rank);
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "the process at this address is rank %u, not rank %d",
+                       server_rank, hs->peer_rank);
     memcpy(hs->nonce_s, m + 16, HVD_HS_NONCE);
     server_mac(hs, server_rank, want, &ok);
     if (!ok)
-        return fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
+        return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
     if (CRYPTO_memcmp(want, m + 48, HVD_HS_MAC) != 0)
-        return fail(hs, HVD_ERR_AUTH,
-                    "the peer's proof of the job secret is wrong (this rank "
-                    "or the peer was started with a different HVD_SECRET)");
+        return hs_fail(hs, HVD_ERR_AUTH,
+                       "the peer's proof of the job secret is wrong (this rank "
+                       "or the peer was started with a different HVD_SECRET)");
     memcpy(hs->mac_s, m + 48, HVD_HS_MAC);
     hs->peer_rank = (int)server_rank;
     client_mac(hs, reply + 8, &ok);
     if (!ok)
-        return fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
+        return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
     hvd_put32(reply, HVD_HS_MAGIC);
     hvd_put32(reply + 4, 0);
     queue(hs, reply, sizeof(reply));
@@ -296,19 +296,19 @@ static hvd_status client_result(hvd_hs *hs, const uint8_t *m) {
     uint32_t code = hvd_get32(m + 4);
 
     if (hvd_get32(m) != HVD_HS_MAGIC)
-        return fail(hs, HVD_ERR_AUTH, "malformed handshake result");
+        return hs_fail(hs, HVD_ERR_AUTH, "malformed handshake result");
     if (code != HVD_HS_OK)
-        return fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
-                    hvd_hs_code_text((hvd_hs_code)code));
+        return hs_fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
+                       hvd_hs_code_text((hvd_hs_code)code));
     hs->state = ST_DONE;
     return HVD_OK;
 }
 
 hvd_status hvd_hs_input(hvd_hs *hs, const uint8_t *msg, size_t len) {
     if (len != hvd_hs_need(hs) || len == 0)
-        return fail(hs, HVD_ERR_INTERNAL,
-                    "handshake message of %zu bytes where %zu expected", len,
-                    hvd_hs_need(hs));
+        return hs_fail(hs, HVD_ERR_INTERNAL,
+                       "handshake message of %zu bytes where %zu expected", len,
+                       hvd_hs_need(hs));
     switch (hs->state) {
     case ST_SERVER_WAIT_HELLO:
         return server_hello(hs, msg);
@@ -319,8 +319,8 @@ hvd_status hvd_hs_input(hvd_hs *hs, const uint8_t *msg, size_t len) {
     case ST_CLIENT_WAIT_RESULT:
         return client_result(hs, msg);
     default:
-        return fail(hs, HVD_ERR_INTERNAL, "handshake input in state %d",
-                    hs->state);
+        return hs_fail(hs, HVD_ERR_INTERNAL, "handshake input in state %d",
+                       hs->state);
     }
 }
 
@@ -340,9 +340,9 @@ static int unanswered(const hvd_hs *hs, ssize_t n, int err) {
 }
 
 static hvd_status dropped(hvd_hs *hs) {
-    return fail(hs, HVD_ERR_PEER_LOST,
-                "the peer closed the connection without answering our hello "
-                "(it is overloaded or gone)");
+    return hs_fail(hs, HVD_ERR_PEER_LOST,
+                   "the peer closed the connection without answering our hello "
+                   "(it is overloaded or gone)");
 }
 
 hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out) {
@@ -362,9 +362,9 @@ hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out) {
             if (n < 0)
                 return hs->state == ST_FAILED
                            ? hs->status
-                           : fail(hs, HVD_ERR_TRANSPORT,
-                                  "send() during the handshake failed: %s",
-                                  strerror(errno));
+                           : hs_fail(hs, HVD_ERR_TRANSPORT,
+                                     "send() during the handshake failed: %s",
+                                     strerror(errno));
             hs->out_off += (size_t)n;
             continue;
         }
@@ -386,22 +386,22 @@ hvd_status hvd_hs_io(hvd_hs *hs, int fd, short *events_out) {
         if (n <= 0 && unanswered(hs, n, n < 0 ? errno : 0))
             return dropped(hs);
         if (n < 0)
-            return fail(hs, HVD_ERR_TRANSPORT,
-                        "recv() during the handshake failed: %s",
-                        strerror(errno));
+            return hs_fail(hs, HVD_ERR_TRANSPORT,
+                           "recv() during the handshake failed: %s",
+                           strerror(errno));
         if (n == 0)
-            return fail(hs,
-                        hs->role == HVD_HS_CLIENT ? HVD_ERR_AUTH
-                                                  : HVD_ERR_TRANSPORT,
-                        "the peer closed the connection during the "
-                        "handshake%s",
-                        hs->role == HVD_HS_CLIENT
-                            ? " (it refused us: wrong job or HVD_SECRET?)"
-                        : hs->state == ST_SERVER_WAIT_RESPONSE
-                            ? " after our challenge: it could not verify "
-                              "our proof, so it holds a different "
-                              "HVD_SECRET or is not part of this job"
-                            : " before sending its hello");
+            return hs_fail(hs,
+                           hs->role == HVD_HS_CLIENT ? HVD_ERR_AUTH
+                                                     : HVD_ERR_TRANSPORT,
+                           "the peer closed the connection during the "
+                           "handshake%s",
+                           hs->role == HVD_HS_CLIENT
+                               ? " (it refused us: wrong job or HVD_SECRET?)"
+                           : hs->state == ST_SERVER_WAIT_RESPONSE
+                               ? " after our challenge: it could not verify "
+                                 "our proof, so it holds a different "
+                                 "HVD_SECRET or is not part of this job"
+                               : " before sending its hello");
         hs->in_len += (size_t)n;
         if (hs->in_len == need) {
             hs->in_len = 0;
@@ -423,12 +423,12 @@ hvd_status hvd_hs_run(hvd_hs *hs, int fd, int64_t deadline_ns) {
             return HVD_OK;
         int64_t left_ms = (deadline_ns - hvd_now_ns()) / 1000000;
         if (left_ms <= 0)
-            return fail(hs, HVD_ERR_TIMEOUT,
-                        "the peer did not complete the handshake in time");
+            return hs_fail(hs, HVD_ERR_TIMEOUT,
+                           "the peer did not complete the handshake in time");
         struct pollfd pfd = {.fd = fd, .events = events};
         int r = poll(&pfd, 1, (int)(left_ms > 1000 ? 1000 : left_ms));
         if (r < 0 && errno != EINTR)
-            return fail(hs, HVD_ERR_TRANSPORT, "poll() failed: %s",
-                        strerror(errno));
+            return hs_fail(hs, HVD_ERR_TRANSPORT, "poll() failed: %s",
+                           strerror(errno));
     }
 }

@@ -24,10 +24,10 @@ static int depth(hvd_vdev_why why) {
     }
 }
 
-static void say(char *why, size_t whylen, const char *fmt, ...)
+static void set_why(char *why, size_t whylen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void say(char *why, size_t whylen, const char *fmt, ...) {
+static void set_why(char *why, size_t whylen, const char *fmt, ...) {
     va_list ap;
 
     va_start(ap, fmt);
@@ -71,7 +71,8 @@ static hvd_vdev_why pick_gid(const hvd_ibv_seam *seam, const hvd_vdev_cfg *cfg,
             seam->query_gid_ex(d->ctx, (uint32_t)d->port,
                                (uint32_t)cfg->gid_index, &e) != 0 ||
             gid_zero(&e.gid)) {
-            say(why, whylen,
+            set_why(
+                why, whylen,
                 "HVD_IB_GID_INDEX=%d: %s port %d has no GID at that index "
                 "(its table has %d entries; list them with `ibv_devinfo -v`)",
                 cfg->gid_index, d->name, d->port, pa->gid_tbl_len);
@@ -103,11 +104,11 @@ static hvd_vdev_why pick_gid(const hvd_ibv_seam *seam, const hvd_vdev_cfg *cfg,
         }
     }
     if (best < 0) {
-        say(why, whylen,
-            "%s port %d (RoCE) has no GID: its network interface has no IP "
-            "address; give it one, or choose another port with "
-            "HVD_IB_DEVICE/HVD_IB_PORT",
-            d->name, d->port);
+        set_why(why, whylen,
+                "%s port %d (RoCE) has no GID: its network interface has no IP "
+                "address; give it one, or choose another port with "
+                "HVD_IB_DEVICE/HVD_IB_PORT",
+                d->name, d->port);
         return HVD_VDEV_NO_GID;
     }
     d->gid_index = best;
@@ -128,21 +129,21 @@ static hvd_vdev_why try_device(const hvd_ibv_seam *seam, struct ibv_device *dev,
     snprintf(d->name, sizeof(d->name), "%s", seam->get_device_name(dev));
     d->ctx = seam->open_device(dev);
     if (d->ctx == NULL) {
-        say(why, whylen, "ibv_open_device(%s) failed: %s", d->name,
-            strerror(errno ? errno : EIO));
+        set_why(why, whylen, "ibv_open_device(%s) failed: %s", d->name,
+                strerror(errno ? errno : EIO));
         return HVD_VDEV_OPEN_FAILED;
     }
     err = seam->query_device(d->ctx, &d->attr);
     if (err != 0) {
-        say(why, whylen, "ibv_query_device(%s) failed: %s", d->name,
-            strerror(err));
+        set_why(why, whylen, "ibv_query_device(%s) failed: %s", d->name,
+                strerror(err));
         r = HVD_VDEV_OPEN_FAILED;
         goto close_ctx;
     }
     if (cfg->port > 0) {
         if (cfg->port > d->attr.phys_port_cnt) {
-            say(why, whylen, "HVD_IB_PORT=%d: %s has %d port(s)", cfg->port,
-                d->name, d->attr.phys_port_cnt);
+            set_why(why, whylen, "HVD_IB_PORT=%d: %s has %d port(s)", cfg->port,
+                    d->name, d->attr.phys_port_cnt);
             r = HVD_VDEV_NO_PORT;
             goto close_ctx;
         }
@@ -182,7 +183,8 @@ static hvd_vdev_why try_device(const hvd_ibv_seam *seam, struct ibv_device *dev,
         }
     }
     if (r == HVD_VDEV_PORT_DOWN)
-        say(why, whylen,
+        set_why(
+            why, whylen,
             "no active RDMA port (%s): check the link with `ibv_devinfo`, "
             "or choose another device or port with HVD_IB_DEVICE/HVD_IB_PORT",
             ports[0] ? ports : d->name);
@@ -207,11 +209,11 @@ hvd_vdev_why hvd_vdev_open(const hvd_ibv_seam *seam, const hvd_vdev_cfg *cfg,
     if (list == NULL || n <= 0) {
         if (list != NULL)
             seam->free_device_list(list);
-        say(why, whylen, "no RDMA device found (ibv_get_device_list: %s%s)",
-            list == NULL && err != 0 ? strerror(err) : "no devices",
-            list == NULL && err == ENOSYS
-                ? ": the kernel has no RDMA device or driver loaded"
-                : "");
+        set_why(why, whylen, "no RDMA device found (ibv_get_device_list: %s%s)",
+                list == NULL && err != 0 ? strerror(err) : "no devices",
+                list == NULL && err == ENOSYS
+                    ? ": the kernel has no RDMA device or driver loaded"
+                    : "");
         return HVD_VDEV_NO_DEVICE;
     }
     for (int i = 0; i < n; i++)
@@ -222,9 +224,9 @@ hvd_vdev_why hvd_vdev_open(const hvd_ibv_seam *seam, const hvd_vdev_cfg *cfg,
             found = strcmp(seam->get_device_name(list[i]), cfg->device) == 0;
         if (!found) {
             seam->free_device_list(list);
-            say(why, whylen,
-                "HVD_IB_DEVICE=%s: no such RDMA device (found: %s)",
-                cfg->device, names);
+            set_why(why, whylen,
+                    "HVD_IB_DEVICE=%s: no such RDMA device (found: %s)",
+                    cfg->device, names);
             return HVD_VDEV_NO_SUCH_DEVICE;
         }
     }
