@@ -15,8 +15,8 @@
  * An asynchronous kernel hands the tensors' memory to libhvd's _async call
  * and returns; libhvd calls back (hvd_on_done) on its engine thread when
  * the operation has finished, and the callback ends the kernel
- * (through python/tensorflow/keep_done.cc). TensorFlow's executor runs other
- * ops meanwhile, so every gradient of a step is in flight at once and the
+ * (through python/hvd/tensorflow/_ops/keep_done.cc). TensorFlow's executor runs
+ * other ops meanwhile, so every gradient of a step is in flight at once and the
  * engine fuses them. Work that is more than a few instructions (the second
  * step of an allgather or an alltoall, copying a padded allgather into
  * place) is not done on the engine thread but on this library's one helper
@@ -43,9 +43,9 @@ typedef struct TF_ShapeInferenceContext TF_ShapeInferenceContext;
 #include <stdlib.h>
 #include <string.h>
 
-/* python/tensorflow/keep_done.cc: the kernel's completion, kept past the
- * compute function (TensorFlow's C API gives a pointer that dies with
- * it). */
+/* python/hvd/tensorflow/_ops/keep_done.cc: the kernel's completion, kept past
+ * the compute function (TensorFlow's C API gives a pointer that dies with it).
+ */
 void *hvd_tf_keep_done(void *done);
 void hvd_tf_run_done(void *kept);
 /* device_sync.cc: waits for the kernel's GPU stream (0), or -1 and why. */

@@ -1,4 +1,4 @@
-# The TensorFlow op library (python/tensorflow/hvd_tf_ops.c) that
+# The TensorFlow op library (python/hvd/tensorflow/_ops/hvd_tf_ops.c) that
 # hvd.tensorflow loads: built when HVD_TF_PYTHON imports TensorFlow, against
 # that TensorFlow's headers and library (tf.sysconfig). Included by the
 # top-level CMakeLists.txt; sets HVD_WITH_TENSORFLOW and HVD_TF_NOTE.
