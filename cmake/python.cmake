@@ -44,9 +44,12 @@ file(RELATIVE_PATH HVD_PY_LIBDIR "${hvd_abs_HVD_PYTHON_INSTALL_DIR}/hvd"
      "${hvd_abs_CMAKE_INSTALL_LIBDIR}")
 file(WRITE ${CMAKE_BINARY_DIR}/python/_install.py
      "# Written by cmake --install: the folder of libhvd, relative to this package.\nLIBDIR = \"${HVD_PY_LIBDIR}\"\n")
+# The package's .py files; not the TensorFlow op library's sources
+# (hvd/tensorflow/_ops), which are built into libhvd_tensorflow.so.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/hvd
         DESTINATION ${HVD_PYTHON_INSTALL_DIR}
-        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE
+        PATTERN "_ops" EXCLUDE)
 install(FILES ${CMAKE_BINARY_DIR}/python/_install.py
         DESTINATION ${HVD_PYTHON_INSTALL_DIR}/hvd)
 message(STATUS "Python package: ${HVD_PYTHON_INSTALL_DIR}/hvd, tests with ${HVD_PYTHON}")

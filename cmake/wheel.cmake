@@ -1,7 +1,9 @@
 # The wheel's layout, when pip builds hvd through scikit-build-core
 # (pyproject.toml; SKBUILD is set). Included by the top-level
 # CMakeLists.txt instead of the system install rules:
-# - the hvd package at the root of the wheel's platlib (site-packages);
+# - the hvd package at the root of the wheel's platlib (site-packages): its
+#   .py files only (the TensorFlow op library's sources, hvd/tensorflow/_ops,
+#   are built into libhvd_tensorflow.so, not shipped; the sdist has them);
 # - libhvd inside it, as hvd/libhvd.so, which the package loads first
 #   (python/hvd/_lib.py), so no loader path is needed;
 # - hvdrun, hvd-bench and hvd-tune in the scripts folder, which pip puts
@@ -9,7 +11,8 @@
 # The tools link the static library, so they need no libhvd beside them.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/hvd
         DESTINATION ${SKBUILD_PLATLIB_DIR}
-        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE
+        PATTERN "_ops" EXCLUDE)
 install(FILES $<TARGET_FILE:hvd> DESTINATION ${SKBUILD_PLATLIB_DIR}/hvd
         RENAME libhvd.so)
 install(TARGETS hvdrun hvd-bench hvd-tune

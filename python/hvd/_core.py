@@ -499,13 +499,12 @@ def _wait_c(h):
     L.check(L.lib().hvd_wait(h))
 
 
-def _c_op(op, spec, what, ps=0):
+def _c_op(op, spec, what):
     """The hvd_op for op on spec's dtype: a bool travels as uint8, where
-    max is logical or and min logical and."""
-    if op == Adasum and _members(ps) & (_members(ps) - 1):
-        # Horovod's words.
-        raise NotImplementedError("Running Adasum with non-power of 2 ranks "
-                                  "is not supported yet.")
+    max is logical or and min logical and. (What Adasum needs, a
+    power-of-two number of ranks and a floating dtype, libhvd checks: its
+    sentence is the UnsupportedError's, a NotImplementedError as Horovod
+    raises.)"""
     if not spec.is_bool:
         return op
     if op in (Sum, Max):
@@ -528,9 +527,8 @@ class _Reduce:
 
     __slots__ = ("x", "spec", "buf", "send", "out", "count")
 
-    def __init__(self, B, x, pre, inplace, what):
-        spec = B.spec(x, what)
-        _check_scale(spec, pre, 1, what)
+    def __init__(self, B, x, spec, pre, inplace, what):
+        """spec is B.spec(x), its factors checked by the caller."""
         if inplace:
             B.check_writable(x, what)
         self.x, self.spec, self.count = x, spec, B.numel(x)
@@ -566,9 +564,9 @@ def allreduce_async(B, x, name, op, pre, post, inplace, ps=0):
     what = "hvd.allreduce" + ("_" if inplace else "")
     x = B.input(x, inplace, what)
     spec = B.spec(x, what)
-    cop = _c_op(op, spec, what, ps)
+    cop = _c_op(op, spec, what)
     _check_scale(spec, pre, post, what)
-    r = _Reduce(B, x, pre, inplace, what)
+    r = _Reduce(B, x, spec, pre, inplace, what)
     B.ready((x, r.buf))
     h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
                      r.spec.code, cop, tuple(B.shape(x)), ps)
@@ -582,12 +580,14 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace, ps=0):
     xs = [B.input(x, inplace, what) for x in xs]
     if not xs:
         raise ValueError("%s: needs at least one tensor" % what)
-    keys = []
+    specs, keys = [], []
     for x in xs:
         spec = B.spec(x, what)
         _check_scale(spec, pre, post, what)
-        keys.append((spec.code, _c_op(op, spec, what, ps)))
-    parts = [_Reduce(B, x, pre, inplace, what) for x in xs]
+        specs.append(spec)
+        keys.append((spec.code, _c_op(op, spec, what)))
+    parts = [_Reduce(B, x, spec, pre, inplace, what)
+             for x, spec in zip(xs, specs)]
     groups = {}
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
@@ -877,7 +877,7 @@ def reducescatter_async(B, x, name, op, pre, post, ps=0):
     what = "hvd.reducescatter"
     x = B.input(x, False, what)
     spec = B.spec(x, what)
-    cop = _c_op(op, spec, what, ps)
+    cop = _c_op(op, spec, what)
     _check_scale(spec, pre, post, what)
     _require_init(what)
     shape = tuple(B.shape(x))

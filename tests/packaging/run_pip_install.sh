@@ -51,6 +51,31 @@ else
 fi
 echo "pip install $tmp/src"
 timeout 900 "$pip" install -q "$tmp/src"
+# The installed package is Python and libraries: the TensorFlow op
+# library's sources (python/hvd/tensorflow/_ops) are not in it.
+pkg=$(echo "$tmp"/venv/lib/python*/site-packages/hvd)
+if find "$pkg" -name _ops -o -name '*.c' -o -name '*.cc' -o -name '*.h' \
+        -o -name '*.cmake' | grep .; then
+    echo "FAIL: the installed package holds sources (above)"
+    exit 1
+fi
+# The sdist, which pip builds a wheel from elsewhere, has them.
+if timeout 300 "$pip" install -q scikit-build-core >"$tmp/sk.log" 2>&1; then
+    (cd "$tmp/src" && "$tmp/venv/bin/python" -c \
+        "from scikit_build_core.build import build_sdist; build_sdist('$tmp/sdist')" \
+        >"$tmp/sdist.log" 2>&1) ||
+        { cat "$tmp/sdist.log"; echo "FAIL: no sdist"; exit 1; }
+    tar tzf "$tmp"/sdist/hvd-*.tar.gz >"$tmp/sdist.txt"
+    for f in ops.h register.c reduce.c allgather.c alltoall.c twostep.c \
+            glue.c keep_done.cc device_sync.cc tensorflow.cmake; do
+        grep -q "/python/hvd/tensorflow/_ops/$f\$" "$tmp/sdist.txt" ||
+            { echo "FAIL: the sdist lacks python/hvd/tensorflow/_ops/$f"; exit 1; }
+    done
+    echo "packaging: the sdist has the op library's sources, the installed package none"
+else
+    echo "packaging: could not install scikit-build-core: the sdist is not checked"
+    tail -3 "$tmp/sk.log"
+fi
 
 cat >"$tmp/job.py" <<'PY'
 import os

@@ -2,8 +2,10 @@
 ranks: every op and dtype, in place and out of place, exact results."""
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -280,8 +282,32 @@ def test_objects():
 
 
 def test_barrier():
-    hvd.barrier()
-    hvd.barrier()
+    """What every rank writes before a barrier, every rank reads after it:
+    in each round each rank writes the round's number into its own file
+    (in a folder rank 0 makes), and after the barrier finds that number in
+    every rank's file; a second barrier keeps the next round's writes after
+    every rank's reads. A barrier that let a rank through early would show
+    it an earlier round's number (or no file)."""
+    r, n = hvd.rank(), hvd.size()
+    folder = hvd.broadcast_object(
+        tempfile.mkdtemp(prefix="hvd-barrier-") if r == 0 else None,
+        root_rank=0, name="barrier.folder")
+    try:
+        for k in range(3):
+            mine = os.path.join(folder, "rank%d" % r)
+            with open(mine + ".tmp", "w") as f:
+                f.write(str(k))
+            os.replace(mine + ".tmp", mine)  # whole, as the others read it
+            assert hvd.barrier() is None
+            seen = []
+            for q in range(n):
+                with open(os.path.join(folder, "rank%d" % q)) as f:
+                    seen.append(int(f.read()))
+            assert seen == [k] * n, (k, seen)
+            hvd.barrier()
+    finally:
+        if r == 0:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_mismatch_raises_runtime_error():

@@ -779,12 +779,16 @@ def test_sparse_gradients(dense):
                                    torch.float64], ids=dname)
 def test_adasum(dtype):
     """op=hvd.Adasum: equal tensors give themselves, orthogonal ones their
-    sum (both exact); not a power of two of ranks: Horovod's
-    NotImplementedError; reducescatter refuses it (RuntimeError)."""
+    sum (both exact); not a power of two of ranks: NotImplementedError
+    (as Horovod's) with libhvd's sentence; reducescatter refuses it
+    (RuntimeError)."""
     r, n = hvd.rank(), hvd.size()
     if n & (n - 1):
-        with pytest.raises(NotImplementedError, match="power of 2"):
+        with pytest.raises(NotImplementedError,
+                           match="power-of-two number of ranks") as e:
             hvd.allreduce(torch.ones(3, dtype=dtype), op=hvd.Adasum)
+        assert isinstance(e.value, hvd.UnsupportedError)
+        assert "this job has %d" % n in str(e.value)
         return
     x = (torch.arange(6) % 5 - 2).to(dtype)
     same(hvd.allreduce(x, op=hvd.Adasum, name="ad.eq.%s" % dname(dtype)), x)

@@ -39,7 +39,7 @@ def copy_tree(src, dst):
                 if not os.path.isdir(os.path.join(folder, n)) and
                 not n.endswith(SOURCES)]
 
-    for top in ("transport", "collectives", "gpu", "api", "python/tensorflow",
+    for top in ("transport", "collectives", "gpu", "api",
                 "python/hvd/tensorflow"):
         if os.path.isdir(os.path.join(src, top)):
             shutil.copytree(os.path.join(src, top), os.path.join(dst, top),

@@ -7,10 +7,10 @@
     opt = hvd.DistributedOptimizer(opt)                 # TF1 (tf.compat.v1)
     hooks = [hvd.BroadcastGlobalVariablesHook(0)]
 
-The collectives are TensorFlow ops (python/tensorflow/hvd_tf_ops.c),
-asynchronous kernels over libhvd; they run eagerly, in tf.function and in
-TF1 graphs. docs/tensorflow.md lists what is there and what differs from
-Horovod.
+The collectives are TensorFlow ops (the op library built from
+python/hvd/tensorflow/_ops/), asynchronous kernels over libhvd; they run
+eagerly, in tf.function and in TF1 graphs. docs/tensorflow.md lists what is
+there and what differs from Horovod.
 """
 
 import tensorflow as tf

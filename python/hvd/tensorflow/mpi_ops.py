@@ -1,5 +1,6 @@
-"""The TensorFlow ops of libhvd_tensorflow.so (python/tensorflow/hvd_tf_ops.c)
-and their Python faces, with horovod.tensorflow.mpi_ops' names.
+"""The TensorFlow ops of libhvd_tensorflow.so (built from
+python/hvd/tensorflow/_ops/) and their Python faces, with
+horovod.tensorflow.mpi_ops' names.
 
 The ops are asynchronous TensorFlow kernels: each hands its tensors' memory
 to libhvd and completes when libhvd calls back, so TensorFlow runs other

@@ -1,5 +1,5 @@
-# The TensorFlow op library (python/tensorflow/hvd_tf_ops.c) that
-# hvd.tensorflow loads: built when HVD_TF_PYTHON imports TensorFlow, against
+# The TensorFlow op library (python/hvd/tensorflow/_ops/, its files listed in
+# ops.h) that hvd.tensorflow loads: built when HVD_TF_PYTHON imports TensorFlow, against
 # that TensorFlow's headers and library (tf.sysconfig). Included by the
 # top-level CMakeLists.txt; sets HVD_WITH_TENSORFLOW and HVD_TF_NOTE.
 #
@@ -52,7 +52,12 @@ elseif(HVD_ENABLE_TENSORFLOW)
     # (device_sync.cc, with TensorFlow's own compile flags).
     enable_language(CXX)
     add_library(hvd_tensorflow SHARED
-                ${CMAKE_CURRENT_LIST_DIR}/hvd_tf_ops.c
+                ${CMAKE_CURRENT_LIST_DIR}/register.c
+                ${CMAKE_CURRENT_LIST_DIR}/reduce.c
+                ${CMAKE_CURRENT_LIST_DIR}/allgather.c
+                ${CMAKE_CURRENT_LIST_DIR}/alltoall.c
+                ${CMAKE_CURRENT_LIST_DIR}/twostep.c
+                ${CMAKE_CURRENT_LIST_DIR}/glue.c
                 ${CMAKE_CURRENT_LIST_DIR}/keep_done.cc
                 ${CMAKE_CURRENT_LIST_DIR}/device_sync.cc)
     set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/device_sync.cc
@@ -60,7 +65,8 @@ elseif(HVD_ENABLE_TENSORFLOW)
       "-std=c++17;-D_GLIBCXX_USE_CXX11_ABI=1;-DEIGEN_MAX_ALIGN_BYTES=64")
     target_include_directories(hvd_tensorflow SYSTEM PRIVATE ${HVD_TF_INCLUDE})
     target_include_directories(hvd_tensorflow PRIVATE
-                               ${HVD_PUBLIC_INCLUDE_DIRS})
+                               ${HVD_PUBLIC_INCLUDE_DIRS}
+                               ${CMAKE_SOURCE_DIR})
     target_link_libraries(hvd_tensorflow PRIVATE ${HVD_TF_FRAMEWORK}
                           Threads::Threads)
     target_compile_options(hvd_tensorflow PRIVATE
