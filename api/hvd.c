@@ -367,7 +367,7 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
         if (step != NULL)
             snprintf(out, outlen, "%s/step/%zu", step,
                      g.job.cfg.step_carry_bytes);
-        else if (plan.algo == HVD_ALGO_AUTO)
+        else if (plan.algo == HVD_ALGO_LOCAL)
             snprintf(out, outlen, "local");
         else if (own != NULL)
             snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),

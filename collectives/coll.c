@@ -54,7 +54,7 @@ void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
     out->comm = comm;
     out->chunk = comm->cfg.chunk_bytes;
     if (comm->size == 1) {
-        out->algo = HVD_ALGO_AUTO;
+        out->algo = HVD_ALGO_LOCAL;
         return;
     }
     if (comm->paths != NULL) {
@@ -83,7 +83,7 @@ void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
 }
 
 const char *hvd_plan_transport(const hvd_plan *plan) {
-    if (plan->algo == HVD_ALGO_AUTO)
+    if (plan->algo == HVD_ALGO_LOCAL)
         return "local";
     if (plan->algo == HVD_ALGO_HIER)
         return plan->comm->paths->hier_name;
@@ -174,8 +174,7 @@ static hvd_status hier_allreduce(hvd_comm *world, const void *sendbuf,
 
 static void note(hvd_comm *comm, const hvd_plan *plan, const char *what,
                  size_t bytes) {
-    comm->last_path =
-        plan->algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan->algo);
+    comm->last_path = hvd_algo_name(plan->algo);
     comm->last_transport = hvd_plan_transport(plan);
     HVD_DEBUG("coll", "%s of %zu bytes: %s/%s, chunk %zu", what, bytes,
               comm->last_transport, comm->last_path, plan->chunk);
@@ -187,7 +186,7 @@ hvd_status hvd_coll_allreduce_planned(const hvd_plan *plan, const void *sendbuf,
     size_t bytes = count * hvd_dtype_size(dtype);
 
     note(plan->base, plan, "allreduce", bytes);
-    if (plan->algo == HVD_ALGO_AUTO) {
+    if (plan->algo == HVD_ALGO_LOCAL) {
         /* One rank: the average of one is itself. */
         hvd_comm_copy(plan->base, recvbuf, sendbuf, bytes);
         return HVD_OK;
@@ -216,7 +215,7 @@ hvd_status hvd_coll_broadcast_planned(const hvd_plan *plan, void *buf,
 
     note(plan->base, plan, "broadcast", bytes);
     switch (plan->algo) {
-    case HVD_ALGO_AUTO:
+    case HVD_ALGO_LOCAL:
         return HVD_OK;
     case HVD_ALGO_NATIVE:
         return c->tp->ops->broadcast(c->tp, buf, count, dtype, root);
@@ -245,7 +244,7 @@ hvd_status hvd_coll_allgather_planned(const hvd_plan *plan, const void *sendbuf,
     hvd_comm *c = plan->comm;
 
     note(plan->base, plan, "allgather", bytes * (size_t)plan->base->size);
-    if (plan->algo == HVD_ALGO_AUTO) {
+    if (plan->algo == HVD_ALGO_LOCAL) {
         hvd_comm_copy(plan->base, recvbuf, sendbuf, bytes);
         return HVD_OK;
     }

@@ -54,8 +54,8 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                              size_t agreed_bytes);
 
 /* How a collective of bytes will run on comm (base): which communicator
- * (base itself, or one of its paths), algorithm (AUTO: one rank, nothing
- * to do) and chunk (the pipeline unit of the ring and chain algorithms,
+ * (base itself, or one of its paths), algorithm (LOCAL: one rank, nothing
+ * to send) and chunk (the pipeline unit of the ring and chain algorithms,
  * passed to them). Computed once per collective (hvd_coll_plan) and
  * carried to it (hvd_coll_*_planned), so that what a timeline shows is
  * what runs. */
@@ -206,7 +206,8 @@ int hvd_adasum_supports(int size, hvd_dtype dtype);
 hvd_status hvd_adasum_allreduce(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t count, hvd_dtype dtype);
 
-/* Which algorithm the selector takes for this call (never AUTO). */
+/* Which algorithm the selector takes for this call (never UNFORCED or
+ * LOCAL). */
 hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes);
 hvd_algo hvd_select_broadcast(const hvd_comm *comm, size_t bytes);
 

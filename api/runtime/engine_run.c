@@ -36,9 +36,8 @@ static const char *plan_args(const hvd_engine *eng, const hvd_plan *plan,
     snprintf(out, outlen,
              "\"transport\": \"%s\", \"algorithm\": \"%s\", "
              "\"chunk\": %zu, \"tensors\": %d, \"bytes\": %zu",
-             hvd_plan_transport(plan),
-             plan->algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan->algo),
-             plan->chunk, ntensors, bytes);
+             hvd_plan_transport(plan), hvd_algo_name(plan->algo), plan->chunk,
+             ntensors, bytes);
     return out;
 }
 
