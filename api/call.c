@@ -1,7 +1,8 @@
 /*
- * One call of the collectives (api/call.h): its set, the checks its
- * arguments share, its request, and handing it over (the job names it, the
- * engine decides once how it runs), then waiting.
+ * One call of the collectives (api/call.h): its set, locating its
+ * buffers, a shape's count, waiting. What the fast path of a blocking
+ * allreduce runs through (checking its buffers, its request, handing it
+ * over) is inline in api/call.h.
  */
 #include "api/call.h"
 
@@ -15,41 +16,20 @@
 
 hvd_status hvd_call_begin(hvd_call *c, const char *fn, const char *name, int ps,
                           hvd_call_mode mode) {
-    c->fn = fn;
-    c->name = name;
-    c->ps = 0;
-    c->mode = mode;
-    c->req = NULL;
+    hvd_call_start(c, fn, name, mode);
     if (ps != 0) {
         hvd_status st = hvd_job_pset(fn, name, ps, &c->ps_size, &c->ps_index);
         if (st != HVD_OK)
             return st;
         c->ps = ps;
-        return HVD_OK;
     }
-    c->ps_size = hvd_size() > 0 ? hvd_size() : 1;
-    c->ps_index = hvd_rank();
     return HVD_OK;
 }
 
-hvd_status hvd_call_check_buffers(const hvd_call *c, const void *sendbuf,
-                                  const void *recvbuf, size_t count,
-                                  hvd_dtype dtype) {
-    const char *fn = c->fn, *name = HVD_CALL_NAME(c->name);
-
-    if (!hvd_dtype_valid(dtype))
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "%s('%s'): dtype %d is not an hvd_dtype", fn, name,
-                             (int)dtype);
-    if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "%s('%s'): %s is NULL with count %zu", fn, name,
-                             sendbuf == NULL ? "sendbuf" : "recvbuf", count);
-    if (count > (SIZE_MAX / 2) / hvd_dtype_size(dtype))
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "%s('%s'): count %zu is too large", fn, name,
-                             count);
-    return HVD_OK;
+int hvd_call_size(const hvd_call *c) {
+    if (c->ps != 0)
+        return c->ps_size;
+    return hvd_size() > 0 ? hvd_size() : 1;
 }
 
 /* What the caller calls buffer k (0 send, 1 receive) of part i, for an
@@ -165,57 +145,10 @@ hvd_status hvd_call_shape_count(const hvd_call *c, int ndim,
     return HVD_OK;
 }
 
-hvd_status hvd_call_request(hvd_call *c, hvd_kind kind, int n) {
-    hvd_request *req;
-
-    /* A blocking call's request lives in the call; a join or an internal
-     * call, which the engine thread runs, has one on the heap as a
-     * handle's. */
-    if (c->mode != HVD_CALL_BLOCKING) {
-        req = hvd_request_new(n);
-    } else {
-        req = &c->own;
-        memset(req, 0, sizeof(*req));
-        if (hvd_request_setup(req, n) != 0)
-            req = NULL;
-    }
-    if (req == NULL)
-        return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory",
-                             c->fn, HVD_CALL_NAME(c->name));
-    req->desc.kind = kind;
-    req->desc.pset = c->ps;
-    req->will_wait = c->mode == HVD_CALL_BLOCKING;
-    c->req = req;
-    return HVD_OK;
-}
-
 hvd_status hvd_call_wait(const char *fn, hvd_handle h, int *last_rank) {
     char name[256];
     hvd_status st = hvd_engine_wait(h, last_rank, name, sizeof(name));
     if (st != HVD_OK)
         hvd_error_prefix("%s('%s') on rank %d: ", fn, name, hvd_rank());
-    return st;
-}
-
-hvd_status hvd_call_run(hvd_call *c, hvd_handle *out, int *last_rank) {
-    hvd_request *req = c->req;
-    int express = 0;
-    hvd_status st = hvd_job_submit(c->fn, c->name, req, &express);
-
-    if (st != HVD_OK) {
-        hvd_request_free(req);
-        return st;
-    }
-    if (c->mode == HVD_CALL_ASYNC) {
-        *out = req;
-        return HVD_OK;
-    }
-    if (!express)
-        return hvd_call_wait(c->fn, req, last_rank);
-    /* Taken by this thread: it runs the request to its end now. */
-    st = hvd_engine_express_run(req->eng, req);
-    if (st != HVD_OK)
-        hvd_error_prefix("%s('%s') on rank %d: ", c->fn, req->name, hvd_rank());
-    hvd_request_free(req);
     return st;
 }

@@ -393,8 +393,10 @@ static uint64_t unnamed_in_set(int ps, hvd_kind kind);
  * outlives its request). An unnamed one's name is written to shown. -1
  * when out of memory (under g.lock).
  */
-static int name_request(hvd_request *req, const char *name, char *shown,
-                        size_t shown_len) {
+/* Kept out of hvd_job_submit's fast path, for its buffers. */
+__attribute__((noinline)) static int name_request(hvd_request *req,
+                                                  const char *name, char *shown,
+                                                  size_t shown_len) {
     char key[96], *big = NULL;
     const char *use = name;
     int ps = req->desc.pset, rc;
@@ -422,12 +424,13 @@ static int name_request(hvd_request *req, const char *name, char *shown,
     return rc;
 }
 
-hvd_status hvd_job_submit(const char *fn, const char *name, hvd_request *req,
-                          int *express) {
+/* Under g.lock, what hvd_job_submit does besides naming a request by the
+ * caller's name in the job's set: a sentence (g.lock released) if the
+ * job is not initialized or naming req ran out of memory. */
+__attribute__((noinline)) static hvd_status
+name_other(const char *fn, const char *name, hvd_request *req) {
     char shown[64];
-    hvd_status st;
 
-    pthread_mutex_lock(&g.lock);
     if (!g.initialized) {
         pthread_mutex_unlock(&g.lock);
         return hvd_error_set(HVD_ERR_NOT_INITIALIZED,
@@ -439,6 +442,24 @@ hvd_status hvd_job_submit(const char *fn, const char *name, hvd_request *req,
         pthread_mutex_unlock(&g.lock);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory", fn,
                              name != NULL ? name : shown);
+    }
+    return HVD_OK;
+}
+
+hvd_status hvd_job_submit(const char *fn, const char *name, hvd_request *req,
+                          int *express) {
+    hvd_status st;
+
+    pthread_mutex_lock(&g.lock);
+    /* The common case: the caller's own name, in the job's set. */
+    if (!g.initialized || name == NULL || req->desc.pset != 0) {
+        st = name_other(fn, name, req);
+        if (st != HVD_OK)
+            return st;
+    } else if (hvd_request_name(req, name, !req->heap) != 0) {
+        pthread_mutex_unlock(&g.lock);
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory", fn,
+                             name);
     }
     /* The engine stays while the job's lock is held (hvd_shutdown takes
      * it), and, for an express request, until this thread lets go of it

@@ -31,45 +31,58 @@
 #define ASYNC HVD_CALL_ASYNC
 #define BLOCKING HVD_CALL_BLOCKING
 
+/* The arguments of a collective of one buffer (a broadcast's: send and
+ * recv the same), passed by address: the fast path copies them once. */
+typedef struct one_buf {
+    const void *send;
+    void *recv;
+    size_t count;
+    int ndim; /* with its shape (ndim >= 1), or without (0) */
+    const int64_t *shape;
+    hvd_dtype dtype;
+    hvd_op op;
+    int root;
+    hvd_handle *out;
+} one_buf;
+
 /*
- * One buffer of kind (allreduce, broadcast, allgather, reducescatter),
- * with its shape (ndim >= 1) or without (ndim 0): checked, located, made
- * the call's request and handed over. The caller has checked what is the
- * kind's own (op, root); the other kind's member is 0, as in a new
- * request. An allgather's count must also fit size times over in recvbuf.
+ * One buffer of kind (allreduce, broadcast, allgather, reducescatter):
+ * checked, located, made the call's request and handed over. The caller
+ * has checked what is the kind's own (op, root); the other kind's member
+ * is 0, as in a new request. An allgather's count must also fit size
+ * times over in recvbuf.
  */
-static hvd_status submit_one(hvd_call *c, hvd_kind kind, const void *sendbuf,
-                             void *recvbuf, size_t count, int ndim,
-                             const int64_t *shape, hvd_dtype dtype, hvd_op op,
-                             int root, hvd_handle *out) {
+static hvd_status submit_one(hvd_call *c, hvd_kind kind, const one_buf *a) {
+    size_t count = a->count;
+    hvd_dtype dtype = a->dtype;
     hvd_memtype mem = HVD_MEM_HOST;
-    hvd_status st = hvd_call_check_buffers(c, sendbuf, recvbuf, count, dtype);
+    hvd_status st = hvd_call_check_buffers(c, a->send, a->recv, count, dtype);
 
     if (st == HVD_OK && kind == HVD_KIND_ALLGATHER && hvd_size() > 0 &&
         count > (SIZE_MAX / 2) / hvd_dtype_size(dtype) / (size_t)hvd_size())
         st = hvd_error_set(HVD_ERR_INVALID_ARG,
                            "%s('%s'): count %zu times %d ranks is too large",
                            c->fn, NAME(c->name), count, hvd_size());
-    if (st == HVD_OK && c->mode == ASYNC && out == NULL)
+    if (st == HVD_OK && c->mode == ASYNC && a->out == NULL)
         st = hvd_error_set(HVD_ERR_INVALID_ARG, "%s('%s'): handle is NULL",
                            c->fn, NAME(c->name));
     if (st == HVD_OK)
-        st = hvd_call_locate(c, 1, &sendbuf, &recvbuf, &count, &mem);
+        st = hvd_call_locate(c, 1, &a->send, &a->recv, &a->count, &mem);
     if (st == HVD_OK)
         st = hvd_call_request(c, kind, 1);
     if (st != HVD_OK)
         return st;
     hvd_request *req = c->req;
     req->desc.dtype = dtype;
-    req->desc.op = op;
-    req->desc.root = root;
+    req->desc.op = a->op;
+    req->desc.root = a->root;
     req->desc.mem = mem;
-    req->send[0] = sendbuf;
-    req->recv[0] = recvbuf;
+    req->send[0] = a->send;
+    req->recv[0] = a->recv;
     req->counts[0] = count;
-    if (ndim > 0)
-        hvd_opdesc_set_shape(&req->desc, ndim, shape);
-    return hvd_call_run(c, out, NULL);
+    if (a->ndim > 0)
+        hvd_opdesc_set_shape(&req->desc, a->ndim, a->shape);
+    return hvd_call_run(c, a->out, NULL);
 }
 
 /* What Adasum needs (as Horovod's CPU Adasum): a power-of-two number of
@@ -77,16 +90,16 @@ static hvd_status submit_one(hvd_call *c, hvd_kind kind, const void *sendbuf,
 static hvd_status adasum_check(const hvd_call *c, const void *sendbuf,
                                size_t count, hvd_dtype dtype) {
     const char *fn = c->fn, *name = NAME(c->name);
+    int size = hvd_call_size(c);
     hvd_meminfo mi;
 
-    if (!hvd_adasum_supports(c->ps_size, HVD_FLOAT32))
+    if (!hvd_adasum_supports(size, HVD_FLOAT32))
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "%s('%s'): op=HVD_ADASUM runs on a power-of-two "
                              "number of ranks, and this %s has %d; use "
                              "HVD_AVERAGE",
-                             fn, name, c->ps ? "process set" : "job",
-                             c->ps_size);
-    if (!hvd_adasum_supports(c->ps_size, dtype))
+                             fn, name, c->ps ? "process set" : "job", size);
+    if (!hvd_adasum_supports(size, dtype))
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "%s('%s'): op=HVD_ADASUM reduces float16, "
                              "float32 and float64, not %s",
@@ -103,20 +116,17 @@ static hvd_status adasum_check(const hvd_call *c, const void *sendbuf,
 }
 
 /* An allreduce, with its shape (ndim >= 2) or without (ndim 0). */
-static hvd_status allreduce(hvd_call *c, const void *sendbuf, void *recvbuf,
-                            size_t count, int ndim, const int64_t *shape,
-                            hvd_dtype dtype, hvd_op op, hvd_handle *out) {
-    if (op == HVD_ADASUM) {
-        hvd_status st = adasum_check(c, sendbuf, count, dtype);
+static hvd_status allreduce(hvd_call *c, const one_buf *a) {
+    if (a->op == HVD_ADASUM) {
+        hvd_status st = adasum_check(c, a->send, a->count, a->dtype);
         if (st != HVD_OK)
             return st;
-    } else if (!hvd_op_valid(op)) {
+    } else if (!hvd_op_valid(a->op)) {
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "%s('%s'): op %d is not an hvd_op", c->fn,
-                             NAME(c->name), (int)op);
+                             NAME(c->name), (int)a->op);
     }
-    return submit_one(c, HVD_KIND_ALLREDUCE, sendbuf, recvbuf, count, ndim,
-                      shape, dtype, op, 0, out);
+    return submit_one(c, HVD_KIND_ALLREDUCE, a);
 }
 
 hvd_status hvd_submit_allreduce(int ps, hvd_call_mode mode, const char *name,
@@ -126,7 +136,8 @@ hvd_status hvd_submit_allreduce(int ps, hvd_call_mode mode, const char *name,
     hvd_call c;
 
     BEGIN(&c, "hvd_allreduce", name, ps, mode);
-    return allreduce(&c, sendbuf, recvbuf, count, 0, NULL, dtype, op, out);
+    return allreduce(
+        &c, &(one_buf){sendbuf, recvbuf, count, 0, NULL, dtype, op, 0, out});
 }
 
 hvd_status hvd_submit_allreduce_shaped(int ps, const char *name,
@@ -139,9 +150,10 @@ hvd_status hvd_submit_allreduce_shaped(int ps, const char *name,
 
     BEGIN(&c, "hvd_allreduce", name, ps, ASYNC);
     hvd_status st = hvd_call_shape_count(&c, ndim, shape, &count);
-    return st != HVD_OK ? st
-                        : allreduce(&c, sendbuf, recvbuf, count, ndim, shape,
-                                    dtype, op, out);
+    return st != HVD_OK
+               ? st
+               : allreduce(&c, &(one_buf){sendbuf, recvbuf, count, ndim, shape,
+                                          dtype, op, 0, out});
 }
 
 /*
@@ -239,8 +251,9 @@ static hvd_status broadcast(hvd_call *c, void *buf, size_t count, int ndim,
                              "set %d (the root is a rank of the job, as in "
                              "Horovod)",
                              c->fn, NAME(c->name), root, c->ps);
-    return submit_one(c, HVD_KIND_BROADCAST, buf, buf, count, ndim, shape,
-                      dtype, (hvd_op)0, root, out);
+    return submit_one(
+        c, HVD_KIND_BROADCAST,
+        &(one_buf){buf, buf, count, ndim, shape, dtype, (hvd_op)0, root, out});
 }
 
 hvd_status hvd_submit_broadcast(int ps, hvd_call_mode mode, const char *name,
@@ -273,8 +286,9 @@ hvd_status hvd_submit_allgather(int ps, hvd_call_mode mode, const char *name,
     hvd_call c;
 
     BEGIN(&c, "hvd_allgather", name, ps, mode);
-    return submit_one(&c, HVD_KIND_ALLGATHER, sendbuf, recvbuf, count, 0, NULL,
-                      dtype, (hvd_op)0, 0, out);
+    return submit_one(
+        &c, HVD_KIND_ALLGATHER,
+        &(one_buf){sendbuf, recvbuf, count, 0, NULL, dtype, (hvd_op)0, 0, out});
 }
 
 /* An alltoall's arguments beyond its buffers' own checks: the handle,
@@ -282,7 +296,7 @@ hvd_status hvd_submit_allgather(int ps, hvd_call_mode mode, const char *name,
 static hvd_status alltoall_counts(const hvd_call *c, size_t count,
                                   const size_t *sendcounts, hvd_handle *out) {
     const char *fn = c->fn, *name = NAME(c->name);
-    int p = c->ps_size;
+    int p = hvd_call_size(c);
     size_t sum = 0;
 
     if (c->mode == ASYNC && out == NULL)
@@ -313,7 +327,7 @@ hvd_status hvd_submit_alltoall(int ps, hvd_call_mode mode, const char *name,
     hvd_memtype mem = HVD_MEM_HOST, rmem = HVD_MEM_HOST;
 
     BEGIN(&c, "hvd_alltoall", name, ps, mode);
-    int p = c.ps_size;
+    int p = hvd_call_size(&c);
     hvd_status st = hvd_call_check_buffers(&c, sendbuf, sendbuf, count, dtype);
     if (st == HVD_OK)
         st = hvd_call_check_buffers(&c, recvbuf, recvbuf, recvcap, dtype);
@@ -385,8 +399,9 @@ static hvd_status reducescatter(hvd_call *c, const void *sendbuf, void *recvbuf,
                                  "reducescatter yet: pass host memory",
                                  fn, name);
     }
-    return submit_one(c, HVD_KIND_REDUCESCATTER, sendbuf, recvbuf, count, ndim,
-                      shape, dtype, op, 0, out);
+    return submit_one(
+        c, HVD_KIND_REDUCESCATTER,
+        &(one_buf){sendbuf, recvbuf, count, ndim, shape, dtype, op, 0, out});
 }
 
 hvd_status hvd_submit_reducescatter(int ps, hvd_call_mode mode,
@@ -428,8 +443,12 @@ hvd_status hvd_submit_barrier(int ps) {
 
 hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                          size_t count, hvd_dtype dtype, hvd_op op) {
-    return hvd_submit_allreduce(0, BLOCKING, name, sendbuf, recvbuf, count,
-                                dtype, op, NULL);
+    hvd_call c;
+
+    /* The fast path of a training loop: as few calls as it takes. */
+    hvd_call_start(&c, "hvd_allreduce", name, BLOCKING);
+    return allreduce(
+        &c, &(one_buf){sendbuf, recvbuf, count, 0, NULL, dtype, op, 0, NULL});
 }
 
 hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,

@@ -11,23 +11,17 @@ pthread_cond_t hvd_eng_cond = PTHREAD_COND_INITIALIZER;
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 
-int hvd_request_setup(hvd_request *req, int n) {
+int hvd_request_setup_n(hvd_request *req, int n) {
     req->n = n;
     req->slot = -1;
-    if (n == 1) {
-        req->send = &req->send1;
-        req->recv = &req->recv1;
-        req->counts = &req->count1;
-    } else {
-        req->send = calloc((size_t)n, sizeof(*req->send));
-        req->recv = calloc((size_t)n, sizeof(*req->recv));
-        req->counts = calloc((size_t)n, sizeof(*req->counts));
-        if (req->send == NULL || req->recv == NULL || req->counts == NULL) {
-            free(req->send);
-            free(req->recv);
-            free(req->counts);
-            return -1;
-        }
+    req->send = calloc((size_t)n, sizeof(*req->send));
+    req->recv = calloc((size_t)n, sizeof(*req->recv));
+    req->counts = calloc((size_t)n, sizeof(*req->counts));
+    if (req->send == NULL || req->recv == NULL || req->counts == NULL) {
+        free(req->send);
+        free(req->recv);
+        free(req->counts);
+        return -1;
     }
     req->desc.ncounts = (size_t)n;
     req->desc.counts = req->counts;
@@ -244,8 +238,10 @@ static int express_kind(const hvd_request *req) {
 }
 
 /* Puts req in the submission queue (under the lock): a sentence if the
- * engine failed or stops, or the name is in flight. */
-static hvd_status enqueue(hvd_engine *eng, hvd_request *req, int wake) {
+ * engine failed or stops, or the name is in flight. Kept out of
+ * hvd_engine_submit, whose express way is the fast path. */
+__attribute__((noinline)) static hvd_status
+enqueue(hvd_engine *eng, hvd_request *req, int wake) {
     if (eng->failed != HVD_OK)
         return hvd_error_set(eng->failed, "hvd failed earlier: %s",
                              eng->failmsg);
@@ -278,8 +274,7 @@ static hvd_status enqueue(hvd_engine *eng, hvd_request *req, int wake) {
 }
 
 hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express) {
-    int wake = !req->will_wait || !eng->cfg.caller_progress;
-    int fast = express_kind(req);
+    int fast = express_kind(req), wake;
     hvd_status st;
 
     req->state = REQ_NEW;
@@ -303,6 +298,7 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express) {
         *express = 1;
         return HVD_OK;
     }
+    wake = !req->will_wait || !eng->cfg.caller_progress;
     st = enqueue(eng, req, wake);
     pthread_mutex_unlock(&hvd_eng_lock);
     if (st == HVD_OK && wake && eng->tp != NULL)

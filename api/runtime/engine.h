@@ -106,8 +106,21 @@ typedef struct hvd_request {
 } hvd_request;
 
 /* Sets up a zeroed request for n buffers (n >= 1; arrays of its own
- * beyond one). -1 when out of memory (nothing to free then). */
-int hvd_request_setup(hvd_request *req, int n);
+ * beyond one). -1 when out of memory (nothing to free then). Inline for
+ * one buffer: a blocking call's fast path. */
+int hvd_request_setup_n(hvd_request *req, int n);
+static inline int hvd_request_setup(hvd_request *req, int n) {
+    if (n != 1)
+        return hvd_request_setup_n(req, n);
+    req->n = 1;
+    req->slot = -1;
+    req->send = &req->send1;
+    req->recv = &req->recv1;
+    req->counts = &req->count1;
+    req->desc.ncounts = 1;
+    req->desc.counts = req->counts;
+    return 0;
+}
 /* A request on the heap for n buffers (hvd_request_setup), NULL when out
  * of memory. */
 hvd_request *hvd_request_new(int n);
