@@ -76,11 +76,40 @@ static hvd_status check_device(const hvd_call *c, const hvd_meminfo *first,
     return HVD_OK;
 }
 
+/* The sentence of buffers in different memory: buffer k of part i is mi,
+ * unlike the first one (k0 of part i0, first). Kept out of the fast path,
+ * for its buffers. */
+__attribute__((noinline)) static hvd_status
+mixed_memory(const hvd_call *c, int n, int same, int i0, int k0,
+             const hvd_meminfo *first, int i, int k, const hvd_meminfo *mi) {
+    char first_what[32], what[32], a[64], b[64];
+
+    hvd_mem_describe(first, a, sizeof(a));
+    hvd_mem_describe(mi, b, sizeof(b));
+    return hvd_error_set(
+        HVD_ERR_INVALID_ARG,
+        "%s('%s'): %s is %s but %s is %s: the buffers of one operation must "
+        "all be host memory or all on this rank's GPU",
+        c->fn, HVD_CALL_NAME(c->name),
+        buffer_label(n, same, i0, k0, first_what, sizeof(first_what)), a,
+        buffer_label(n, same, i, k, what, sizeof(what)), b);
+}
+
+/* check_device for the first buffer (k0 of part i0). */
+__attribute__((noinline)) static hvd_status
+check_device_of(const hvd_call *c, int n, int same, int i0, int k0,
+                const hvd_meminfo *first) {
+    char first_what[32];
+
+    return check_device(
+        c, first,
+        buffer_label(n, same, i0, k0, first_what, sizeof(first_what)));
+}
+
 hvd_status hvd_call_locate(const hvd_call *c, int n, const void *const *send,
                            void *const *recv, const size_t *counts,
                            hvd_memtype *mem_out) {
     hvd_meminfo first = {HVD_MEM_HOST, -1, 0}, mi;
-    char first_what[32] = "", what[32], a[64], b[64];
     int first_i = -1, first_k = 0, same = n == 1 && send[0] == recv[0];
 
     for (int i = 0; i < n; i++) {
@@ -93,25 +122,13 @@ hvd_status hvd_call_locate(const hvd_call *c, int n, const void *const *send,
                 first_i = i;
                 first_k = k;
             } else if (mi.type != first.type || mi.device != first.device) {
-                hvd_mem_describe(&first, a, sizeof(a));
-                hvd_mem_describe(&mi, b, sizeof(b));
-                return hvd_error_set(
-                    HVD_ERR_INVALID_ARG,
-                    "%s('%s'): %s is %s but %s is %s: the buffers of one "
-                    "operation must all be host memory or all on this "
-                    "rank's GPU",
-                    c->fn, HVD_CALL_NAME(c->name),
-                    buffer_label(n, same, first_i, first_k, first_what,
-                                 sizeof(first_what)),
-                    a, buffer_label(n, same, i, k, what, sizeof(what)), b);
+                return mixed_memory(c, n, same, first_i, first_k, &first, i, k,
+                                    &mi);
             }
         }
     }
     if (first.type == HVD_MEM_DEVICE) {
-        hvd_status st =
-            check_device(c, &first,
-                         buffer_label(n, same, first_i, first_k, first_what,
-                                      sizeof(first_what)));
+        hvd_status st = check_device_of(c, n, same, first_i, first_k, &first);
         if (st != HVD_OK)
             return st;
     }

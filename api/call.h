@@ -120,7 +120,7 @@ static inline hvd_status hvd_call_request(hvd_call *c, hvd_kind kind, int n) {
         req = hvd_request_new(n);
     } else {
         req = &c->own;
-        memset(req, 0, sizeof(*req));
+        memset(req, 0, HVD_REQUEST_ZEROED);
         if (hvd_request_setup(req, n) != 0)
             req = NULL;
     }

@@ -445,10 +445,14 @@ hvd_status hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                          size_t count, hvd_dtype dtype, hvd_op op) {
     hvd_call c;
 
-    /* The fast path of a training loop: as few calls as it takes. */
+    one_buf a = {sendbuf, recvbuf, count, 0, NULL, dtype, op, 0, NULL};
+
+    /* The fast path of a training loop: as few calls as it takes (an op
+     * that is not a plain valid one goes through allreduce's checks). */
     hvd_call_start(&c, "hvd_allreduce", name, BLOCKING);
-    return allreduce(
-        &c, &(one_buf){sendbuf, recvbuf, count, 0, NULL, dtype, op, 0, NULL});
+    if (op == HVD_ADASUM || !hvd_op_valid(op))
+        return allreduce(&c, &a);
+    return submit_one(&c, HVD_KIND_ALLREDUCE, &a);
 }
 
 hvd_status hvd_allreduce_async(const char *name, const void *sendbuf,

@@ -281,7 +281,6 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express) {
     req->slot = -1;
     req->next = NULL;
     req->eng = eng;
-    *express = 0;
     pthread_mutex_lock(&hvd_eng_lock);
     if (fast && express_free(eng)) {
         /* The express way (docs/design.md, "Who runs the engine"): this
@@ -298,6 +297,7 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express) {
         *express = 1;
         return HVD_OK;
     }
+    *express = 0;
     wake = !req->will_wait || !eng->cfg.caller_progress;
     st = enqueue(eng, req, wake);
     pthread_mutex_unlock(&hvd_eng_lock);

@@ -71,11 +71,6 @@ typedef struct hvd_request {
     uint64_t *counts;
     hvd_engine_fn fn; /* HVD_KIND_CALL */
     void *fn_arg;
-    /* Storage for a single buffer, so that the common case allocates once. */
-    const void *send1;
-    void *recv1;
-    uint64_t count1;
-    char name1[48]; /* a name that fits (most do), instead of a copy */
     int heap;       /* hvd_request_new's: freed with its parts */
     int name_owned; /* name is a copy of its own (too long for name1) */
     /* An alltoall: recv[0] holds recv_cap elements; what came from each
@@ -103,11 +98,25 @@ typedef struct hvd_request {
     hvd_status status;
     char *error;
     int last_rank; /* join */
+
+    /* Storage for a single buffer, so that the common case allocates once
+     * (a barrier's count is this zero). */
+    const void *send1;
+    void *recv1;
+    uint64_t count1;
+    /* A name that fits (most do), instead of a copy. Last: a request set
+     * up in a call's frame is zeroed up to here only (HVD_REQUEST_ZEROED),
+     * as nothing reads it before the request is named. */
+    char name1[48];
 } hvd_request;
 
-/* Sets up a zeroed request for n buffers (n >= 1; arrays of its own
- * beyond one). -1 when out of memory (nothing to free then). Inline for
- * one buffer: a blocking call's fast path. */
+/* The bytes of a request that start zeroed (hvd_request_setup). */
+#define HVD_REQUEST_ZEROED offsetof(hvd_request, name1)
+
+/* Sets up a request, zeroed (its first HVD_REQUEST_ZEROED bytes at least), for
+ * n buffers (n >= 1; arrays of its own beyond one). -1 when out of memory
+ * (nothing to free then). Inline for one buffer: a blocking call's fast path.
+ */
 int hvd_request_setup_n(hvd_request *req, int n);
 static inline int hvd_request_setup(hvd_request *req, int n) {
     if (n != 1)
