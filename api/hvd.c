@@ -326,7 +326,7 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
         if (step != NULL)
             snprintf(out, outlen, "%s/step/%zu", step,
                      g.job.cfg.step_carry_bytes);
-        else if (plan.algo == HVD_ALGO_AUTO)
+        else if (plan.algo == HVD_ALGO_LOCAL)
             snprintf(out, outlen, "local");
         else if (own != NULL)
             snprintf(out, outlen, "%s/%s/%zu", hvd_plan_transport(&plan),
@@ -345,16 +345,51 @@ hvd_status hvd_path(const char *collective, size_t bytes, hvd_dtype dtype,
 static uint64_t unnamed_in_set(int ps, hvd_kind kind);
 
 /*
- * Builds a request of kind for n buffers. A NULL name gets
- * "hvd.<kind>.<k>" for the k-th unnamed operation of its kind, which
- * matches the k-th of every rank. The caller fills in the rest.
+ * The name req is known by: the caller's, or "hvd.<kind>.<k>" for the
+ * k-th unnamed operation of its kind (in its set), which matches the k-th
+ * of every rank (of the set); in a set, "<name> (process set <ps>)" (names
+ * are the set's own). A blocking call's own name is borrowed (the call
+ * outlives its request). An unnamed one's name is written to shown. -1
+ * when out of memory (under g.lock).
  */
-hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
-                           int ps, int n, hvd_request **req_out) {
-    char auto_name[64], *key = NULL;
-    hvd_request *req;
+/* Kept out of hvd_job_submit's fast path, for its buffers. */
+__attribute__((noinline)) static int name_request(hvd_request *req,
+                                                  const char *name, char *shown,
+                                                  size_t shown_len) {
+    char key[96], *big = NULL;
+    const char *use = name;
+    int ps = req->desc.pset, rc;
 
-    pthread_mutex_lock(&g.lock);
+    if (name == NULL) {
+        /* A set's members count its unnamed operations among themselves. */
+        hvd_kind kind = req->desc.kind;
+        uint64_t k = ps == 0 ? g.unnamed[kind]++ : unnamed_in_set(ps, kind);
+        snprintf(shown, shown_len, "hvd.%s.%llu", hvd_kind_name(kind),
+                 (unsigned long long)k);
+        use = shown;
+    }
+    if (ps != 0) {
+        /* Names are per set (as in Horovod): the set is part of the key
+         * the ranks match requests by. */
+        size_t len = strlen(use) + 32;
+        char *dst = len <= sizeof(key) ? key : (big = malloc(len));
+        if (dst == NULL)
+            return -1;
+        snprintf(dst, len, "%s (process set %d)", use, ps);
+        use = dst;
+    }
+    rc = hvd_request_name(req, use, use == name && !req->heap);
+    free(big);
+    return rc;
+}
+
+/* Under g.lock, what hvd_job_submit does besides naming a request by the
+ * caller's name in the job's set: a sentence (g.lock released) if the
+ * job is not initialized or naming req ran out of memory. */
+__attribute__((noinline)) static hvd_status
+name_other(const char *fn, const char *name, hvd_request *req) {
+    char shown[64];
+
     if (!g.initialized) {
         pthread_mutex_unlock(&g.lock);
         return hvd_error_set(HVD_ERR_NOT_INITIALIZED,
@@ -362,32 +397,38 @@ hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
                              "hvd_init() first",
                              fn, name != NULL ? name : "");
     }
-    if (name == NULL) {
-        /* A set's members count its unnamed operations among themselves. */
-        uint64_t k = ps == 0 ? g.unnamed[kind]++ : unnamed_in_set(ps, kind);
-        snprintf(auto_name, sizeof(auto_name), "hvd.%s.%llu",
-                 hvd_kind_name(kind), (unsigned long long)k);
-        name = auto_name;
-    }
-    if (ps != 0) {
-        /* Names are per set (as in Horovod): the set is part of the key
-         * the ranks match requests by. */
-        size_t len = strlen(name) + 32;
-        key = malloc(len);
-        if (key != NULL)
-            snprintf(key, len, "%s (process set %d)", name, ps);
-    }
-    req = ps != 0 && key == NULL ? NULL
-                                 : hvd_request_new(key != NULL ? key : name, n);
-    pthread_mutex_unlock(&g.lock);
-    free(key);
-    if (req == NULL)
+    if (name_request(req, name, shown, sizeof(shown)) != 0) {
+        pthread_mutex_unlock(&g.lock);
         return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory", fn,
-                             name != NULL ? name : "");
-    req->desc.kind = kind;
-    req->desc.pset = ps;
-    *req_out = req;
+                             name != NULL ? name : shown);
+    }
     return HVD_OK;
+}
+
+hvd_status hvd_job_submit(const char *fn, const char *name, hvd_request *req,
+                          int *express) {
+    hvd_status st;
+
+    pthread_mutex_lock(&g.lock);
+    /* The common case: the caller's own name, in the job's set. */
+    if (!g.initialized || name == NULL || req->desc.pset != 0) {
+        st = name_other(fn, name, req);
+        if (st != HVD_OK)
+            return st;
+    } else if (hvd_request_name(req, name, !req->heap) != 0) {
+        pthread_mutex_unlock(&g.lock);
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "%s('%s'): out of memory", fn,
+                             name);
+    }
+    /* The engine stays while the job's lock is held (hvd_shutdown takes
+     * it), and, for an express request, until this thread lets go of it
+     * (hvd_engine_stop waits for it). */
+    st = hvd_engine_submit(g.engine, req, express);
+    pthread_mutex_unlock(&g.lock);
+    if (st != HVD_OK)
+        hvd_error_prefix("%s('%s') on rank %d: ", fn, req->name,
+                         g.job.info.rank);
+    return st;
 }
 
 hvd_status hvd_job_pset(const char *fn, const char *name, int ps, int *size,
@@ -463,41 +504,6 @@ int hvd_process_set_ranks(int id, int *ranks, int cap) {
         size = -1;
     pthread_mutex_unlock(&g.lock);
     return size;
-}
-
-/* Hands a filled request to the engine; on failure it is freed here. */
-hvd_status hvd_job_hand_over(const char *fn, hvd_request *req,
-                             hvd_handle *out) {
-    hvd_status st;
-
-    pthread_mutex_lock(&g.lock);
-    st = g.initialized
-             ? hvd_engine_submit(g.engine, req)
-             : hvd_error_set(HVD_ERR_NOT_INITIALIZED, "hvd is not initialized");
-    pthread_mutex_unlock(&g.lock);
-    if (st != HVD_OK) {
-        hvd_error_prefix("%s('%s') on rank %d: ", fn, req->name,
-                         g.job.info.rank);
-        hvd_request_free(req);
-        return st;
-    }
-    *out = req;
-    return HVD_OK;
-}
-
-int hvd_job_express(hvd_request *req, hvd_status *st) {
-    hvd_engine *eng = NULL;
-
-    pthread_mutex_lock(&g.lock);
-    if (g.initialized && hvd_engine_express_enter(g.engine, req))
-        eng = g.engine;
-    pthread_mutex_unlock(&g.lock);
-    /* The engine stays until this thread lets go of it (hvd_engine_stop
-     * waits for it). */
-    if (eng == NULL)
-        return 0;
-    *st = hvd_engine_express_run(eng, req);
-    return 1;
 }
 
 int hvd_job_gpu_device(void) { return g.job.gpu_device; }

@@ -1,7 +1,7 @@
 /*
- * What the collectives' entry points (api/submit.c) need of the job that
- * api/hvd.c sets up and owns: a new request, handing it to the engine, and
- * this rank's GPU. Every call is thread-safe.
+ * What the collectives' entry points (api/call.c) need of the job that
+ * api/hvd.c sets up and owns: handing a request to the engine, process
+ * sets, and this rank's GPU. Every call is thread-safe.
  */
 #ifndef HVD_API_JOB_H
 #define HVD_API_JOB_H
@@ -10,15 +10,14 @@
 #include "hvd/hvd.h"
 
 /*
- * A request of kind for n buffers in process set ps (0: the job), for fn:
- * HVD_ERR_NOT_INITIALIZED before hvd_init. A NULL name gets
- * "hvd.<kind>.<k>" for the k-th unnamed operation of its kind (in its
- * set), which matches the k-th of every rank (of the set). In a set, the
- * request's name is "<name> (process set <ps>)": names are the set's own.
- * The caller fills in the rest.
+ * Names fn's request (its caller's name, else the next unnamed one of its
+ * kind and set; in a set the set is part of the name) and hands it to the
+ * engine's one entry (hvd_engine_submit), which says in *express whether
+ * this thread runs it at once. HVD_ERR_NOT_INITIALIZED before hvd_init.
+ * On failure req is still the caller's and the sentence is set.
  */
-hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
-                           int ps, int n, hvd_request **req_out);
+hvd_status hvd_job_submit(const char *fn, const char *name, hvd_request *req,
+                          int *express);
 
 /*
  * Process set ps for fn's call: its members (*size) and this rank's place
@@ -27,17 +26,6 @@ hvd_status hvd_job_request(const char *fn, const char *name, hvd_kind kind,
  */
 hvd_status hvd_job_pset(const char *fn, const char *name, int ps, int *size,
                         int *index);
-
-/* Hands a filled request to the engine; on failure it is freed here. */
-hvd_status hvd_job_hand_over(const char *fn, hvd_request *req, hvd_handle *out);
-
-/*
- * A blocking call's filled request (on the caller's stack) run at once by
- * this thread if the engine is free (hvd_engine_express_enter): 1 with its
- * outcome in *st (the sentence set on failure, without the call's prefix);
- * 0 if it must go the usual way (hvd_job_request, hvd_job_hand_over).
- */
-int hvd_job_express(hvd_request *req, hvd_status *st);
 
 /* The CUDA device of this rank's GPU work, -1: none. */
 int hvd_job_gpu_device(void);

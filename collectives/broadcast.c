@@ -42,14 +42,14 @@ hvd_status hvd_tree_broadcast(hvd_comm *comm, void *buf, size_t bytes,
     return hvd_comm_waitall(comm, comm->reqs, nsend);
 }
 
-hvd_status hvd_chain_broadcast(hvd_comm *comm, void *buf, size_t bytes,
-                               int root) {
+hvd_status hvd_chain_broadcast_chunked(hvd_comm *comm, void *buf, size_t bytes,
+                                       int root, size_t chunk) {
     int p = comm->size, r = comm->rank;
     int vr = (r - root + p) % p;
     int prev = (r - 1 + p) % p, next = (r + 1) % p;
     int has_prev = vr > 0, has_next = vr + 1 < p;
     size_t depth = (size_t)comm->cfg.depth;
-    size_t nchunks = hvd_nchunks(bytes, comm->cfg.chunk_bytes);
+    size_t nchunks = hvd_nchunks(bytes, chunk);
     hvd_req *rreq = comm->reqs, *sreq = comm->reqs + depth;
     size_t posted_recv = 0, done = 0, posted_send = 0, send_done = 0;
     uint8_t *base = buf;
@@ -95,4 +95,10 @@ hvd_status hvd_chain_broadcast(hvd_comm *comm, void *buf, size_t bytes,
         send_done++;
     }
     return HVD_OK;
+}
+
+hvd_status hvd_chain_broadcast(hvd_comm *comm, void *buf, size_t bytes,
+                               int root) {
+    return hvd_chain_broadcast_chunked(comm, buf, bytes, root,
+                                       comm->cfg.chunk_bytes);
 }

@@ -50,10 +50,11 @@ static hvd_algo select_allgather(const hvd_comm *comm) {
 void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
                    hvd_dtype dtype, hvd_plan *out) {
     memset(out, 0, sizeof(*out));
+    out->base = comm;
     out->comm = comm;
     out->chunk = comm->cfg.chunk_bytes;
     if (comm->size == 1) {
-        out->algo = HVD_ALGO_AUTO;
+        out->algo = HVD_ALGO_LOCAL;
         return;
     }
     if (comm->paths != NULL) {
@@ -82,17 +83,19 @@ void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
 }
 
 const char *hvd_plan_transport(const hvd_plan *plan) {
-    if (plan->algo == HVD_ALGO_AUTO)
+    if (plan->algo == HVD_ALGO_LOCAL)
         return "local";
     if (plan->algo == HVD_ALGO_HIER)
         return plan->comm->paths->hier_name;
     return plan->comm->tp != NULL ? plan->comm->tp->ops->name : "local";
 }
 
-/* Runs a flat allreduce algorithm on comm (no paths involved). */
+/* Runs a flat allreduce algorithm on comm (no paths involved), in chunks
+ * of chunk bytes where it pipelines. */
 static hvd_status run_allreduce(hvd_comm *comm, hvd_algo algo,
                                 const void *sendbuf, void *recvbuf,
-                                size_t count, hvd_dtype dtype, hvd_op op) {
+                                size_t count, hvd_dtype dtype, hvd_op op,
+                                size_t chunk) {
     switch (algo) {
     case HVD_ALGO_NATIVE: {
         hvd_op native_op = op == HVD_AVERAGE ? HVD_SUM : op;
@@ -108,9 +111,11 @@ static hvd_status run_allreduce(hvd_comm *comm, hvd_algo algo,
         return hvd_rabenseifner_allreduce(comm, sendbuf, recvbuf, count, dtype,
                                           op);
     case HVD_ALGO_DIRECT:
-        return hvd_direct_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+        return hvd_direct_allreduce_chunked(comm, sendbuf, recvbuf, count,
+                                            dtype, op, chunk);
     default:
-        return hvd_ring_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+        return hvd_ring_allreduce_chunked(comm, sendbuf, recvbuf, count, dtype,
+                                          op, chunk);
     }
 }
 
@@ -148,13 +153,10 @@ static hvd_status hier_allreduce(hvd_comm *world, const void *sendbuf,
         const hvd_choice *e = &paths->sel.t[HVD_COLL_ALLREDUCE][HVD_CLASS_CROSS]
                                            [hvd_sel_bucket(cnt * es)];
         hvd_algo algo = (hvd_algo)e->algo;
-        size_t saved = X->cfg.chunk_bytes;
         if (algo != HVD_ALGO_RD && algo != HVD_ALGO_RABENSEIFNER)
             algo = HVD_ALGO_RING;
-        X->cfg.chunk_bytes = e->chunk;
         void *shard = (uint8_t *)recvbuf + off * es;
-        st = run_allreduce(X, algo, shard, shard, cnt, dtype, sub);
-        X->cfg.chunk_bytes = saved;
+        st = run_allreduce(X, algo, shard, shard, cnt, dtype, sub, e->chunk);
         if (st != HVD_OK)
             return st;
     }
@@ -172,92 +174,95 @@ static hvd_status hier_allreduce(hvd_comm *world, const void *sendbuf,
 
 static void note(hvd_comm *comm, const hvd_plan *plan, const char *what,
                  size_t bytes) {
-    comm->last_path =
-        plan->algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan->algo);
+    comm->last_path = hvd_algo_name(plan->algo);
     comm->last_transport = hvd_plan_transport(plan);
     HVD_DEBUG("coll", "%s of %zu bytes: %s/%s, chunk %zu", what, bytes,
               comm->last_transport, comm->last_path, plan->chunk);
 }
 
+hvd_status hvd_coll_allreduce_planned(const hvd_plan *plan, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op) {
+    size_t bytes = count * hvd_dtype_size(dtype);
+
+    note(plan->base, plan, "allreduce", bytes);
+    if (plan->algo == HVD_ALGO_LOCAL) {
+        /* One rank: the average of one is itself. */
+        hvd_comm_copy(plan->base, recvbuf, sendbuf, bytes);
+        return HVD_OK;
+    }
+    if (plan->algo == HVD_ALGO_HIER)
+        return hier_allreduce(plan->base, sendbuf, recvbuf, count, dtype, op);
+    return run_allreduce(plan->comm, plan->algo, sendbuf, recvbuf, count, dtype,
+                         op, plan->chunk);
+}
+
 hvd_status hvd_coll_allreduce(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype,
                               hvd_op op) {
-    size_t bytes = count * hvd_dtype_size(dtype);
     hvd_plan plan;
-    hvd_status st;
 
-    hvd_coll_plan(comm, HVD_COLL_ALLREDUCE, bytes, dtype, &plan);
-    note(comm, &plan, "allreduce", bytes);
-    if (plan.algo == HVD_ALGO_AUTO) {
-        /* One rank: the average of one is itself. */
-        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
+    hvd_coll_plan(comm, HVD_COLL_ALLREDUCE, count * hvd_dtype_size(dtype),
+                  dtype, &plan);
+    return hvd_coll_allreduce_planned(&plan, sendbuf, recvbuf, count, dtype,
+                                      op);
+}
+
+hvd_status hvd_coll_broadcast_planned(const hvd_plan *plan, void *buf,
+                                      size_t count, hvd_dtype dtype, int root) {
+    size_t bytes = count * hvd_dtype_size(dtype);
+    hvd_comm *c = plan->comm;
+
+    note(plan->base, plan, "broadcast", bytes);
+    switch (plan->algo) {
+    case HVD_ALGO_LOCAL:
         return HVD_OK;
+    case HVD_ALGO_NATIVE:
+        return c->tp->ops->broadcast(c->tp, buf, count, dtype, root);
+    case HVD_ALGO_DIRECT:
+        return hvd_direct_broadcast(c, buf, bytes, root);
+    case HVD_ALGO_PIPELINE:
+        return hvd_chain_broadcast_chunked(c, buf, bytes, root, plan->chunk);
+    default:
+        return hvd_tree_broadcast(c, buf, bytes, root);
     }
-    if (plan.algo == HVD_ALGO_HIER)
-        return hier_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
-    size_t saved = plan.comm->cfg.chunk_bytes;
-    plan.comm->cfg.chunk_bytes = plan.chunk;
-    st =
-        run_allreduce(plan.comm, plan.algo, sendbuf, recvbuf, count, dtype, op);
-    plan.comm->cfg.chunk_bytes = saved;
-    return st;
 }
 
 hvd_status hvd_coll_broadcast(hvd_comm *comm, void *buf, size_t count,
                               hvd_dtype dtype, int root) {
-    size_t bytes = count * hvd_dtype_size(dtype);
     hvd_plan plan;
-    hvd_status st;
 
-    hvd_coll_plan(comm, HVD_COLL_BROADCAST, bytes, dtype, &plan);
-    note(comm, &plan, "broadcast", bytes);
-    if (plan.algo == HVD_ALGO_AUTO)
+    hvd_coll_plan(comm, HVD_COLL_BROADCAST, count * hvd_dtype_size(dtype),
+                  dtype, &plan);
+    return hvd_coll_broadcast_planned(&plan, buf, count, dtype, root);
+}
+
+hvd_status hvd_coll_allgather_planned(const hvd_plan *plan, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype) {
+    size_t bytes = count * hvd_dtype_size(dtype);
+    hvd_comm *c = plan->comm;
+
+    note(plan->base, plan, "allgather", bytes * (size_t)plan->base->size);
+    if (plan->algo == HVD_ALGO_LOCAL) {
+        hvd_comm_copy(plan->base, recvbuf, sendbuf, bytes);
         return HVD_OK;
-    hvd_comm *c = plan.comm;
-    size_t saved = c->cfg.chunk_bytes;
-    c->cfg.chunk_bytes = plan.chunk;
-    switch (plan.algo) {
-    case HVD_ALGO_NATIVE:
-        st = c->tp->ops->broadcast(c->tp, buf, count, dtype, root);
-        break;
-    case HVD_ALGO_DIRECT:
-        st = hvd_direct_broadcast(c, buf, bytes, root);
-        break;
-    case HVD_ALGO_PIPELINE:
-        st = hvd_chain_broadcast(c, buf, bytes, root);
-        break;
-    default:
-        st = hvd_tree_broadcast(c, buf, bytes, root);
-        break;
     }
-    c->cfg.chunk_bytes = saved;
-    return st;
+    if (plan->algo == HVD_ALGO_NATIVE)
+        return c->tp->ops->allgather(c->tp, sendbuf, recvbuf, count, dtype);
+    if (plan->algo == HVD_ALGO_DIRECT)
+        return hvd_direct_allgather(c, sendbuf, recvbuf, bytes);
+    return hvd_ring_allgather_chunked(c, sendbuf, recvbuf, bytes, plan->chunk);
 }
 
 hvd_status hvd_coll_allgather(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype) {
-    size_t bytes = count * hvd_dtype_size(dtype);
     hvd_plan plan;
-    hvd_status st;
 
-    hvd_coll_plan(comm, HVD_COLL_ALLGATHER, bytes * (size_t)comm->size, dtype,
+    hvd_coll_plan(comm, HVD_COLL_ALLGATHER,
+                  count * hvd_dtype_size(dtype) * (size_t)comm->size, dtype,
                   &plan);
-    note(comm, &plan, "allgather", bytes * (size_t)comm->size);
-    if (plan.algo == HVD_ALGO_AUTO) {
-        hvd_comm_copy(comm, recvbuf, sendbuf, bytes);
-        return HVD_OK;
-    }
-    hvd_comm *c = plan.comm;
-    size_t saved = c->cfg.chunk_bytes;
-    c->cfg.chunk_bytes = plan.chunk;
-    if (plan.algo == HVD_ALGO_NATIVE)
-        st = c->tp->ops->allgather(c->tp, sendbuf, recvbuf, count, dtype);
-    else if (plan.algo == HVD_ALGO_DIRECT)
-        st = hvd_direct_allgather(c, sendbuf, recvbuf, bytes);
-    else
-        st = hvd_ring_allgather(c, sendbuf, recvbuf, bytes);
-    c->cfg.chunk_bytes = saved;
-    return st;
+    return hvd_coll_allgather_planned(&plan, sendbuf, recvbuf, count, dtype);
 }
 
 /*
@@ -337,11 +342,8 @@ hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
             memmove(recvbuf, block, cnt);
         return st;
     }
-    size_t saved = c->cfg.chunk_bytes;
-    c->cfg.chunk_bytes = plan.chunk;
-    st = hvd_ring_reduce_scatter_blocks(c, sendbuf, scratch, count, unit, dtype,
-                                        op);
-    c->cfg.chunk_bytes = saved;
+    st = hvd_ring_reduce_scatter_blocks_chunked(c, sendbuf, scratch, count,
+                                                unit, dtype, op, plan.chunk);
     if (st != HVD_OK)
         return st;
     if (cnt > 0 && (uint8_t *)scratch + off != recvbuf)

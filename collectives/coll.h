@@ -53,10 +53,14 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                              const size_t *rdispls, const size_t *peer_offs,
                              size_t agreed_bytes);
 
-/* How a collective of bytes will run on comm: which communicator (comm
- * itself, or one of its paths), algorithm (AUTO: one rank, nothing to do)
- * and chunk. */
+/* How a collective of bytes will run on comm (base): which communicator
+ * (base itself, or one of its paths), algorithm (LOCAL: one rank, nothing
+ * to send) and chunk (the pipeline unit of the ring and chain algorithms,
+ * passed to them). Computed once per collective (hvd_coll_plan) and
+ * carried to it (hvd_coll_*_planned), so that what a timeline shows is
+ * what runs. */
 typedef struct hvd_plan {
+    hvd_comm *base;
     hvd_comm *comm;
     hvd_algo algo;
     size_t chunk;
@@ -69,6 +73,18 @@ void hvd_coll_plan(hvd_comm *comm, hvd_coll_kind kind, size_t bytes,
  * else RING, which for an alltoall means pairwise). */
 void hvd_coll_plan_scatter(hvd_comm *comm, size_t bytes, hvd_dtype dtype,
                            hvd_plan *plan);
+
+/* The collectives above, run as plan says (plan made by hvd_coll_plan
+ * for their kind and bytes: count elements; an allgather's size times
+ * over). */
+hvd_status hvd_coll_allreduce_planned(const hvd_plan *plan, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op);
+hvd_status hvd_coll_broadcast_planned(const hvd_plan *plan, void *buf,
+                                      size_t count, hvd_dtype dtype, int root);
+hvd_status hvd_coll_allgather_planned(const hvd_plan *plan, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype);
 /* "tcp", "shm", "mpi", "shm+tcp" (hier) or "local". */
 const char *hvd_plan_transport(const hvd_plan *plan);
 
@@ -87,6 +103,26 @@ hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
 hvd_status hvd_rabenseifner_allreduce(hvd_comm *comm, const void *sendbuf,
                                       void *recvbuf, size_t count,
                                       hvd_dtype dtype, hvd_op op);
+/* The ring and chain algorithms (and the direct allreduce, whose chunks
+ * are what it reduces at a time) with their chunk in bytes given, as a
+ * plan gives it; the forms without _chunked take comm->cfg.chunk_bytes. */
+hvd_status hvd_ring_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op, size_t chunk);
+hvd_status hvd_chain_broadcast_chunked(hvd_comm *comm, void *buf, size_t bytes,
+                                       int root, size_t chunk);
+hvd_status hvd_ring_allgather_chunked(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t bytes,
+                                      size_t chunk);
+hvd_status hvd_ring_reduce_scatter_blocks_chunked(hvd_comm *comm,
+                                                  const void *sendbuf,
+                                                  void *scratch, size_t count,
+                                                  size_t unit, hvd_dtype dtype,
+                                                  hvd_op op, size_t chunk);
+hvd_status hvd_direct_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
+                                        void *recvbuf, size_t count,
+                                        hvd_dtype dtype, hvd_op op,
+                                        size_t chunk);
 
 /*
  * The fold around an allreduce over a group of a size p that is not a
@@ -170,7 +206,8 @@ int hvd_adasum_supports(int size, hvd_dtype dtype);
 hvd_status hvd_adasum_allreduce(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t count, hvd_dtype dtype);
 
-/* Which algorithm the selector takes for this call (never AUTO). */
+/* Which algorithm the selector takes for this call (never UNFORCED or
+ * LOCAL). */
 hvd_algo hvd_select_allreduce(const hvd_comm *comm, size_t bytes);
 hvd_algo hvd_select_broadcast(const hvd_comm *comm, size_t bytes);
 

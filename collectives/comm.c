@@ -59,8 +59,8 @@ void hvd_comm_config_default(hvd_comm_config *cfg) {
     cfg->depth = 4;
     cfg->allreduce_rd_max = 512 * 1024;
     cfg->bcast_tree_max = 4 * 1024 * 1024;
-    cfg->allreduce_algo = HVD_ALGO_AUTO;
-    cfg->bcast_algo = HVD_ALGO_AUTO;
+    cfg->allreduce_algo = HVD_ALGO_UNFORCED;
+    cfg->bcast_algo = HVD_ALGO_UNFORCED;
 }
 
 hvd_status hvd_comm_create(int rank, int size, hvd_transport *tp, int channel,
@@ -114,9 +114,9 @@ hvd_status hvd_comm_create_sub(int rank, int size, const int *map,
      * subset: a sub-communicator runs hvd's algorithms. */
     comm->cfg.native = 0;
     if (comm->cfg.allreduce_algo == HVD_ALGO_NATIVE)
-        comm->cfg.allreduce_algo = HVD_ALGO_AUTO;
+        comm->cfg.allreduce_algo = HVD_ALGO_UNFORCED;
     if (comm->cfg.bcast_algo == HVD_ALGO_NATIVE)
-        comm->cfg.bcast_algo = HVD_ALGO_AUTO;
+        comm->cfg.bcast_algo = HVD_ALGO_UNFORCED;
     *out = comm;
     return HVD_OK;
 }
@@ -207,7 +207,7 @@ size_t hvd_nchunks(size_t count, size_t chunk) {
 }
 
 static const char *const algo_names[HVD_ALGO_COUNT] = {
-    [HVD_ALGO_AUTO] = "auto",
+    [HVD_ALGO_UNFORCED] = "auto",
     [HVD_ALGO_RING] = "ring",
     [HVD_ALGO_RD] = "rd",
     [HVD_ALGO_TREE] = "tree",
@@ -219,6 +219,10 @@ static const char *const algo_names[HVD_ALGO_COUNT] = {
 };
 
 const char *hvd_algo_name(hvd_algo algo) {
+    if (algo == HVD_ALGO_LOCAL)
+        return "local";
+    if (algo == HVD_ALGO_ANY)
+        return "any";
     return (unsigned)algo < HVD_ALGO_COUNT ? algo_names[algo] : "unknown";
 }
 

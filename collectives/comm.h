@@ -1,8 +1,8 @@
 /*
  * The communicator the collectives run on: this rank's place in the job,
  * the transport that carries the messages (whichever it is), tuning, and
- * the memory the algorithms reuse from call to call (scratch buffers,
- * request pool), so that no collective allocates per message.
+ * the memory the algorithms reuse from call to call (scratch buffers, a
+ * pool of transfers), so that no collective allocates per message.
  *
  * Contract of every collective in this folder: blocking, on the caller's
  * thread; every rank calls the same collectives in the same order with the
@@ -19,8 +19,16 @@
 #include "transport/base/memops.h"
 #include "transport/transport.h"
 
+/*
+ * The algorithms. Three names are not algorithms, one per meaning "auto"
+ * had: UNFORCED, in a configuration (HVD_ALGORITHM=auto, the default): the
+ * selector chooses; LOCAL, in a plan: one rank, a local copy and nothing
+ * sent; ANY, as a filter of the selector's candidates: no algorithm in
+ * particular. Only UNFORCED and the algorithms have a name to parse
+ * ("auto", "ring", ...); LOCAL prints as "local".
+ */
 typedef enum {
-    HVD_ALGO_AUTO = 0,
+    HVD_ALGO_UNFORCED = 0,
     HVD_ALGO_RING,         /* allreduce, allgather */
     HVD_ALGO_RD,           /* recursive doubling allreduce */
     HVD_ALGO_TREE,         /* binomial-tree broadcast */
@@ -29,7 +37,9 @@ typedef enum {
     HVD_ALGO_RABENSEIFNER, /* recursive halving + doubling allreduce */
     HVD_ALGO_DIRECT,       /* one-sided reads of the peers' buffers (shm) */
     HVD_ALGO_HIER,         /* same-host, then cross-host, then same-host */
-    HVD_ALGO_COUNT
+    HVD_ALGO_COUNT,        /* the names a configuration may use */
+    HVD_ALGO_LOCAL = HVD_ALGO_COUNT,
+    HVD_ALGO_ANY
 } hvd_algo;
 
 typedef struct hvd_comm_config {
@@ -37,8 +47,8 @@ typedef struct hvd_comm_config {
     int depth;               /* chunks in flight per direction */
     size_t allreduce_rd_max; /* bytes: recursive doubling up to this */
     size_t bcast_tree_max;   /* bytes: binomial tree up to this */
-    hvd_algo allreduce_algo; /* AUTO, RING, RD or NATIVE */
-    hvd_algo bcast_algo;     /* AUTO, TREE, PIPELINE or NATIVE */
+    hvd_algo allreduce_algo; /* UNFORCED, RING, RD, ... or NATIVE */
+    hvd_algo bcast_algo;     /* UNFORCED, TREE, PIPELINE or NATIVE */
     int native;              /* the transport has native collectives */
 } hvd_comm_config;
 
@@ -62,7 +72,7 @@ typedef struct hvd_comm {
     hvd_comm_config cfg;
     void *scratch;
     size_t scratch_cap;
-    hvd_req *reqs;    /* pool of nreqs requests */
+    hvd_req *reqs;    /* pool of nreqs transfers (sends, receives) */
     void *peer_addrs; /* the direct algorithms' buffer addresses */
     int nreqs;
     const char *last_path;      /* algorithm of the last collective */

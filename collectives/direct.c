@@ -74,11 +74,12 @@ hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf,
     return st == HVD_OK ? round_all(comm, &mine, all, sizeof(mine)) : st;
 }
 
-hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
-                                     void *recvbuf, size_t count,
-                                     hvd_dtype dtype, hvd_op op) {
+/* The reduce-scatter, a chunk of chunk_bytes at a time. */
+static hvd_status reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, hvd_dtype dtype,
+                                 hvd_op op, size_t chunk_bytes) {
     size_t es = hvd_dtype_size(dtype);
-    size_t chunk = comm->cfg.chunk_bytes / es, off, cnt;
+    size_t chunk = chunk_bytes / es, off, cnt;
     int p = comm->size, r = comm->rank;
     const addrs *all = comm->peer_addrs;
     uint8_t *tmp;
@@ -107,6 +108,13 @@ hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
             hvd_reduce_scale_div(acc, n, dtype, p);
     }
     return st;
+}
+
+hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                     void *recvbuf, size_t count,
+                                     hvd_dtype dtype, hvd_op op) {
+    return reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op,
+                          comm->cfg.chunk_bytes);
 }
 
 hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
@@ -190,18 +198,25 @@ hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
 
 hvd_status hvd_direct_end(hvd_comm *comm) { return barrier_round(comm); }
 
-hvd_status hvd_direct_allreduce(hvd_comm *comm, const void *sendbuf,
-                                void *recvbuf, size_t count, hvd_dtype dtype,
-                                hvd_op op) {
+hvd_status hvd_direct_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
+                                        void *recvbuf, size_t count,
+                                        hvd_dtype dtype, hvd_op op,
+                                        size_t chunk) {
     hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
     if (st == HVD_OK)
-        st =
-            hvd_direct_reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op);
+        st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk);
     if (st == HVD_OK)
         st = hvd_direct_allgather_segments(comm, recvbuf, count, dtype);
     if (st == HVD_OK)
         st = hvd_direct_end(comm);
     return st;
+}
+
+hvd_status hvd_direct_allreduce(hvd_comm *comm, const void *sendbuf,
+                                void *recvbuf, size_t count, hvd_dtype dtype,
+                                hvd_op op) {
+    return hvd_direct_allreduce_chunked(comm, sendbuf, recvbuf, count, dtype,
+                                        op, comm->cfg.chunk_bytes);
 }
 
 hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,

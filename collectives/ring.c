@@ -200,12 +200,12 @@ static void ar_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
 }
 
 /* Plans the phases of the ring allreduce (segments of whole units,
- * shifted: ring_plan). */
+ * shifted: ring_plan), in chunks of chunk_bytes. */
 static hvd_status ar_plan(hvd_comm *comm, const void *sendbuf, void *recvbuf,
                           size_t count, hvd_dtype dtype, hvd_op op, int phases,
-                          size_t unit, int shift) {
+                          size_t unit, int shift, size_t chunk_bytes) {
     size_t esize = hvd_dtype_size(dtype);
-    size_t chunk = comm->cfg.chunk_bytes / esize;
+    size_t chunk = chunk_bytes / esize;
     size_t maxseg =
         (count / unit + (size_t)comm->size - 1) / (size_t)comm->size * unit;
     size_t steps = (size_t)(comm->size - 1);
@@ -242,10 +242,19 @@ static hvd_status ar_plan(hvd_comm *comm, const void *sendbuf, void *recvbuf,
     return ring_run(&plan);
 }
 
+hvd_status hvd_ring_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op,
+                                      size_t chunk) {
+    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_BOTH, 1, 0,
+                   chunk);
+}
+
 hvd_status hvd_ring_allreduce(hvd_comm *comm, const void *sendbuf,
                               void *recvbuf, size_t count, hvd_dtype dtype,
                               hvd_op op) {
-    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_BOTH, 1, 0);
+    return hvd_ring_allreduce_chunked(comm, sendbuf, recvbuf, count, dtype, op,
+                                      comm->cfg.chunk_bytes);
 }
 
 int hvd_ring_owned_segment(const hvd_comm *comm) {
@@ -261,14 +270,15 @@ hvd_status hvd_ring_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                           count * hvd_dtype_size(dtype));
         return HVD_OK;
     }
-    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_SCATTER, 1,
-                   0);
+    return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_SCATTER, 1, 0,
+                   comm->cfg.chunk_bytes);
 }
 
-hvd_status hvd_ring_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
-                                          void *scratch, size_t count,
-                                          size_t unit, hvd_dtype dtype,
-                                          hvd_op op) {
+hvd_status hvd_ring_reduce_scatter_blocks_chunked(hvd_comm *comm,
+                                                  const void *sendbuf,
+                                                  void *scratch, size_t count,
+                                                  size_t unit, hvd_dtype dtype,
+                                                  hvd_op op, size_t chunk) {
     if (comm->size == 1) {
         if (sendbuf != scratch && count > 0)
             hvd_comm_copy(comm, scratch, sendbuf,
@@ -277,14 +287,23 @@ hvd_status hvd_ring_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
     }
     /* Playing rank r - 1's part, rank r ends with segment r. */
     return ar_plan(comm, sendbuf, scratch, count, dtype, op, RING_SCATTER, unit,
-                   -1);
+                   -1, chunk);
+}
+
+hvd_status hvd_ring_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
+                                          void *scratch, size_t count,
+                                          size_t unit, hvd_dtype dtype,
+                                          hvd_op op) {
+    return hvd_ring_reduce_scatter_blocks_chunked(
+        comm, sendbuf, scratch, count, unit, dtype, op, comm->cfg.chunk_bytes);
 }
 
 hvd_status hvd_ring_allgather_segments(hvd_comm *comm, void *buf, size_t count,
                                        hvd_dtype dtype) {
     if (comm->size == 1)
         return HVD_OK;
-    return ar_plan(comm, buf, buf, count, dtype, HVD_SUM, RING_ALLGATHER, 1, 0);
+    return ar_plan(comm, buf, buf, count, dtype, HVD_SUM, RING_ALLGATHER, 1, 0,
+                   comm->cfg.chunk_bytes);
 }
 
 /* ---- allgather ---- */
@@ -312,8 +331,9 @@ static void ag_done(const ring_plan *plan, size_t i, const uint8_t *slot) {
     (void)slot;
 }
 
-hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
-                              void *recvbuf, size_t bytes) {
+hvd_status hvd_ring_allgather_chunked(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t bytes,
+                                      size_t chunk) {
     uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     ring_plan plan;
 
@@ -322,11 +342,17 @@ hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
         return HVD_OK;
     memset(&plan, 0, sizeof(plan));
     plan.comm = comm;
-    plan.nchunks = hvd_nchunks(bytes, comm->cfg.chunk_bytes);
+    plan.nchunks = hvd_nchunks(bytes, chunk);
     plan.nops = (size_t)(comm->size - 1) * plan.nchunks;
     plan.op = ag_op;
     plan.done = ag_done;
     plan.recvbuf = recvbuf;
     plan.count = bytes;
     return ring_run(&plan);
+}
+
+hvd_status hvd_ring_allgather(hvd_comm *comm, const void *sendbuf,
+                              void *recvbuf, size_t bytes) {
+    return hvd_ring_allgather_chunked(comm, sendbuf, recvbuf, bytes,
+                                      comm->cfg.chunk_bytes);
 }

@@ -234,7 +234,7 @@ static void candidates(hvd_coll_kind kind, const hvd_algo **list, size_t *n) {
 static size_t bucket_bytes(int b) { return (size_t)1 << b; }
 
 /* The cheapest (tp, algo) for an entry, among algos allowed by only
- * (HVD_ALGO_AUTO: any). Returns 0 if none can run. */
+ * (HVD_ALGO_ANY: any). Returns 0 if none can run. */
 static int cheapest(const hvd_model *m, hvd_coll_kind kind, hvd_peer_class cls,
                     int b, hvd_algo only, hvd_choice *out) {
     const hvd_algo *list;
@@ -244,7 +244,7 @@ static int cheapest(const hvd_model *m, hvd_coll_kind kind, hvd_peer_class cls,
     candidates(kind, &list, &n);
     for (int tp = 0; tp < HVD_NTPS; tp++) {
         for (size_t i = 0; i < n; i++) {
-            if (only != HVD_ALGO_AUTO && list[i] != only)
+            if (only != HVD_ALGO_ANY && list[i] != only)
                 continue;
             double c =
                 hvd_model_cost(m, kind, cls, tp, list[i], bucket_bytes(b));
@@ -271,7 +271,7 @@ void hvd_select_from_model(const hvd_model *m, hvd_selector *sel) {
                 hvd_choice *e = &sel->t[k][c][b];
                 memset(e, 0, sizeof(*e));
                 if (!cheapest(m, (hvd_coll_kind)k, (hvd_peer_class)c, b,
-                              HVD_ALGO_AUTO, e)) {
+                              HVD_ALGO_ANY, e)) {
                     /* A class this job does not have. */
                     e->tp = HVD_TP_NET;
                     e->algo = (uint8_t)fallback_algo((hvd_coll_kind)k);
@@ -360,7 +360,7 @@ int hvd_select_parse(const char *text, const hvd_model *m, hvd_selector *sel,
                      tw);
             return -1;
         }
-        if (hvd_algo_parse(aw, &algo) != 0 || algo == HVD_ALGO_AUTO) {
+        if (hvd_algo_parse(aw, &algo) != 0 || algo == HVD_ALGO_UNFORCED) {
             snprintf(err, errlen, "line %d: unknown algorithm '%s'", lineno,
                      aw);
             return -1;
@@ -695,7 +695,7 @@ hvd_status hvd_paths_tune(hvd_paths *paths, hvd_comm *net, hvd_algo forced,
                              err);
     }
     free(text);
-    if (forced != HVD_ALGO_AUTO) {
+    if (forced != HVD_ALGO_UNFORCED) {
         if (hvd_select_force(m, &paths->sel, HVD_COLL_ALLREDUCE, forced) == 0)
             return hvd_error_set(
                 HVD_ERR_UNSUPPORTED,
@@ -708,7 +708,7 @@ hvd_status hvd_paths_tune(hvd_paths *paths, hvd_comm *net, hvd_algo forced,
             forced == HVD_ALGO_NATIVE)
             hvd_select_force(m, &paths->sel, HVD_COLL_ALLGATHER, forced);
     }
-    if (forced_bcast != HVD_ALGO_AUTO &&
+    if (forced_bcast != HVD_ALGO_UNFORCED &&
         hvd_select_force(m, &paths->sel, HVD_COLL_BROADCAST, forced_bcast) == 0)
         return hvd_error_set(HVD_ERR_UNSUPPORTED,
                              "HVD_BCAST_ALGORITHM=%s cannot run in this job: "

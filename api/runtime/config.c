@@ -76,7 +76,7 @@ static const hvd_setting settings[] = {
 };
 
 /* Parses an algorithm variable; allowed lists the values it takes besides
- * auto, ending with HVD_ALGO_AUTO. */
+ * auto (HVD_ALGO_UNFORCED), ending with HVD_ALGO_UNFORCED. */
 static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
                             const hvd_algo *allowed, hvd_algo *out) {
     const char *text = hvd_env_lookup(get, ctx, &name);
@@ -86,13 +86,13 @@ static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
 
     if (text == NULL || *text == '\0')
         return HVD_OK;
-    for (const hvd_algo *a = allowed; *a != HVD_ALGO_AUTO; a++) {
+    for (const hvd_algo *a = allowed; *a != HVD_ALGO_UNFORCED; a++) {
         size_t len = strlen(names);
         snprintf(names + len, sizeof(names) - len, ", %s", hvd_algo_name(*a));
     }
     if (hvd_algo_parse(text, &v) == 0) {
-        ok = v == HVD_ALGO_AUTO;
-        for (const hvd_algo *a = allowed; *a != HVD_ALGO_AUTO; a++)
+        ok = v == HVD_ALGO_UNFORCED;
+        for (const hvd_algo *a = allowed; *a != HVD_ALGO_UNFORCED; a++)
             ok |= v == *a;
     }
     if (!ok)
@@ -104,10 +104,10 @@ static hvd_status algorithm(hvd_env_get_fn get, void *ctx, const char *name,
 
 static const hvd_algo allreduce_algos[] = {
     HVD_ALGO_RING, HVD_ALGO_RD,     HVD_ALGO_RABENSEIFNER, HVD_ALGO_DIRECT,
-    HVD_ALGO_HIER, HVD_ALGO_NATIVE, HVD_ALGO_AUTO};
+    HVD_ALGO_HIER, HVD_ALGO_NATIVE, HVD_ALGO_UNFORCED};
 static const hvd_algo bcast_algos[] = {HVD_ALGO_TREE, HVD_ALGO_PIPELINE,
                                        HVD_ALGO_DIRECT, HVD_ALGO_NATIVE,
-                                       HVD_ALGO_AUTO};
+                                       HVD_ALGO_UNFORCED};
 
 hvd_status hvd_config_load(hvd_env_get_fn get, void *ctx, hvd_config *cfg) {
     hvd_config c;

@@ -362,6 +362,189 @@ static Hvd__Engine__Response *pset_decide(hvd_coord *c, const centry *e,
     return r;
 }
 
+/* Who of entry e's set has asked (first: the first of them, -1: none;
+ * same: whether they agree), and who has not: joined, or missing (gone:
+ * of those, how many have stopped). */
+typedef struct tally {
+    int first, same, missing, joined_missing, gone;
+} tally;
+
+static void count_ranks(const hvd_coord *c, const centry *e, int id,
+                        const unsigned char *joined, tally *t) {
+    memset(t, 0, sizeof(*t));
+    t->first = -1;
+    t->same = 1;
+    for (int k = 0; k < c->size; k++) {
+        if (!member(c, id, k))
+            continue;
+        if (e->reported[k]) {
+            if (t->first < 0)
+                t->first = k;
+            else if (!hvd_opdesc_agree(&e->desc[t->first], &e->desc[k]))
+                t->same = 0;
+        } else if (joined != NULL && joined[k]) {
+            t->joined_missing++;
+        } else {
+            t->missing++;
+            t->gone += c->stopped[k];
+        }
+    }
+}
+
+/* The failure of e's kind while some of its set's ranks are joined. */
+static Hvd__Engine__Response *joined_failure(const hvd_coord *c,
+                                             const centry *e, int id, int first,
+                                             const unsigned char *joined,
+                                             char *text, size_t len) {
+    char ranks[128];
+    size_t off = 0;
+
+    for (int k = 0; k < c->size && off + 16 < sizeof(ranks); k++)
+        if (joined[k] && !e->reported[k] && member(c, id, k))
+            off += (size_t)snprintf(ranks + off, sizeof(ranks) - off, "%s%d",
+                                    off ? "," : "", k);
+    snprintf(text, len,
+             "'%s': a %s cannot complete while rank(s) %s have called "
+             "hvd_join",
+             e->name, hvd_kind_name(e->desc[first].kind), ranks);
+    return new_response(e, first, HVD_ERR_INVALID_ARG, text);
+}
+
+/* e decided: every member asked (the joined ones contribute the neutral
+ * element). NULL when out of memory. */
+static Hvd__Engine__Response *success(const hvd_coord *c, const centry *e,
+                                      int id, const tally *t,
+                                      const unsigned char *joined) {
+    Hvd__Engine__Response *r = new_response(e, t->first, HVD_OK, NULL);
+
+    if (r == NULL)
+        return NULL;
+    r->contributors = (uint32_t)(set_size(c, id) - t->joined_missing);
+    if (t->joined_missing == 0)
+        return r;
+    r->joined = malloc((size_t)t->joined_missing * sizeof(uint32_t));
+    if (r->joined == NULL) {
+        hvd__engine__response__free_unpacked(r, NULL);
+        return NULL;
+    }
+    for (int k = 0; k < c->size; k++)
+        if (!e->reported[k] && joined[k])
+            r->joined[r->n_joined++] = (uint32_t)k;
+    return r;
+}
+
+/* Not every rank has asked for e yet: the stall inspector warns, or fails
+ * it (the response; NULL: it waits on). */
+static Hvd__Engine__Response *stall(hvd_coord *c, centry *e, int first,
+                                    double now, const unsigned char *joined,
+                                    char *text, size_t len) {
+    double age = now - e->first_seen;
+    char ranks[128], have[128];
+
+    if (c->stall_shutdown_s > 0 && age >= c->stall_shutdown_s) {
+        rank_list(c, e, 0, joined, ranks, sizeof(ranks));
+        snprintf(text, len,
+                 "'%s' waited %.0f s for rank(s) %s to submit it; failing it "
+                 "(HVD_STALL_SHUTDOWN_SECONDS=%g)",
+                 e->name, age, ranks, c->stall_shutdown_s);
+        HVD_ERROR("engine", "%s", text);
+        return new_response(e, first, HVD_ERR_TIMEOUT, text);
+    }
+    if (c->stall_check_s > 0 && age >= c->stall_check_s &&
+        (e->warned_at < 0 || now - e->warned_at >= c->stall_check_s)) {
+        rank_list(c, e, 0, joined, ranks, sizeof(ranks));
+        rank_list(c, e, 1, NULL, have, sizeof(have));
+        HVD_WARN("engine",
+                 "stall: '%s' waits %.0f s for rank(s) %s (submitted by %s): "
+                 "a rank skipped it, submits it later, or runs another branch",
+                 e->name, age, ranks, have);
+        e->warned_at = now;
+    }
+    return NULL;
+}
+
+/*
+ * What rank 0 decides for entry e now: *r the response (NULL: it waits).
+ * -1 when out of memory.
+ */
+static int decide(hvd_coord *c, centry *e, double now,
+                  const unsigned char *joined, Hvd__Engine__Response **r) {
+    char text[HVD_ERROR_MAX];
+    int id = e->desc[e->last_rank].pset;
+    tally t;
+
+    *r = NULL;
+    if (set_size(c, id) == 0) {
+        snprintf(text, sizeof(text),
+                 "'%s': process set %d does not exist (it was removed, or "
+                 "never created)",
+                 e->name, id);
+        *r = new_response(e, e->last_rank, HVD_ERR_INVALID_ARG, text);
+        return *r != NULL ? 0 : -1;
+    }
+    count_ranks(c, e, id, joined, &t);
+    hvd_kind kind = e->desc[t.first].kind;
+    /* A joined rank contributes a neutral element to the job's allreduces
+     * and barriers; a process set waits for its members. */
+    int neutral_ok =
+        id == 0 && (kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BARRIER);
+
+    if (t.gone > 0) {
+        /* A rank that called hvd_shutdown submits nothing more. */
+        gone_text(c, e, joined, text, sizeof(text));
+        *r = new_response(e, t.first, HVD_ERR_SHUTDOWN, text);
+    } else if (t.missing == 0 && !t.same) {
+        describe_ranks(c, e, text, sizeof(text));
+        *r = new_response(e, t.first, HVD_ERR_MISMATCH, text);
+    } else if (t.joined_missing > 0 && !neutral_ok) {
+        /* It cannot complete while they are joined, and the ranks that
+         * asked wait in it instead of joining: fail it at once, on the
+         * ranks that asked (the others fail alike when they ask, which
+         * they may under other names, having skipped a call). */
+        *r = joined_failure(c, e, id, t.first, joined, text, sizeof(text));
+    } else if (t.missing == 0 && kind == HVD_KIND_PSET) {
+        *r = pset_decide(c, e, t.first, text, sizeof(text));
+    } else if (t.missing == 0) {
+        *r = success(c, e, id, &t, joined);
+    } else {
+        *r = stall(c, e, t.first, now, joined, text, sizeof(text));
+        return 0;
+    }
+    return *r != NULL ? 0 : -1;
+}
+
+/* The join's response, once every rank has joined or one that has not
+ * stopped (the joined ranks would wait for a rank that has left). -1 when
+ * out of memory. */
+static int decide_join(hvd_coord *c, centry *join, int njoined,
+                       Hvd__Engine__ResponseList *list) {
+    Hvd__Engine__Response *r = NULL;
+    char text[HVD_ERROR_MAX];
+    int join_gone = 0;
+
+    for (int k = 0; k < c->size; k++)
+        join_gone += c->stopped[k] && !join->reported[k];
+    if (join_gone > 0) {
+        gone_text(c, join, join->reported, text, sizeof(text));
+        r = new_response(join, join->last_rank, HVD_ERR_SHUTDOWN, text);
+    } else if (njoined == c->size) {
+        r = new_response(join, join->last_rank, HVD_OK, NULL);
+        if (r != NULL) {
+            r->last_joined = join->last_rank;
+            r->contributors = (uint32_t)c->size;
+        }
+    } else {
+        return 0;
+    }
+    if (r == NULL || append(list, r) != 0) {
+        if (r != NULL)
+            hvd__engine__response__free_unpacked(r, NULL);
+        return -1;
+    }
+    entry_unlink(c, join);
+    return 0;
+}
+
 hvd_status hvd_coord_collect(hvd_coord *c, double now,
                              Hvd__Engine__ResponseList *list) {
     if (c->head == NULL)
@@ -369,153 +552,25 @@ hvd_status hvd_coord_collect(hvd_coord *c, double now,
     centry *join = hvd_namemap_get(&c->by_name, JOIN_NAME);
     const unsigned char *joined = join != NULL ? join->reported : NULL;
     int njoined = join != NULL ? join->nreported : 0;
-    char text[HVD_ERROR_MAX];
 
     for (centry *e = c->head, *next; e != NULL; e = next) {
-        int first = -1, same = 1, missing = 0, joined_missing = 0, gone = 0;
-        Hvd__Engine__Response *r = NULL;
+        Hvd__Engine__Response *r;
 
         next = e->next;
         if (e == join)
             continue;
-        int id = e->desc[e->last_rank].pset;
-        if (set_size(c, id) == 0) {
-            snprintf(text, sizeof(text),
-                     "'%s': process set %d does not exist (it was removed, "
-                     "or never created)",
-                     e->name, id);
-            r = new_response(e, e->last_rank, HVD_ERR_INVALID_ARG, text);
-            if (r == NULL || append(list, r) != 0)
-                goto oom;
-            entry_unlink(c, e);
+        if (decide(c, e, now, joined, &r) != 0)
+            goto oom;
+        if (r == NULL)
             continue;
-        }
-        for (int k = 0; k < c->size; k++) {
-            if (!member(c, id, k))
-                continue;
-            if (e->reported[k]) {
-                if (first < 0)
-                    first = k;
-                else if (!hvd_opdesc_agree(&e->desc[first], &e->desc[k]))
-                    same = 0;
-            } else if (joined != NULL && joined[k]) {
-                joined_missing++;
-            } else {
-                missing++;
-                gone += c->stopped[k];
-            }
-        }
-        hvd_kind kind = e->desc[first].kind;
-        /* A joined rank contributes a neutral element to the job's
-         * allreduces and barriers; a process set waits for its members. */
-        int neutral_ok =
-            id == 0 && (kind == HVD_KIND_ALLREDUCE || kind == HVD_KIND_BARRIER);
-
-        if (gone > 0) {
-            /* A rank that called hvd_shutdown submits nothing more. */
-            gone_text(c, e, joined, text, sizeof(text));
-            r = new_response(e, first, HVD_ERR_SHUTDOWN, text);
-        } else if (missing == 0 && !same) {
-            describe_ranks(c, e, text, sizeof(text));
-            r = new_response(e, first, HVD_ERR_MISMATCH, text);
-        } else if (joined_missing > 0 && !neutral_ok) {
-            /* It cannot complete while they are joined, and the ranks that
-             * asked wait in it instead of joining: fail it at once, on
-             * the ranks that asked (the others fail alike when they ask,
-             * which they may under other names, having skipped a call). */
-            char ranks[128];
-            size_t off = 0;
-            for (int k = 0; k < c->size && off + 16 < sizeof(ranks); k++)
-                if (joined[k] && !e->reported[k] && member(c, id, k))
-                    off += (size_t)snprintf(ranks + off, sizeof(ranks) - off,
-                                            "%s%d", off ? "," : "", k);
-            snprintf(text, sizeof(text),
-                     "'%s': a %s cannot complete while rank(s) %s have "
-                     "called hvd_join",
-                     e->name, hvd_kind_name(kind), ranks);
-            r = new_response(e, first, HVD_ERR_INVALID_ARG, text);
-        } else if (missing == 0 && kind == HVD_KIND_PSET) {
-            r = pset_decide(c, e, first, text, sizeof(text));
-        } else if (missing == 0) {
-            r = new_response(e, first, HVD_OK, NULL);
-            if (r != NULL) {
-                r->contributors = (uint32_t)(set_size(c, id) - joined_missing);
-                if (joined_missing > 0) {
-                    r->joined =
-                        malloc((size_t)joined_missing * sizeof(uint32_t));
-                    if (r->joined == NULL) {
-                        hvd__engine__response__free_unpacked(r, NULL);
-                        r = NULL;
-                    } else {
-                        for (int k = 0; k < c->size; k++)
-                            if (!e->reported[k] && joined[k])
-                                r->joined[r->n_joined++] = (uint32_t)k;
-                    }
-                }
-            }
-        } else {
-            /* Not every rank has asked yet: the stall inspector. */
-            double age = now - e->first_seen;
-            if (c->stall_shutdown_s > 0 && age >= c->stall_shutdown_s) {
-                char ranks[128];
-                rank_list(c, e, 0, joined, ranks, sizeof(ranks));
-                snprintf(text, sizeof(text),
-                         "'%s' waited %.0f s for rank(s) %s to submit it; "
-                         "failing it (HVD_STALL_SHUTDOWN_SECONDS=%g)",
-                         e->name, age, ranks, c->stall_shutdown_s);
-                HVD_ERROR("engine", "%s", text);
-                r = new_response(e, first, HVD_ERR_TIMEOUT, text);
-            } else if (c->stall_check_s > 0 && age >= c->stall_check_s &&
-                       (e->warned_at < 0 ||
-                        now - e->warned_at >= c->stall_check_s)) {
-                char ranks[128], have[128];
-                rank_list(c, e, 0, joined, ranks, sizeof(ranks));
-                rank_list(c, e, 1, NULL, have, sizeof(have));
-                HVD_WARN("engine",
-                         "stall: '%s' waits %.0f s for rank(s) %s (submitted "
-                         "by %s): a rank skipped it, submits it later, or "
-                         "runs another branch",
-                         e->name, age, ranks, have);
-                e->warned_at = now;
-            }
-            if (r == NULL)
-                continue;
-        }
-        if (r == NULL || append(list, r) != 0) {
-            if (r != NULL)
-                hvd__engine__response__free_unpacked(r, NULL);
+        if (append(list, r) != 0) {
+            hvd__engine__response__free_unpacked(r, NULL);
             goto oom;
         }
         entry_unlink(c, e);
     }
-    int join_gone = 0;
-    for (int k = 0; join != NULL && k < c->size; k++)
-        join_gone += c->stopped[k] && !join->reported[k];
-    if (join_gone > 0) {
-        /* The joined ranks would wait for a rank that has left. */
-        gone_text(c, join, joined, text, sizeof(text));
-        Hvd__Engine__Response *r =
-            new_response(join, join->last_rank, HVD_ERR_SHUTDOWN, text);
-        if (r == NULL || append(list, r) != 0) {
-            if (r != NULL)
-                hvd__engine__response__free_unpacked(r, NULL);
-            return hvd_error_set(HVD_ERR_NO_MEMORY,
-                                 "out of memory in the coordinator");
-        }
-        entry_unlink(c, join);
-    } else if (join != NULL && njoined == c->size) {
-        Hvd__Engine__Response *r =
-            new_response(join, join->last_rank, HVD_OK, NULL);
-        if (r == NULL || append(list, r) != 0) {
-            if (r != NULL)
-                hvd__engine__response__free_unpacked(r, NULL);
-            return hvd_error_set(HVD_ERR_NO_MEMORY,
-                                 "out of memory in the coordinator");
-        }
-        r->last_joined = join->last_rank;
-        r->contributors = (uint32_t)c->size;
-        entry_unlink(c, join);
-    }
+    if (join != NULL && decide_join(c, join, njoined, list) != 0)
+        goto oom;
     return HVD_OK;
 oom:
     return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory in the coordinator");

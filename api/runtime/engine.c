@@ -11,45 +11,49 @@ pthread_cond_t hvd_eng_cond = PTHREAD_COND_INITIALIZER;
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 
-void hvd_request_init_one(hvd_request *req, char *name) {
-    req->name = name;
-    req->hash = hvd_namemap_hash(name);
-    req->n = 1;
-    req->send = &req->send1;
-    req->recv = &req->recv1;
-    req->counts = &req->count1;
-    req->desc.ncounts = 1;
-    req->desc.counts = req->counts;
+int hvd_request_setup_n(hvd_request *req, int n) {
+    req->n = n;
     req->slot = -1;
+    req->send = calloc((size_t)n, sizeof(*req->send));
+    req->recv = calloc((size_t)n, sizeof(*req->recv));
+    req->counts = calloc((size_t)n, sizeof(*req->counts));
+    if (req->send == NULL || req->recv == NULL || req->counts == NULL) {
+        free(req->send);
+        free(req->recv);
+        free(req->counts);
+        return -1;
+    }
+    req->desc.ncounts = (size_t)n;
+    req->desc.counts = req->counts;
+    return 0;
 }
 
-hvd_request *hvd_request_new(const char *name, int n) {
+hvd_request *hvd_request_new(int n) {
     hvd_request *req = calloc(1, sizeof(*req));
 
-    if (req == NULL)
-        return NULL;
-    size_t len = strlen(name);
-    char *copy = len < sizeof(req->name1) ? memcpy(req->name1, name, len + 1)
-                                          : strdup(name);
-    if (copy == NULL) {
+    if (req == NULL || hvd_request_setup(req, n) != 0) {
         free(req);
         return NULL;
     }
-    hvd_request_init_one(req, copy);
-    req->n = n;
-    if (n != 1) {
-        req->send = calloc((size_t)n, sizeof(*req->send));
-        req->recv = calloc((size_t)n, sizeof(*req->recv));
-        req->counts = calloc((size_t)n, sizeof(*req->counts));
-        req->desc.ncounts = (size_t)n;
-        req->desc.counts = req->counts;
-    }
-    if (req->name == NULL || req->send == NULL || req->recv == NULL ||
-        req->counts == NULL) {
-        hvd_request_free(req);
-        return NULL;
-    }
+    req->heap = 1;
     return req;
+}
+
+int hvd_request_name(hvd_request *req, const char *name, int borrow) {
+    size_t len;
+
+    if (borrow) {
+        req->name = (char *)name;
+    } else if ((len = strlen(name)) < sizeof(req->name1)) {
+        req->name = memcpy(req->name1, name, len + 1);
+    } else {
+        req->name = strdup(name);
+        if (req->name == NULL)
+            return -1;
+        req->name_owned = 1;
+    }
+    req->hash = hvd_namemap_hash(req->name);
+    return 0;
 }
 
 void hvd_request_free(hvd_request *req) {
@@ -61,9 +65,10 @@ void hvd_request_free(hvd_request *req) {
         free(req->counts);
     }
     free(req->error);
-    if (req->name != req->name1)
+    if (req->name_owned)
         free(req->name);
-    free(req);
+    if (req->heap)
+        free(req);
 }
 
 /* Takes req off the engine thread's books: it has run (engine thread). */
@@ -91,7 +96,11 @@ static void call_back(hvd_request *req) {
 
 /* The express request this thread runs the engine for, while it does
  * (hvd_engine_express_run): its waiter is this thread, so it finishes
- * without the lock. */
+ * without the lock. This is the engine's own state, not a parameter of a
+ * call: which thread finishes a request decides whether the lock is
+ * needed, and the same express request is finished with the lock by the
+ * engine thread if the job fails while it runs (a mark on the request
+ * could not tell the two threads apart). */
 static _Thread_local hvd_request *t_express;
 
 /* Tells req's waiter the outcome (engine thread). */
@@ -214,47 +223,84 @@ void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
 /* ------------------------------------------------------------------ */
 /* Submission (any thread)                                             */
 
-hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req) {
-    hvd_status st = HVD_OK;
+/* Whether the engine is free for the express way (under the lock):
+ * nobody runs it or wants to, nothing is queued, pending or in flight, no
+ * timeline and no GPU work. The engine's own state (pending, timeline) is
+ * read here while nobody runs it. */
+static int express_free(const hvd_engine *eng);
 
-    int wake = !req->will_wait || !eng->cfg.caller_progress;
+/* Whether req may go the express way: a blocking allreduce of one host
+ * buffer in the job's set (a set's allreduce never travels in the steps;
+ * Adasum is never carried). */
+static int express_kind(const hvd_request *req) {
+    return req->will_wait && req->desc.kind == HVD_KIND_ALLREDUCE &&
+           req->n == 1 && req->desc.mem == HVD_MEM_HOST &&
+           req->desc.pset == 0 && req->desc.op != HVD_ADASUM;
+}
 
+/* Puts req in the submission queue (under the lock): a sentence if the
+ * engine failed or stops, or the name is in flight. Kept out of
+ * hvd_engine_submit, whose express way is the fast path. */
+__attribute__((noinline)) static hvd_status
+enqueue(hvd_engine *eng, hvd_request *req, int wake) {
+    if (eng->failed != HVD_OK)
+        return hvd_error_set(eng->failed, "hvd failed earlier: %s",
+                             eng->failmsg);
+    if (eng->stop_requested || eng->finished)
+        return hvd_error_set(HVD_ERR_SHUTDOWN,
+                             "'%s' submitted while hvd shuts down", req->name);
+    if (hvd_namemap_get_h(&eng->inflight, req->name, req->hash) != NULL ||
+        (eng->express != NULL && eng->express->hash == req->hash &&
+         strcmp(eng->express->name, req->name) == 0))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "'%s' is already in flight on rank %d: names must "
+                             "be unique among operations in flight",
+                             req->name, eng->rank);
+    if (hvd_namemap_put_h(&eng->inflight, req->name, req->hash, req) != 0)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     req->t_submit = hvd_now_ns();
+    if (eng->queue_tail)
+        eng->queue_tail->next = req;
+    else /* hvd_eng_intake looks without the lock */
+        __atomic_store_n(&eng->queue_head, req, __ATOMIC_RELEASE);
+    eng->queue_tail = req;
+    /* A blocking call runs the engine itself (hvd_engine_wait), or wakes
+     * the engine thread there if it cannot. */
+    if (wake) {
+        eng->async_queued = 1;
+        pthread_cond_broadcast(&eng->turn_cond);
+        pthread_cond_broadcast(&hvd_eng_cond);
+    }
+    return HVD_OK;
+}
+
+hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express) {
+    int fast = express_kind(req), wake;
+    hvd_status st;
+
     req->state = REQ_NEW;
     req->slot = -1;
     req->next = NULL;
     req->eng = eng;
     pthread_mutex_lock(&hvd_eng_lock);
-    if (eng->failed != HVD_OK) {
-        st = hvd_error_set(eng->failed, "hvd failed earlier: %s", eng->failmsg);
-    } else if (eng->stop_requested || eng->finished) {
-        st = hvd_error_set(HVD_ERR_SHUTDOWN,
-                           "'%s' submitted while hvd shuts down", req->name);
-    } else if (hvd_namemap_get_h(&eng->inflight, req->name, req->hash) !=
-                   NULL ||
-               (eng->express != NULL && eng->express->hash == req->hash &&
-                strcmp(eng->express->name, req->name) == 0)) {
-        st = hvd_error_set(HVD_ERR_INVALID_ARG,
-                           "'%s' is already in flight on rank %d: names must "
-                           "be unique among operations in flight",
-                           req->name, eng->rank);
-    } else if (hvd_namemap_put_h(&eng->inflight, req->name, req->hash, req) !=
-               0) {
-        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-    } else {
-        if (eng->queue_tail)
-            eng->queue_tail->next = req;
-        else /* hvd_eng_intake looks without the lock */
-            __atomic_store_n(&eng->queue_head, req, __ATOMIC_RELEASE);
-        eng->queue_tail = req;
-        /* A blocking call runs the engine itself (hvd_engine_wait), or
-         * wakes the engine thread there if it cannot. */
-        if (wake) {
-            eng->async_queued = 1;
-            pthread_cond_broadcast(&eng->turn_cond);
-            pthread_cond_broadcast(&hvd_eng_cond);
-        }
+    if (fast && express_free(eng)) {
+        /* The express way (docs/design.md, "Who runs the engine"): this
+         * thread takes the engine at once and puts req straight among the
+         * pending requests (hvd_engine_express_run): no submission queue,
+         * no wake-up. It is the only name in flight (enqueue refuses it
+         * meanwhile). What goes on the wire is what the queued way
+         * sends. */
+        eng->express = req;
+        eng->driving = 1;
+        eng->waiters++;
+        pthread_mutex_unlock(&hvd_eng_lock);
+        req->t_submit = hvd_coarse_ns();
+        *express = 1;
+        return HVD_OK;
     }
+    *express = 0;
+    wake = !req->will_wait || !eng->cfg.caller_progress;
+    st = enqueue(eng, req, wake);
     pthread_mutex_unlock(&hvd_eng_lock);
     if (st == HVD_OK && wake && eng->tp != NULL)
         eng->tp->ops->wake(eng->tp);
@@ -367,37 +413,12 @@ static void wait_done(hvd_request *req) {
     }
 }
 
-/*
- * The express way of a blocking call (docs/design.md, "Who runs the
- * engine"): when nobody runs the engine and nothing is queued, the
- * calling thread takes the engine at once, puts req straight among the
- * pending requests and runs the passes until it is done. req may live on
- * the caller's stack: no allocation, no submission queue, no wake-up.
- * What goes on the wire is what the queued way sends.
- */
-int hvd_engine_express_enter(hvd_engine *eng, hvd_request *req) {
-    req->t_submit = hvd_coarse_ns();
-    req->state = REQ_NEW;
-    req->slot = -1;
-    req->next = NULL;
-    req->eng = eng;
-    req->will_wait = 1;
-    pthread_mutex_lock(&hvd_eng_lock);
-    /* The engine's own state (pending, timeline) is read here while
-     * nobody runs it. */
-    if (!may_drive(eng) || eng->driving || eng->engine_busy ||
-        eng->wanted > 0 || eng->queue_head != NULL || eng->stop_requested ||
-        eng->tl_swap || eng->npending > 0 || eng->devq_n > 0 ||
-        eng->timeline != NULL || eng->inflight.count > 0) {
-        pthread_mutex_unlock(&hvd_eng_lock);
-        return 0;
-    }
-    /* The only name in flight (hvd_engine_submit refuses it meanwhile). */
-    eng->express = req;
-    eng->driving = 1;
-    eng->waiters++;
-    pthread_mutex_unlock(&hvd_eng_lock);
-    return 1;
+static int express_free(const hvd_engine *eng) {
+    return may_drive(eng) && !eng->driving && !eng->engine_busy &&
+           eng->wanted == 0 && eng->queue_head == NULL &&
+           eng->express == NULL && !eng->stop_requested && !eng->tl_swap &&
+           eng->npending == 0 && eng->devq_n == 0 && eng->timeline == NULL &&
+           eng->inflight.count == 0;
 }
 
 hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {

@@ -12,7 +12,7 @@
  * cache does not know go to rank 0 (the coordinator) in an update first.
  * An idle job sends nothing but transport heartbeats. A blocking call on
  * a free engine takes it at once, its request on the caller's stack (the
- * express way, hvd_engine_express_enter).
+ * express way, hvd_engine_submit).
  */
 #ifndef HVD_API_ENGINE_H
 #define HVD_API_ENGINE_H
@@ -54,9 +54,11 @@ typedef struct hvd_engine hvd_engine;
 typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
 
 /*
- * One submitted operation: built by api/hvd.c, owned by the engine from
- * submission to completion, freed by hvd_engine_wait. Buffers stay the
- * caller's.
+ * One submitted operation, the engine's record of a call: built by the
+ * API (api/call.c), owned by the engine from submission to completion,
+ * freed by hvd_engine_wait. Buffers stay the caller's. It lives on the
+ * heap (hvd_request_new: a handle) or in a blocking call's frame
+ * (hvd_request_setup: that call waits for it before it returns).
  */
 typedef struct hvd_request {
     /* Set by the submitter. */
@@ -69,11 +71,8 @@ typedef struct hvd_request {
     uint64_t *counts;
     hvd_engine_fn fn; /* HVD_KIND_CALL */
     void *fn_arg;
-    /* Storage for a single buffer, so that the common case allocates once. */
-    const void *send1;
-    void *recv1;
-    uint64_t count1;
-    char name1[48]; /* a name that fits (most do), instead of a copy */
+    int heap;       /* hvd_request_new's: freed with its parts */
+    int name_owned; /* name is a copy of its own (too long for name1) */
     /* An alltoall: recv[0] holds recv_cap elements; what came from each
      * rank is written to recv_counts (size entries, may be NULL). */
     uint64_t recv_cap;
@@ -99,16 +98,45 @@ typedef struct hvd_request {
     hvd_status status;
     char *error;
     int last_rank; /* join */
+
+    /* Storage for a single buffer, so that the common case allocates once
+     * (a barrier's count is this zero). */
+    const void *send1;
+    void *recv1;
+    uint64_t count1;
+    /* A name that fits (most do), instead of a copy. Last: a request set
+     * up in a call's frame is zeroed up to here only (HVD_REQUEST_ZEROED),
+     * as nothing reads it before the request is named. */
+    char name1[48];
 } hvd_request;
 
-/*
- * Allocates a request for n buffers (arrays inside it, n >= 1) named name
- * (copied). Returns NULL when out of memory.
+/* The bytes of a request that start zeroed (hvd_request_setup). */
+#define HVD_REQUEST_ZEROED offsetof(hvd_request, name1)
+
+/* Sets up a request, zeroed (its first HVD_REQUEST_ZEROED bytes at least), for
+ * n buffers (n >= 1; arrays of its own beyond one). -1 when out of memory
+ * (nothing to free then). Inline for one buffer: a blocking call's fast path.
  */
-hvd_request *hvd_request_new(const char *name, int n);
-/* Sets up a zeroed request (on the caller's stack, say) for one buffer,
- * named name (borrowed: it must outlive the request). */
-void hvd_request_init_one(hvd_request *req, char *name);
+int hvd_request_setup_n(hvd_request *req, int n);
+static inline int hvd_request_setup(hvd_request *req, int n) {
+    if (n != 1)
+        return hvd_request_setup_n(req, n);
+    req->n = 1;
+    req->slot = -1;
+    req->send = &req->send1;
+    req->recv = &req->recv1;
+    req->counts = &req->count1;
+    req->desc.ncounts = 1;
+    req->desc.counts = req->counts;
+    return 0;
+}
+/* A request on the heap for n buffers (hvd_request_setup), NULL when out
+ * of memory. */
+hvd_request *hvd_request_new(int n);
+/* Names req: name is copied, or borrowed if borrow (it must outlive the
+ * request: a blocking call's own). -1 when out of memory. */
+int hvd_request_name(hvd_request *req, const char *name, int borrow);
+/* Frees what req owns, and req itself if it is on the heap. */
 void hvd_request_free(hvd_request *req);
 
 /*
@@ -142,20 +170,19 @@ hvd_comm *hvd_engine_data(hvd_engine *eng);
  * NULL. */
 const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes);
 
-/* Hands req to the engine. On failure req is untouched (still the
- * caller's) and the sentence is set. */
-hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req);
-
 /*
- * A blocking call's request, run at once by the calling thread if the
- * engine is free (nobody runs it, nothing queued or pending):
- * hvd_engine_express_enter returns 1 and the engine is this thread's;
- * hvd_engine_express_run then runs req to its end and returns its
- * outcome (the sentence set on failure). req may live on the caller's
- * stack (zeroed, then filled as for hvd_engine_submit; its name is
- * borrowed). 0: the engine is busy, submit req as usual.
+ * The engine's one entry for a call's request (named, filled): decides,
+ * once and under the engine's lock, whether the calling thread runs it at
+ * once (the express way: a blocking allreduce of one host buffer in the
+ * job's set, when nobody runs the engine and nothing is queued or
+ * pending; *express = 1, and the engine is this thread's until
+ * hvd_engine_express_run has run req to its end) or it is queued
+ * (*express = 0; wait for it with hvd_engine_wait). On failure req is
+ * untouched (still the caller's) and the sentence is set.
  */
-int hvd_engine_express_enter(hvd_engine *eng, hvd_request *req);
+hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express);
+/* Runs an express request to its end; its outcome (the sentence set on
+ * failure). */
 hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req);
 
 /* Waits for req, copies its sentence to this thread on failure (and its

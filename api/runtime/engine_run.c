@@ -26,20 +26,19 @@ static int64_t stamp(const hvd_engine *eng) {
     return eng->timeline != NULL ? hvd_now_ns() : 0;
 }
 
-/* Timeline args of a collective: where it runs and how (the selector's
- * plan for it, which is what hvd_coll_* then runs). */
-static void collective_args(hvd_comm *comm, char *out, size_t outlen,
-                            hvd_coll_kind kind, hvd_dtype dtype, int ntensors,
-                            size_t bytes) {
-    hvd_plan plan;
-
-    hvd_coll_plan(comm, kind, bytes, dtype, &plan);
+/* Timeline args of a collective: where it runs and how (the plan it runs
+ * with), written only while a timeline is. */
+static const char *plan_args(const hvd_engine *eng, const hvd_plan *plan,
+                             char *out, size_t outlen, int ntensors,
+                             size_t bytes) {
+    if (eng->timeline == NULL)
+        return NULL;
     snprintf(out, outlen,
              "\"transport\": \"%s\", \"algorithm\": \"%s\", "
              "\"chunk\": %zu, \"tensors\": %d, \"bytes\": %zu",
-             hvd_plan_transport(&plan),
-             plan.algo == HVD_ALGO_AUTO ? "local" : hvd_algo_name(plan.algo),
-             plan.chunk, ntensors, bytes);
+             hvd_plan_transport(plan), hvd_algo_name(plan->algo), plan->chunk,
+             ntensors, bytes);
+    return out;
 }
 
 /* ------------------------------------------------------------------ */
@@ -246,12 +245,13 @@ static hvd_status run_device_other(hvd_engine *eng, const resp *r,
         (size_t)req->counts[0] * hvd_dtype_size(r->desc.dtype));
 }
 
-/* The allreduce of op: Adasum's own algorithm, or the selector's. */
-static hvd_status allreduce_op(hvd_comm *comm, const void *send, void *recv,
-                               size_t count, hvd_dtype dtype, hvd_op op) {
+/* The allreduce of op: Adasum's own algorithm, or the selector's plan. */
+static hvd_status allreduce_op(const hvd_plan *plan, const void *send,
+                               void *recv, size_t count, hvd_dtype dtype,
+                               hvd_op op) {
     if (op == HVD_ADASUM)
-        return hvd_adasum_allreduce(comm, send, recv, count, dtype);
-    return hvd_coll_allreduce(comm, send, recv, count, dtype, op);
+        return hvd_adasum_allreduce(plan->base, send, recv, count, dtype);
+    return hvd_coll_allreduce_planned(plan, send, recv, count, dtype, op);
 }
 
 /*
@@ -270,7 +270,9 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     size_t total = 0, ntensors = 0;
     int64_t t;
     hvd_status st;
-    char args[256];
+    hvd_plan plan;
+    char buf[256];
+    const char *args;
 
     for (size_t i = first; i < last; i++) {
         total += (size_t)hvd_opdesc_total(&rs[i].desc);
@@ -283,10 +285,11 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     if (r0->desc.mem == HVD_MEM_DEVICE)
         return run_device_allreduce(eng, rs, first, last);
 
-    /* The path is the selector's choice for this size (what the timeline
-     * shows before the collective runs). */
-    collective_args(comm, args, sizeof(args), HVD_COLL_ALLREDUCE, dtype,
-                    (int)ntensors, total * esize);
+    /* The path is the selector's choice for this size, made once: the
+     * timeline shows it before the collective runs it. */
+    hvd_coll_plan(comm, HVD_COLL_ALLREDUCE, total * esize, dtype, &plan);
+    args =
+        plan_args(eng, &plan, buf, sizeof(buf), (int)ntensors, total * esize);
     if (ntensors == 1 && !r0->self_joined) {
         hvd_request *req = hvd_namemap_get_h(&eng->by_name, r0->name, r0->hash);
         if (req == NULL)
@@ -295,7 +298,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
                                  eng->rank, r0->name);
         void *recv = req->recv[0];
         hvd_timeline_begin(eng->timeline, r0->name, "ALLREDUCE", t, args);
-        st = allreduce_op(comm, req->send[0], recv, total, dtype, op);
+        st = allreduce_op(&plan, req->send[0], recv, total, dtype, op);
         t = hvd_now_ns();
         hvd_timeline_end(eng->timeline, r0->name, t);
         eng->n_collectives++;
@@ -330,7 +333,7 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
     t = stamp(eng);
     for (size_t i = first; i < last; i++)
         hvd_timeline_begin(eng->timeline, rs[i].name, "ALLREDUCE", t, args);
-    st = allreduce_op(comm, fb, fb, total, dtype, op);
+    st = allreduce_op(&plan, fb, fb, total, dtype, op);
     eng->n_collectives++;
     t = stamp(eng);
     for (size_t i = first; i < last; i++)
@@ -487,6 +490,49 @@ static int pset_index(const hvd_engine *eng, const resp *r) {
     return -1;
 }
 
+/*
+ * A broadcast or allgather of host memory (started at t): one collective
+ * each buffer (a grouped allgather has several), each run with the plan
+ * made for it; the timeline shows the plan of the whole.
+ */
+static hvd_status run_gather(hvd_engine *eng, hvd_comm *comm, const resp *r,
+                             hvd_request *req, int64_t t) {
+    int bc = r->desc.kind == HVD_KIND_BROADCAST;
+    hvd_coll_kind kind = bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER;
+    size_t es = hvd_dtype_size(r->desc.dtype);
+    /* An allgather moves size times what each rank gives. */
+    size_t times = bc ? 1 : (size_t)comm->size;
+    hvd_status st = HVD_OK;
+    hvd_plan plan;
+    char buf[256];
+    const char *args = NULL;
+
+    for (int i = 0; st == HVD_OK && i < req->n; i++) {
+        hvd_coll_plan(comm, kind, (size_t)req->counts[i] * es * times,
+                      r->desc.dtype, &plan);
+        if (i == 0 && req->n == 1)
+            args = plan_args(eng, &plan, buf, sizeof(buf), 1,
+                             (size_t)req->counts[0] * es * times);
+        if (bc) /* the root is a rank of the job: its place in the set */
+            st = hvd_coll_broadcast_planned(&plan, req->recv[0], req->counts[0],
+                                            r->desc.dtype, pset_index(eng, r));
+        else
+            st = hvd_coll_allgather_planned(&plan, req->send[i], req->recv[i],
+                                            req->counts[i], r->desc.dtype);
+    }
+    if (st != HVD_OK)
+        return st;
+    if (req->n > 1 && eng->timeline != NULL) {
+        size_t bytes = (size_t)hvd_opdesc_total(&r->desc) * es * times;
+        hvd_coll_plan(comm, kind, bytes, r->desc.dtype, &plan);
+        args = plan_args(eng, &plan, buf, sizeof(buf), req->n, bytes);
+    }
+    hvd_timeline_begin(eng->timeline, r->name, bc ? "BROADCAST" : "ALLGATHER",
+                       t, args);
+    hvd_timeline_end(eng->timeline, r->name, hvd_now_ns());
+    return HVD_OK;
+}
+
 /* Runs one broadcast, allgather, alltoall, reducescatter, barrier, join,
  * call or process-set response. */
 static hvd_status run_other(hvd_engine *eng, const resp *r) {
@@ -494,7 +540,7 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
     hvd_comm *comm = hvd_eng_pset_comm(eng, &r->desc);
     hvd_status st = HVD_OK, outcome = HVD_OK;
     int64_t t = hvd_now_ns();
-    char args[256], why[HVD_ERROR_MAX] = "";
+    char why[HVD_ERROR_MAX] = "";
 
     hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
     if (req == NULL) {
@@ -511,15 +557,8 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
         return run_device_other(eng, r, req);
     switch (r->desc.kind) {
     case HVD_KIND_BROADCAST:
-        /* The root is a rank of the job: its place in the set. */
-        st = hvd_coll_broadcast(comm, req->recv[0], req->counts[0],
-                                r->desc.dtype, pset_index(eng, r));
-        eng->n_collectives++;
-        break;
-    case HVD_KIND_ALLGATHER: /* a grouped one: each buffer in turn */
-        for (int i = 0; st == HVD_OK && i < req->n; i++)
-            st = hvd_coll_allgather(comm, req->send[i], req->recv[i],
-                                    req->counts[i], r->desc.dtype);
+    case HVD_KIND_ALLGATHER:
+        st = run_gather(eng, comm, r, req, t);
         eng->n_collectives++;
         break;
     case HVD_KIND_ALLTOALL:
@@ -548,22 +587,8 @@ static hvd_status run_other(hvd_engine *eng, const resp *r) {
     }
     if (st != HVD_OK)
         return st;
-    if (r->desc.kind == HVD_KIND_BROADCAST ||
-        r->desc.kind == HVD_KIND_ALLGATHER) {
-        size_t bytes =
-            (size_t)hvd_opdesc_total(&r->desc) * hvd_dtype_size(r->desc.dtype);
-        int bc = r->desc.kind == HVD_KIND_BROADCAST;
-        collective_args(comm, args, sizeof(args),
-                        bc ? HVD_COLL_BROADCAST : HVD_COLL_ALLGATHER,
-                        r->desc.dtype, req->n,
-                        bc ? bytes : bytes * (size_t)comm->size);
-        hvd_timeline_begin(eng->timeline, r->name,
-                           r->desc.kind == HVD_KIND_BROADCAST ? "BROADCAST"
-                                                              : "ALLGATHER",
-                           t, args);
-        hvd_timeline_end(eng->timeline, r->name, hvd_now_ns());
-    } else if (r->desc.kind == HVD_KIND_ALLTOALL ||
-               r->desc.kind == HVD_KIND_REDUCESCATTER) {
+    if (r->desc.kind == HVD_KIND_ALLTOALL ||
+        r->desc.kind == HVD_KIND_REDUCESCATTER) {
         int a2a = r->desc.kind == HVD_KIND_ALLTOALL;
         hvd_timeline_begin(eng->timeline, r->name,
                            a2a ? "ALLTOALL" : "REDUCESCATTER", t, NULL);

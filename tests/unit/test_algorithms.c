@@ -541,7 +541,7 @@ static void rd_and_tree(void **state) {
 
 static void automatic(void **state) {
     (void)state;
-    sweep(HVD_ALGO_AUTO, HVD_ALGO_AUTO);
+    sweep(HVD_ALGO_UNFORCED, HVD_ALGO_UNFORCED);
 }
 
 static void selector(void **state) {

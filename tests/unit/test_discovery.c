@@ -216,7 +216,7 @@ static void config_defaults_and_values(void **state) {
     assert_int_equal(hvd_config_load(table_get, none, &c), HVD_OK);
     assert_string_equal(c.transport, "auto");
     assert_true(c.timeout_ns == 300LL * 1000000000LL);
-    assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_AUTO);
+    assert_int_equal(c.comm.allreduce_algo, HVD_ALGO_UNFORCED);
     assert_int_equal(c.chunk_forced, 0);
 
     assert_int_equal(hvd_config_load(table_get, v, &c), HVD_OK);
