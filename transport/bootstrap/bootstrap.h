@@ -21,9 +21,7 @@
  *                  failing and closing it; a round's answer to every rank
  *   rdv_internal.h private: the framing client and server share, and the
  *                  server's state, shared by its three files
- *   job_id.{c,h}   a job id as text, the id of an elastic generation, the
- *                  names of a job's shared-memory segments and their
- *                  removal (by hvdrun, which knows no transport)
+ *   job_id.{c,h}   a job id as text, the id of an elastic generation
  *   handshake.c/h  the handshake every connection of a job starts with
  *   net.c/h        sockets and the choice of addresses
  *   failure.c/h    how a transport fails for good: the first failure

@@ -1,15 +1,16 @@
 /*
  * The job id: the 16 random bytes hvdrun makes for a job, which every
  * handshake and every shared-memory name carries, as text (hvdrun hands
- * it to the ranks in HVD_JOB_ID), the id of an elastic job's generation,
- * and the names of a job's shared-memory segments, which live here so
- * that hvdrun removes what a job leaves without knowing a transport.
+ * it to the ranks in HVD_JOB_ID), and the id of an elastic job's
+ * generation. What a transport names after a job (shm's segments) it
+ * removes itself when hvdrun asks the registry
+ * (hvd_transport_cleanup_job).
  *
  * The job id of a generation (docs/elastic.md) is the job id hvdrun made,
  * with the generation folded into its last four bytes, so a message,
  * connection or segment of one generation can never be taken by another.
  * The rendezvous itself keeps hvdrun's id; hvdrun uses this to clean up
- * the segments of every generation.
+ * what every generation left.
  */
 #ifndef HVD_TRANSPORT_BOOTSTRAP_JOB_ID_H
 #define HVD_TRANSPORT_BOOTSTRAP_JOB_ID_H
