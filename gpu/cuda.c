@@ -3,7 +3,7 @@
  * and close, device memory, the memory operations of the collectives, the
  * staging seam, fences. Its NCCL part is gpu/cuda_nccl.c.
  */
-#include "gpu/cuda_internal.h"
+#include "gpu/gpu_state.h"
 
 #include <pthread.h>
 #include <stdio.h>

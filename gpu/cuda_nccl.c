@@ -4,7 +4,7 @@
  * hvd's stream; stubs where hvd is built with CUDA but without NCCL. The
  * library itself is loaded by gpu/nccl.c.
  */
-#include "gpu/cuda_internal.h"
+#include "gpu/gpu_state.h"
 
 #include <stdio.h>
 #include <string.h>

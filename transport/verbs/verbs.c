@@ -1,41 +1,9 @@
-/* The verbs transport (verbs.h): the ops table and its thin entries, and
- * the public extras of verbs.h (registration, counters). The files of the
- * transport and the one way their calls go: verbs_internal.h. */
+/* The verbs transport (verbs.h): its ops table, and nothing else, as every
+ * transport's <t>.c. The entries it names are in setup.c, progress.c and
+ * entries.c; the files of the transport and the one way their calls go:
+ * verbs_internal.h. */
 
 #include "transport/verbs/verbs_internal.h"
-
-hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
-                                const hvd_transport_params *params,
-                                hvd_caps *caps) {
-    return hvd_vb_probe(&hvd_verbs_ops, seam, params, caps);
-}
-
-hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
-                               const hvd_transport_params *params,
-                               hvd_transport **out) {
-    hvd_verbs_settings set;
-    hvd_status st = hvd_transport_read_settings(&hvd_verbs_ops, params, &set);
-
-    return st != HVD_OK ? st
-                        : hvd_vb_open(&hvd_verbs_ops, seam, params, &set, out);
-}
-
-static hvd_status vb_probe(const hvd_transport_params *params, hvd_caps *caps) {
-    return hvd_verbs_probe_with(&hvd_ibv_real, params, caps);
-}
-
-static hvd_status vb_open(const hvd_transport_params *params,
-                          hvd_transport **out) {
-    return hvd_verbs_open_with(&hvd_ibv_real, params, out);
-}
-
-static unsigned vb_mem_types(hvd_transport *t) {
-    const vtp *tp = (const vtp *)t;
-
-    return tp->gpudirect
-               ? HVD_MEM_BIT(HVD_MEM_HOST) | HVD_MEM_BIT(HVD_MEM_DEVICE)
-               : 0;
-}
 
 const hvd_transport_ops hvd_verbs_ops = {
     .size = sizeof(hvd_transport_ops),
@@ -44,47 +12,13 @@ const hvd_transport_ops hvd_verbs_ops = {
     .settings = hvd_verbs_settings_table,
     .nsettings = HVD_VERBS_NSETTINGS,
     .settings_size = sizeof(hvd_verbs_settings),
-    .probe = vb_probe,
-    .open = vb_open,
+    .probe = hvd_vb_entry_probe,
+    .open = hvd_vb_entry_open,
     .isend = hvd_vb_isend,
     .irecv = hvd_vb_irecv,
     .progress = hvd_vb_progress,
     .wake = hvd_vb_wake,
     .shutdown = hvd_vb_shutdown,
     .close = hvd_vb_close,
-    .mem_types = vb_mem_types,
+    .mem_types = hvd_vb_mem_types,
 };
-
-hvd_status hvd_verbs_register(hvd_transport *t, const void *addr, size_t len,
-                              hvd_mem_type type, hvd_mr_entry **out) {
-    vtp *tp = (vtp *)t;
-
-    if (t == NULL || t->ops != &hvd_verbs_ops)
-        return hvd_error_set(HVD_ERR_INVALID_ARG,
-                             "hvd_verbs_register: not a verbs transport");
-    if (tp->failure.status != HVD_OK)
-        return hvd_tp_failure_error(&tp->failure);
-    if (type == HVD_MEM_DEVICE) {
-        uint64_t id = 0;
-        tp->seam->mem_type(addr, &id);
-        return hvd_mr_get_id(tp->mrc, addr, len, type, id, out);
-    }
-    return hvd_mr_get(tp->mrc, addr, len, type, out);
-}
-
-void hvd_verbs_unregister(hvd_transport *t, hvd_mr_entry *e) {
-    if (t != NULL && t->ops == &hvd_verbs_ops)
-        hvd_mr_put(((vtp *)t)->mrc, e);
-}
-
-void hvd_verbs_counters_get(hvd_transport *t, hvd_verbs_counters *out) {
-    memset(out, 0, sizeof(*out));
-    if (t != NULL && t->ops == &hvd_verbs_ops)
-        *out = ((vtp *)t)->ctr;
-}
-
-void hvd_verbs_mr_stats(hvd_transport *t, hvd_mr_stats *out) {
-    memset(out, 0, sizeof(*out));
-    if (t != NULL && t->ops == &hvd_verbs_ops)
-        hvd_mr_cache_stats(((vtp *)t)->mrc, out);
-}

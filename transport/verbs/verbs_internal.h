@@ -4,8 +4,10 @@
  * this. Its files, and the one way their calls go (a file calls only
  * files below it, never one above):
  *
- *   verbs.c       the ops table and its thin entries; hvd_verbs_register
- *                 and the counters                 -> setup.c, progress.c
+ *   verbs.c       the ops table only (it names the entries below)
+ *   entries.c     probe and open on the real libibverbs, the memory
+ *                 types, hvd_verbs_register and the counters
+ *                                                  -> setup.c, mr.c
  *   setup.c       probe, open (the settings, GPUDirect RDMA, the bootstrap
  *                 exchange, the hello), close, goodbye
  *                                                  -> qp.c, progress.c
@@ -306,6 +308,13 @@ static inline hvd_vrdv *rtr_find(vqp *q, uint64_t seq) {
 }
 
 /* verbs.c: the ops table (verbs.h). */
+
+/* entries.c: the ops table's probe, open and mem_types. */
+hvd_status hvd_vb_entry_probe(const hvd_transport_params *params,
+                              hvd_caps *caps);
+hvd_status hvd_vb_entry_open(const hvd_transport_params *params,
+                             hvd_transport **out);
+unsigned hvd_vb_mem_types(hvd_transport *t);
 
 /* setup.c */
 hvd_status hvd_vb_probe(const hvd_transport_ops *ops, const hvd_ibv_seam *seam,

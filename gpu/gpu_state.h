@@ -5,8 +5,8 @@
  * communicator and its collectives), never the reverse. Nothing else
  * includes this.
  */
-#ifndef HVD_GPU_CUDA_INTERNAL_H
-#define HVD_GPU_CUDA_INTERNAL_H
+#ifndef HVD_GPU_GPU_STATE_H
+#define HVD_GPU_GPU_STATE_H
 
 #include "gpu/gpu.h"
 
