@@ -95,6 +95,98 @@ static int chunked(hvd_algo a) {
     return a == HVD_ALGO_RING || a == HVD_ALGO_DIRECT || a == HVD_ALGO_PIPELINE;
 }
 
+/* Times every candidate path of entry b (bytes) of collective k for class
+ * cls, keeps the fastest, which every rank takes from rank 0, and prints
+ * it on rank 0. */
+static hvd_status tune_entry(struct tune_arg *a, hvd_comm *comm, int k,
+                             hvd_peer_class cls, int b, float *send,
+                             float *recv) {
+    hvd_paths *paths = comm->paths;
+    size_t bytes = (size_t)1 << b;
+    hvd_choice *e = &paths->sel.t[k][cls][b];
+    hvd_choice model = *e, best = *e;
+    double best_t = -1;
+    hvd_status st = HVD_OK;
+
+    for (int tp = 0; tp < HVD_NTPS && st == HVD_OK; tp++) {
+        for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+            if (hvd_model_cost(&paths->model, (hvd_coll_kind)k, cls, tp,
+                               algos[i], bytes) < 0)
+                continue;
+            uint32_t chunks[3] = {paths->model.chunk[tp], 0, 0};
+            if (chunked(algos[i]) && bytes >= (1u << 20)) {
+                chunks[1] = chunks[0] / 4;
+                chunks[2] = chunks[0] * 4;
+            }
+            for (int c = 0; c < 3 && chunks[c] != 0; c++) {
+                double t;
+                e->tp = (uint8_t)tp;
+                e->algo = (uint8_t)algos[i];
+                e->chunk = chunks[c];
+                st = time_path(comm, (hvd_coll_kind)k, send, recv, bytes, &t);
+                if (st != HVD_OK)
+                    break;
+                if (best_t < 0 || t < best_t) {
+                    best_t = t;
+                    best = *e;
+                }
+            }
+        }
+    }
+    if (st != HVD_OK)
+        return st;
+    /* Every rank takes rank 0's verdict. */
+    st = hvd_tree_broadcast(comm, &best, sizeof(best), 0);
+    best.tuned = 1;
+    *e = best;
+    if (best.tp != model.tp || best.algo != model.algo ||
+        best.chunk != model.chunk)
+        a->changed++;
+    if (comm->rank == 0)
+        printf("%13zu  %10.1f  %-3s/%-13s %8u   %s/%s %u\n", bytes,
+               best_t * 1e6, best.tp == HVD_TP_SHM ? "shm" : "net",
+               hvd_algo_name((hvd_algo)best.algo), best.chunk,
+               model.tp == HVD_TP_SHM ? "shm" : "net",
+               hvd_algo_name((hvd_algo)model.algo), model.chunk);
+    return st;
+}
+
+/* On rank 0: sizes larger than measured take the largest one's path, and
+ * the table goes to --out. */
+static void write_tuning(struct tune_arg *a, hvd_comm *comm,
+                         hvd_peer_class cls) {
+    const struct options *o = a->o;
+    hvd_paths *paths = comm->paths;
+
+    for (int k = 0; k < HVD_COLL_NKINDS; k++) {
+        int last = 3;
+        while (last + 1 < HVD_SEL_BUCKETS &&
+               ((size_t)1 << (last + 1)) <= o->maxbytes)
+            last++;
+        if (!o->run[k])
+            continue;
+        for (int b = last + 1; b < HVD_SEL_BUCKETS; b++)
+            paths->sel.t[k][cls][b] = paths->sel.t[k][cls][last];
+    }
+    size_t cap = 64 * 1024;
+    char *text = malloc(cap);
+    FILE *f = text != NULL ? fopen(o->out, "w") : NULL;
+    if (f == NULL) {
+        snprintf(a->error, sizeof(a->error), "cannot write %s: %s", o->out,
+                 strerror(errno));
+        a->status = HVD_ERR_INVALID_ARG;
+    } else {
+        hvd_select_format(&paths->sel, text, cap);
+        fprintf(f,
+                "# hvd-tune: %d ranks, %d a host, %d hosts; measured "
+                "entries: class %s\n%s",
+                comm->size, paths->model.local_size, paths->model.cross_size,
+                hvd_peer_class_name(cls), text);
+        fclose(f);
+    }
+    free(text);
+}
+
 /* Runs on the engine thread of every rank, in step. */
 static void tune(void *argp, hvd_comm *comm) {
     struct tune_arg *a = argp;
@@ -140,84 +232,14 @@ static void tune(void *argp, hvd_comm *comm) {
             if (k == HVD_COLL_ALLGATHER &&
                 bytes / sizeof(float) < (size_t)comm->size)
                 continue;
-            hvd_choice *e = &paths->sel.t[k][cls][b];
-            hvd_choice model = *e, best = *e;
-            double best_t = -1;
-            for (int tp = 0; tp < HVD_NTPS && st == HVD_OK; tp++) {
-                for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
-                    if (hvd_model_cost(&paths->model, (hvd_coll_kind)k, cls, tp,
-                                       algos[i], bytes) < 0)
-                        continue;
-                    uint32_t chunks[3] = {paths->model.chunk[tp], 0, 0};
-                    if (chunked(algos[i]) && bytes >= (1u << 20)) {
-                        chunks[1] = chunks[0] / 4;
-                        chunks[2] = chunks[0] * 4;
-                    }
-                    for (int c = 0; c < 3 && chunks[c] != 0; c++) {
-                        double t;
-                        e->tp = (uint8_t)tp;
-                        e->algo = (uint8_t)algos[i];
-                        e->chunk = chunks[c];
-                        st = time_path(comm, (hvd_coll_kind)k, send, recv,
-                                       bytes, &t);
-                        if (st != HVD_OK)
-                            break;
-                        if (best_t < 0 || t < best_t) {
-                            best_t = t;
-                            best = *e;
-                        }
-                    }
-                }
-            }
-            if (st != HVD_OK)
-                break;
-            /* Every rank takes rank 0's verdict. */
-            st = hvd_tree_broadcast(comm, &best, sizeof(best), 0);
-            best.tuned = 1;
-            *e = best;
-            if (best.tp != model.tp || best.algo != model.algo ||
-                best.chunk != model.chunk)
-                a->changed++;
-            if (comm->rank == 0)
-                printf("%13zu  %10.1f  %-3s/%-13s %8u   %s/%s %u\n", bytes,
-                       best_t * 1e6, best.tp == HVD_TP_SHM ? "shm" : "net",
-                       hvd_algo_name((hvd_algo)best.algo), best.chunk,
-                       model.tp == HVD_TP_SHM ? "shm" : "net",
-                       hvd_algo_name((hvd_algo)model.algo), model.chunk);
+            st = tune_entry(a, comm, k, cls, b, send, recv);
         }
     }
     if (st != HVD_OK) {
         a->status = st;
         snprintf(a->error, sizeof(a->error), "%s", hvd_last_error());
     } else if (comm->rank == 0) {
-        /* Larger sizes than measured take the largest one's path. */
-        for (int k = 0; k < HVD_COLL_NKINDS; k++) {
-            int last = 3;
-            while (last + 1 < HVD_SEL_BUCKETS &&
-                   ((size_t)1 << (last + 1)) <= o->maxbytes)
-                last++;
-            if (!o->run[k])
-                continue;
-            for (int b = last + 1; b < HVD_SEL_BUCKETS; b++)
-                paths->sel.t[k][cls][b] = paths->sel.t[k][cls][last];
-        }
-        size_t cap = 64 * 1024;
-        char *text = malloc(cap);
-        FILE *f = text != NULL ? fopen(o->out, "w") : NULL;
-        if (f == NULL) {
-            snprintf(a->error, sizeof(a->error), "cannot write %s: %s", o->out,
-                     strerror(errno));
-            a->status = HVD_ERR_INVALID_ARG;
-        } else {
-            hvd_select_format(&paths->sel, text, cap);
-            fprintf(f,
-                    "# hvd-tune: %d ranks, %d a host, %d hosts; measured "
-                    "entries: class %s\n%s",
-                    comm->size, paths->model.local_size,
-                    paths->model.cross_size, hvd_peer_class_name(cls), text);
-            fclose(f);
-        }
-        free(text);
+        write_tuning(a, comm, cls);
     }
     free(send);
     free(recv);

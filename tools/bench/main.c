@@ -75,6 +75,106 @@ static void print_ranks(const struct backend *be) {
     free(all);
 }
 
+/* The backend's init; with --compare mpi, MPI's first (hvd then uses the
+ * application's MPI to bootstrap and leaves it to the application to
+ * finalize). Returns main's exit status on failure, else 0. */
+static int start_backend(const struct backend *be, const struct options *o,
+                         int *argc, char ***argv) {
+#ifdef HVD_BENCH_WITH_MPI
+    if (o->compare != NULL) {
+        int provided, mpi_size;
+        bench_mpi_check(
+            "MPI_Init_thread",
+            MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        bench_mpi_check("MPI_Comm_size",
+                        MPI_Comm_size(MPI_COMM_WORLD, &mpi_size));
+        be->init(argc, argv);
+        if (mpi_size != g_size) {
+            fprintf(stderr,
+                    "hvd-bench: --compare mpi: MPI sees %d ranks and hvd %d; "
+                    "start the job with mpirun\n",
+                    mpi_size, g_size);
+            be->finalize();
+            MPI_Finalize();
+            return 1;
+        }
+        return 0;
+    }
+#else
+    (void)o;
+#endif
+    be->init(argc, argv);
+    return 0;
+}
+
+/* Whether the sweep can run here: --root is a rank, and the dtype holds
+ * every result exactly. Returns main's exit status on failure, else 0. */
+static int check_sweep(const struct backend *be, const struct options *o) {
+    long bound;
+
+    if (o->root >= g_size) {
+        if (g_rank == 0)
+            fprintf(stderr, "hvd-bench: --root %d but only %d ranks\n", o->root,
+                    g_size);
+        be->finalize();
+        return 1;
+    }
+    /* Results reach 2 * size (sums) or 10 (inputs); past what the dtype
+     * holds exactly, the checks would fail. */
+    bound = 2L * g_size > 10 ? 2L * g_size : 10;
+    if (o->check && bound > o->dtype->max_exact) {
+        if (g_rank == 0)
+            fprintf(stderr,
+                    "hvd-bench: %s cannot hold this benchmark's results "
+                    "exactly at %d ranks; use --check 0 or a wider dtype\n",
+                    o->dtype->name, g_size);
+        be->finalize();
+        return 1;
+    }
+    return 0;
+}
+
+/* The sweep over every collective asked for, with --csv and --plot;
+ * returns whether the plot failed. */
+static int run_sweep(const struct backend *be, const struct options *o,
+                     unsigned char *sendbuf, unsigned char *recvbuf,
+                     struct totals *t) {
+    char csv_tmp[] = "/tmp/hvd-bench-csv.XXXXXX";
+    const char *csv_path = o->csv;
+    int plot_failed = 0;
+
+    if (g_rank == 0 && (o->csv != NULL || o->plot != NULL)) {
+        if (o->csv != NULL) {
+            g_csv = fopen(o->csv, "w");
+        } else {
+            int fd = mkstemp(csv_tmp);
+            g_csv = fd >= 0 ? fdopen(fd, "w") : NULL;
+            csv_path = csv_tmp;
+        }
+        if (g_csv == NULL) {
+            fprintf(stderr, "hvd-bench: cannot write %s: %s\n", csv_path,
+                    strerror(errno));
+            exit(1);
+        }
+        fprintf(g_csv,
+                "op,bytes,count,dtype,time_us,algbw,busbw,wrong,path%s\n",
+                o->compare != NULL ? ",mpi_busbw,ratio" : "");
+    }
+    for (int c = 0; c < NUM_COLLS; c++)
+        if (o->run[c])
+            bench_coll(be, o, (enum coll)c, sendbuf, recvbuf, t);
+    if (g_csv != NULL) {
+        fclose(g_csv);
+        g_csv = NULL;
+        if (o->plot != NULL)
+            plot_failed = plot(o, csv_path);
+        if (o->csv == NULL)
+            unlink(csv_tmp);
+    }
+    return plot_failed;
+}
+
 int main(int argc, char **argv) {
     struct options o = {
         .run = {1, 0, 0},
@@ -94,8 +194,7 @@ int main(int argc, char **argv) {
     struct totals t = {0};
     unsigned char *sendbuf = NULL, *recvbuf;
     const char *env_size;
-    long bound;
-    int c;
+    int c, plot_failed;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse_args(argc, argv, &o) != 0)
@@ -105,30 +204,8 @@ int main(int argc, char **argv) {
         return 1;
     if (o.model != NULL && model_load(&o, &model) != 0)
         return 1;
-#ifdef HVD_BENCH_WITH_MPI
-    if (o.compare != NULL) {
-        /* MPI first: hvd then uses the application's MPI to bootstrap and
-         * leaves it to the application to finalize. */
-        int provided, mpi_size;
-        bench_mpi_check(
-            "MPI_Init_thread",
-            MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        bench_mpi_check("MPI_Comm_size",
-                        MPI_Comm_size(MPI_COMM_WORLD, &mpi_size));
-        be->init(&argc, &argv);
-        if (mpi_size != g_size) {
-            fprintf(stderr,
-                    "hvd-bench: --compare mpi: MPI sees %d ranks and hvd %d; "
-                    "start the job with mpirun\n",
-                    mpi_size, g_size);
-            be->finalize();
-            MPI_Finalize();
-            return 1;
-        }
-    } else
-#endif
-        be->init(&argc, &argv);
+    if (start_backend(be, &o, &argc, &argv) != 0)
+        return 1;
 
     /* hvdrun's ranks each see an MPI job of one: say so instead of
      * benchmarking N unrelated singletons. */
@@ -154,25 +231,8 @@ int main(int argc, char **argv) {
         return c;
     }
 
-    if (o.root >= g_size) {
-        if (g_rank == 0)
-            fprintf(stderr, "hvd-bench: --root %d but only %d ranks\n", o.root,
-                    g_size);
-        be->finalize();
+    if (check_sweep(be, &o) != 0)
         return 1;
-    }
-    /* Results reach 2 * size (sums) or 10 (inputs); past what the dtype
-     * holds exactly, the checks would fail. */
-    bound = 2L * g_size > 10 ? 2L * g_size : 10;
-    if (o.check && bound > o.dtype->max_exact) {
-        if (g_rank == 0)
-            fprintf(stderr,
-                    "hvd-bench: %s cannot hold this benchmark's results "
-                    "exactly at %d ranks; use --check 0 or a wider dtype\n",
-                    o.dtype->name, g_size);
-        be->finalize();
-        return 1;
-    }
     recvbuf = malloc(o.maxbytes);
     if (!o.inplace)
         sendbuf = malloc(o.maxbytes);
@@ -191,37 +251,7 @@ int main(int argc, char **argv) {
                o.redop->name, o.iters, o.warmup, o.inplace, o.root, o.check);
     }
     print_ranks(be);
-    char csv_tmp[] = "/tmp/hvd-bench-csv.XXXXXX";
-    const char *csv_path = o.csv;
-    int plot_failed = 0;
-    if (g_rank == 0 && (o.csv != NULL || o.plot != NULL)) {
-        if (o.csv != NULL) {
-            g_csv = fopen(o.csv, "w");
-        } else {
-            int fd = mkstemp(csv_tmp);
-            g_csv = fd >= 0 ? fdopen(fd, "w") : NULL;
-            csv_path = csv_tmp;
-        }
-        if (g_csv == NULL) {
-            fprintf(stderr, "hvd-bench: cannot write %s: %s\n", csv_path,
-                    strerror(errno));
-            exit(1);
-        }
-        fprintf(g_csv,
-                "op,bytes,count,dtype,time_us,algbw,busbw,wrong,path%s\n",
-                o.compare != NULL ? ",mpi_busbw,ratio" : "");
-    }
-    for (c = 0; c < NUM_COLLS; c++)
-        if (o.run[c])
-            bench_coll(be, &o, (enum coll)c, sendbuf, recvbuf, &t);
-    if (g_csv != NULL) {
-        fclose(g_csv);
-        g_csv = NULL;
-        if (o.plot != NULL)
-            plot_failed = plot(&o, csv_path);
-        if (o.csv == NULL)
-            unlink(csv_tmp);
-    }
+    plot_failed = run_sweep(be, &o, sendbuf, recvbuf, &t);
     if (g_rank == 0) {
         printf("# Out of bounds values : %lld %s\n", t.wrong,
                t.wrong == 0 ? "OK" : "FAILED");

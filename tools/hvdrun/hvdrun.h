@@ -298,7 +298,69 @@ void read_signals(struct job *job);
 int job_run(struct job *job);
 void job_destroy(struct job *job);
 
-/* ---- elastic.c: elastic mode (docs/elastic.md) ---- */
+/* ---- elastic mode (docs/elastic.md; elastic.c tells how it works) ---- */
+
+/* A deadline that never comes: a slot that never cools down, a host
+ * blacklisted for good. */
+#define FOREVER INT64_MAX
+
+struct worker;
+
+struct ehost {
+    struct host h; /* name (owned), slots, local, logging_in */
+    int listed;    /* in the latest host list */
+    int was_listed;
+    int order; /* its place in that list */
+    int failures;
+    int blacklisted;
+    int64_t back_at_ns;  /* end of the blacklisting; FOREVER: never */
+    int cap;             /* entries of cool_until and occupant */
+    int64_t *cool_until; /* per slot: 0 free, else cooling until (FOREVER) */
+    struct worker **occupant;
+};
+
+struct worker {
+    struct rank r; /* r.index: the worker id */
+    struct ehost *host;
+    int slot;
+    int stopped;        /* hvdrun stopped it */
+    int removed;        /* the server was told */
+    int64_t kill_at_ns; /* SIGKILL then; 0: none due */
+};
+
+struct elastic {
+    struct ehost **hosts; /* every host listed so far: listed ones first,
+                             in list order */
+    int nhosts;
+    struct worker **workers; /* started, and process or pipes not done */
+    int nworkers;
+    int cap_workers;
+    int np, min_np, max_np; /* max_np INT_MAX: no limit */
+    int target;             /* the fill's aim: np, then max_np */
+    int next_id;
+    int max_ids;
+    int said_id_limit;
+    int running; /* processes not reaped */
+    int active;  /* of those, not stopped by hvdrun */
+    int finishing;
+    int finish_code; /* first failure after finishing began; -1: none */
+    int ending;
+    int64_t below_min_since;
+    int64_t partial_since;
+    int said_partial;
+    int64_t start_retry_at;
+    uint32_t generation;
+    /* the discovery script */
+    pid_t disc_pid; /* 0: not running */
+    int disc_fd;
+    int disc_timed_out;
+    struct sbuf disc_out;
+    int64_t disc_kill_at;
+    int64_t disc_next_at;
+    int pfd_cap;
+};
+
+/* elastic_setup.c: setup and teardown. */
 
 /* Variables hvdrun sets for each elastic worker; -x cannot set them in an
  * elastic job. */
@@ -307,10 +369,52 @@ extern const char *const elastic_vars[4];
 /* Setup of an elastic job instead of job_setup(): hosts, the first run of
  * the discovery script, the elastic rendezvous server, the environment. */
 int elastic_setup(struct job *job);
-/* The elastic job's loop instead of job_run(); returns the exit status. */
-int elastic_run(struct job *job);
 /* Frees the elastic state (job_destroy() frees the rest); accepts none. */
 void elastic_destroy(struct job *job);
+
+/* elastic.c: the loop and the policy. */
+
+/* The elastic job's loop instead of job_run(); returns the exit status. */
+int elastic_run(struct job *job);
+
+/* elastic_hosts.c: the hosts, their slots, the discovery script. */
+
+/* A random cooldown in --blacklist-cooldown-range from now (*seconds its
+ * length), or FOREVER without the option (*seconds -1). */
+int64_t cooldown_until(const struct options *opt, int64_t now, long *seconds);
+/* Makes hl the hosts the job may use now; initial: at the start (no
+ * messages). Returns -1 when out of memory (said). */
+int apply_hosts(struct job *job, const hvd_hostlist *hl, int initial,
+                int64_t now);
+/* Blacklists eh after its failures: its workers are stopped. */
+void blacklist_host(struct job *job, struct ehost *eh, int64_t now);
+/* At the start: runs the discovery script and waits for its hosts. */
+int disc_run_now(struct job *job, hvd_hostlist *hl);
+/* Starts a later run of the script; its output is read by disc_read() and
+ * its end handled by disc_done() with its wait status. */
+int disc_start(struct job *job, int64_t now);
+void disc_read(struct elastic *el);
+void disc_done(struct job *job, int ws, int64_t now);
+
+/* elastic_workers.c: starting and stopping workers. */
+
+/* Starts a worker on slot of eh; -1 when it could not (said). */
+int start_worker(struct job *job, struct ehost *eh, int slot);
+/* hvdrun stops w with sig (SIGKILL after the grace period); why goes to
+ * the server and the log. */
+void stop_worker(struct job *job, struct worker *w, int sig, const char *why,
+                 int64_t now);
+/* Stops the workers of eh on slots from first on; returns how many. */
+int stop_host_workers(struct job *job, struct ehost *eh, int first,
+                      const char *why, int64_t now);
+/* SIGKILL to every worker still running. */
+void kill_workers(struct job *job);
+/* Ends the job with exit status code: the server tells joins why, and
+ * every worker is stopped with sig. */
+void end_job(struct job *job, int code, const char *why, int sig, int64_t now);
+/* What ended worker w (exit status code), for messages and the log. */
+void exit_text(const struct worker *w, int code, char *why, size_t len);
+void worker_free(struct worker *w);
 
 /* ---- mpi.c: --mpi ---- */
 

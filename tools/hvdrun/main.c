@@ -37,8 +37,10 @@
  * rendezvous server), launch.c (starting ranks, here or over ssh, with
  * strbuf.c's string builders), loop.c (the event loop), output.c (the
  * ranks' prefixed output and hvdrun's own messages), stop.c (stopping and
- * reaping the ranks), mpi.c (--mpi) and elastic.c (elastic jobs);
- * hvdrun.h holds what they share.
+ * reaping the ranks), mpi.c (--mpi) and the elastic files (elastic
+ * jobs: elastic_setup.c, elastic.c the loop and its policy,
+ * elastic_hosts.c the hosts and the discovery script, elastic_workers.c
+ * starting and stopping workers); hvdrun.h holds what they share.
  * This file holds main(), the process-wide state that the signal handler
  * and the forked children need, and the signal handlers themselves.
  */

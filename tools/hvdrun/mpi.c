@@ -51,99 +51,106 @@ static int config_to_environ(const struct options *opt) {
     return rc;
 }
 
-/*
- * --mpi: execs mpirun -np N [-H host:slots,...] --bind-to none
- * [--oversubscribe] [--allow-run-as-root] [-x ...] program args. The ranks
- * bootstrap through MPI, so none of hvdrun's job variables is set (and any
- * in hvdrun's environment are removed); the -x variables and the HVD_*
- * variables of hvdrun's environment are passed with -x. Returns only on
- * failure, with hvdrun's exit status.
- */
-int run_mpirun(const struct options *opt) {
-    const char *iface = opt->iface != NULL ? opt->iface : getenv("HVD_IFACE");
-    struct strv a = {0};
+/* -H host:slots,... from -H/--hostfile; -1 for an IPv6 address (said),
+ * which mpirun's -H cannot take. */
+static int push_hosts(struct strv *a, const struct options *opt) {
     struct sbuf hosts = {0};
     char num[32];
 
-    if (config_to_environ(opt) != 0)
-        return EXIT_USAGE;
-    strv_push(&a, "mpirun");
-    strv_push(&a, "-np");
-    snprintf(num, sizeof(num), "%d", opt->np);
-    strv_push(&a, num);
-    if (opt->nhosts > 0) {
-        for (int h = 0; h < opt->nhosts; h++) {
-            if (strchr(opt->hosts[h].name, ':') != NULL) {
-                say("--mpi: mpirun's -H takes no IPv6 address (%s); name "
-                    "the host",
-                    opt->hosts[h].name);
-                strv_free(&a);
-                free(hosts.p);
-                return EXIT_USAGE;
-            }
-            snprintf(num, sizeof(num), ":%d", opt->hosts[h].slots);
-            if (h > 0)
-                sbuf_add(&hosts, ",");
-            sbuf_add(&hosts, opt->hosts[h].name);
-            sbuf_add(&hosts, num);
+    for (int h = 0; h < opt->nhosts; h++) {
+        if (strchr(opt->hosts[h].name, ':') != NULL) {
+            say("--mpi: mpirun's -H takes no IPv6 address (%s); name "
+                "the host",
+                opt->hosts[h].name);
+            free(hosts.p);
+            return -1;
         }
-        strv_push(&a, "-H");
-        strv_push(&a, hosts.failed ? "" : hosts.p);
-        a.failed |= hosts.failed;
-        free(hosts.p);
+        snprintf(num, sizeof(num), ":%d", opt->hosts[h].slots);
+        if (h > 0)
+            sbuf_add(&hosts, ",");
+        sbuf_add(&hosts, opt->hosts[h].name);
+        sbuf_add(&hosts, num);
     }
-    strv_push(&a, "--bind-to");
-    strv_push(&a, "none");
+    strv_push(a, "-H");
+    strv_push(a, hosts.failed ? "" : hosts.p);
+    a->failed |= hosts.failed;
+    free(hosts.p);
+    return 0;
+}
+
+/* --mca plm_rsh_args from --ssh-port, --ssh-identity and --ssh-opt, when
+ * any is given. */
+static void push_ssh_args(struct strv *a, const struct options *opt) {
+    struct sbuf rsh = {0};
+
+    if (opt->ssh_port == NULL && opt->ssh_identity == NULL &&
+        opt->nssh_opts == 0)
+        return;
+    if (opt->ssh_port != NULL) {
+        sbuf_add(&rsh, " -p ");
+        sbuf_add(&rsh, opt->ssh_port);
+    }
+    if (opt->ssh_identity != NULL) {
+        sbuf_add(&rsh, " -i ");
+        sbuf_add(&rsh, opt->ssh_identity);
+    }
+    for (int k = 0; k < opt->nssh_opts; k++) {
+        sbuf_add(&rsh, " -o ");
+        sbuf_add(&rsh, opt->ssh_opts[k]);
+    }
+    strv_push(a, "--mca");
+    strv_push(a, "plm_rsh_args");
+    strv_push(a, rsh.failed ? "" : rsh.p + 1);
+    a->failed |= rsh.failed;
+    free(rsh.p);
+}
+
+/* mpirun's own options: binding, oversubscription, root, --timeout, the
+ * interface of Open MPI's traffic and ssh's arguments. */
+static void push_mpirun_options(struct strv *a, const struct options *opt,
+                                const char *iface) {
+    char num[32];
+
+    strv_push(a, "--bind-to");
+    strv_push(a, "none");
     if (opt->oversubscribe)
-        strv_push(&a, "--oversubscribe");
+        strv_push(a, "--oversubscribe");
     if (geteuid() == 0)
-        strv_push(&a, "--allow-run-as-root");
+        strv_push(a, "--allow-run-as-root");
     if (opt->timeout_s > 0) {
         snprintf(num, sizeof(num), "%ld", opt->timeout_s);
-        strv_push(&a, "--timeout");
-        strv_push(&a, num);
+        strv_push(a, "--timeout");
+        strv_push(a, num);
     }
     if (iface != NULL && *iface != '\0') {
         /* Open MPI's own traffic over the same interface. */
-        strv_push(&a, "--mca");
-        strv_push(&a, "btl_tcp_if_include");
-        strv_push(&a, iface);
-        strv_push(&a, "--mca");
-        strv_push(&a, "oob_tcp_if_include");
-        strv_push(&a, iface);
+        strv_push(a, "--mca");
+        strv_push(a, "btl_tcp_if_include");
+        strv_push(a, iface);
+        strv_push(a, "--mca");
+        strv_push(a, "oob_tcp_if_include");
+        strv_push(a, iface);
     }
-    if (opt->ssh_port != NULL || opt->ssh_identity != NULL ||
-        opt->nssh_opts > 0) {
-        struct sbuf rsh = {0};
-        if (opt->ssh_port != NULL) {
-            sbuf_add(&rsh, " -p ");
-            sbuf_add(&rsh, opt->ssh_port);
-        }
-        if (opt->ssh_identity != NULL) {
-            sbuf_add(&rsh, " -i ");
-            sbuf_add(&rsh, opt->ssh_identity);
-        }
-        for (int k = 0; k < opt->nssh_opts; k++) {
-            sbuf_add(&rsh, " -o ");
-            sbuf_add(&rsh, opt->ssh_opts[k]);
-        }
-        strv_push(&a, "--mca");
-        strv_push(&a, "plm_rsh_args");
-        strv_push(&a, rsh.failed ? "" : rsh.p + 1);
-        a.failed |= rsh.failed;
-        free(rsh.p);
-    }
+    push_ssh_args(a, opt);
+}
+
+/* The -x variables: those given with -x, HVD_IFACE from
+ * --network-interface, and every other HVD_* variable of hvdrun's
+ * environment but the job variables (removed from it). */
+static void push_exports(struct strv *a, const struct options *opt) {
+    char num[32];
+
     for (int k = 0; k < opt->nexports; k++) {
-        strv_push(&a, "-x");
-        strv_push(&a, opt->exports[k]);
+        strv_push(a, "-x");
+        strv_push(a, opt->exports[k]);
     }
     if (opt->iface != NULL) {
         char *var;
         if (asprintf(&var, "HVD_IFACE=%s", opt->iface) < 0) {
-            a.failed = 1;
+            a->failed = 1;
         } else {
-            strv_push(&a, "-x");
-            strv_push(&a, var);
+            strv_push(a, "-x");
+            strv_push(a, var);
             free(var);
         }
     }
@@ -151,7 +158,7 @@ int run_mpirun(const struct options *opt) {
         getenv("HVD_START_TIMEOUT_SECONDS") == NULL) {
         snprintf(num, sizeof(num), "%ld", opt->start_timeout_s);
         if (setenv("HVD_START_TIMEOUT_SECONDS", num, 1) != 0)
-            a.failed = 1;
+            a->failed = 1;
     }
     for (size_t k = 0; k < ARRAY_LEN(job_vars); k++)
         unsetenv(job_vars[k]);
@@ -169,13 +176,40 @@ int run_mpirun(const struct options *opt) {
             continue;
         char *name = strndup(*v, len);
         if (name == NULL) {
-            a.failed = 1;
+            a->failed = 1;
             break;
         }
-        strv_push(&a, "-x");
-        strv_push(&a, name);
+        strv_push(a, "-x");
+        strv_push(a, name);
         free(name);
     }
+}
+
+/*
+ * --mpi: execs mpirun -np N [-H host:slots,...] --bind-to none
+ * [--oversubscribe] [--allow-run-as-root] [-x ...] program args. The ranks
+ * bootstrap through MPI, so none of hvdrun's job variables is set (and any
+ * in hvdrun's environment are removed); the -x variables and the HVD_*
+ * variables of hvdrun's environment are passed with -x. Returns only on
+ * failure, with hvdrun's exit status.
+ */
+int run_mpirun(const struct options *opt) {
+    const char *iface = opt->iface != NULL ? opt->iface : getenv("HVD_IFACE");
+    struct strv a = {0};
+    char num[32];
+
+    if (config_to_environ(opt) != 0)
+        return EXIT_USAGE;
+    strv_push(&a, "mpirun");
+    strv_push(&a, "-np");
+    snprintf(num, sizeof(num), "%d", opt->np);
+    strv_push(&a, num);
+    if (opt->nhosts > 0 && push_hosts(&a, opt) != 0) {
+        strv_free(&a);
+        return EXIT_USAGE;
+    }
+    push_mpirun_options(&a, opt, iface);
+    push_exports(&a, opt);
     for (char **arg = opt->prog_argv; *arg != NULL; arg++)
         strv_push(&a, *arg);
     if (a.failed) {
