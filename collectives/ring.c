@@ -246,6 +246,12 @@ hvd_status hvd_ring_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
                                       void *recvbuf, size_t count,
                                       hvd_dtype dtype, hvd_op op,
                                       size_t chunk) {
+    if (comm->size == 1) { /* as the other ring forms: a copy */
+        if (sendbuf != recvbuf && count > 0)
+            hvd_comm_copy(comm, recvbuf, sendbuf,
+                          count * hvd_dtype_size(dtype));
+        return HVD_OK;
+    }
     return ar_plan(comm, sendbuf, recvbuf, count, dtype, op, RING_BOTH, 1, 0,
                    chunk);
 }

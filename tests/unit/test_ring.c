@@ -292,7 +292,9 @@ static void allreduce_chunk_boundaries(void **state) {
     int errors = 0;
 
     (void)state;
-    for (int p = 2; p <= 5; p++) {
+    /* One rank too: a copy, out of place (it once left recvbuf as it
+     * was). */
+    for (int p = 1; p <= 5; p++) {
         size_t q = (size_t)p;
         for (size_t c = 1; c <= 3; c++) {
             plan pl = {{q * c - 1, q * c, q * c + 1, 2 * q * c - 1, 2 * q * c,
