@@ -1,6 +1,6 @@
 /*
- * How a transport fails for good (transport/failure.c), the part every
- * transport shares: the first failure wins and later ones change nothing,
+ * How a transport fails for good (transport/bootstrap/failure.c), the part
+ * every transport shares: the first failure wins and later ones change nothing,
  * a relayed cause names the rank that found it once, the recorded failure
  * comes back as the thread's error, hvd_tp_failf formats and hands over,
  * how peers are named, and the one stall sentence.

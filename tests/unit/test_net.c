@@ -1,5 +1,5 @@
 /*
- * The socket helpers (transport/net.c) on loopback: listening on an
+ * The socket helpers (transport/bootstrap/net.c) on loopback: listening on an
  * ephemeral port and connecting to it (non-blocking, then the connect's
  * result), the addresses of both ends, a refused connect, a malformed
  * address refused with a sentence, address formatting (IPv4, IPv6, other
