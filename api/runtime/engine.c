@@ -39,12 +39,10 @@ hvd_request *hvd_request_new(int n) {
     return req;
 }
 
-int hvd_request_name(hvd_request *req, const char *name, int borrow) {
-    size_t len;
+int hvd_request_name_copy(hvd_request *req, const char *name) {
+    size_t len = strlen(name);
 
-    if (borrow) {
-        req->name = (char *)name;
-    } else if ((len = strlen(name)) < sizeof(req->name1)) {
+    if (len < sizeof(req->name1)) {
         req->name = memcpy(req->name1, name, len + 1);
     } else {
         req->name = strdup(name);
@@ -278,9 +276,8 @@ hvd_status hvd_engine_submit(hvd_engine *eng, hvd_request *req, int *express) {
     int fast = express_kind(req), wake;
     hvd_status st;
 
-    req->state = REQ_NEW;
-    req->slot = -1;
-    req->next = NULL;
+    /* Its state (REQ_NEW), slot (-1) and next (NULL) are as
+     * hvd_request_setup left them: it is submitted once. */
     req->eng = eng;
     pthread_mutex_lock(&hvd_eng_lock);
     if (fast && express_free(eng)) {

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "api/runtime/devexec.h"
+#include "api/runtime/namemap.h"
 #include "api/runtime/opdesc.h"
 #include "api/runtime/timeline.h"
 #include "collectives/comm.h"
@@ -61,14 +62,7 @@ typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
  * (hvd_request_setup: that call waits for it before it returns).
  */
 typedef struct hvd_request {
-    /* Set by the submitter. */
-    char *name;
-    uint64_t hash;   /* hvd_namemap_hash(name), for the engine's maps */
-    hvd_opdesc desc; /* desc.counts points at counts */
-    int n;           /* buffers */
-    const void **send;
-    void **recv;
-    uint64_t *counts;
+    /* Set by the submitter where it is not zero. */
     hvd_engine_fn fn; /* HVD_KIND_CALL */
     void *fn_arg;
     int heap;       /* hvd_request_new's: freed with its parts */
@@ -80,13 +74,9 @@ typedef struct hvd_request {
 
     /* Engine-private. */
     struct hvd_request *next;
-    int64_t t_submit;
-    int state;
-    int slot;
-    int inval;     /* its cache slot must be invalidated on every rank */
-    int voted;     /* the others have heard of it (vote or coordinator) */
-    int will_wait; /* its submitter waits for it at once (a blocking call) */
-    struct hvd_engine *eng; /* the engine it was submitted to */
+    int state; /* REQ_NEW (0) until the engine has it */
+    int inval; /* its cache slot must be invalidated on every rank */
+    int voted; /* the others have heard of it (vote or coordinator) */
 
     /* Called once it has finished instead of being waited for
      * (hvd_engine_on_done), outside the engine's lock. */
@@ -104,14 +94,29 @@ typedef struct hvd_request {
     const void *send1;
     void *recv1;
     uint64_t count1;
-    /* A name that fits (most do), instead of a copy. Last: a request set
-     * up in a call's frame is zeroed up to here only (HVD_REQUEST_ZEROED),
-     * as nothing reads it before the request is named. */
+
+    /* Set by the submitter. Last among what starts zeroed: a request set up
+     * in a call's frame is zeroed up to its shape's dimensions only
+     * (HVD_REQUEST_ZEROED); they, and all that follows, are written before
+     * anything reads them (dims up to desc.ndims, which starts 0). */
+    hvd_opdesc desc; /* desc.counts points at counts */
+    char *name;
+    uint64_t hash; /* hvd_namemap_hash(name), for the engine's maps */
+    int n;         /* buffers */
+    const void **send;
+    void **recv;
+    uint64_t *counts;
+    int slot;               /* engine-private; -1 until it has one */
+    int will_wait;          /* its submitter waits for it at once */
+    int64_t t_submit;       /* engine-private: set by hvd_engine_submit */
+    struct hvd_engine *eng; /* the engine it was submitted to (idem) */
+    /* A name that fits (most do), instead of a copy. */
     char name1[48];
 } hvd_request;
 
-/* The bytes of a request that start zeroed (hvd_request_setup). */
-#define HVD_REQUEST_ZEROED offsetof(hvd_request, name1)
+/* The bytes of a request that start zeroed (hvd_request_setup): all but
+ * what is written before it is read (see desc). */
+#define HVD_REQUEST_ZEROED offsetof(hvd_request, desc.dims)
 
 /* Sets up a request, zeroed (its first HVD_REQUEST_ZEROED bytes at least), for
  * n buffers (n >= 1; arrays of its own beyond one). -1 when out of memory
@@ -134,8 +139,17 @@ static inline int hvd_request_setup(hvd_request *req, int n) {
  * of memory. */
 hvd_request *hvd_request_new(int n);
 /* Names req: name is copied, or borrowed if borrow (it must outlive the
- * request: a blocking call's own). -1 when out of memory. */
-int hvd_request_name(hvd_request *req, const char *name, int borrow);
+ * request: a blocking call's own). -1 when out of memory. Inline where it
+ * borrows: a blocking call's fast path. */
+int hvd_request_name_copy(hvd_request *req, const char *name);
+static inline int hvd_request_name(hvd_request *req, const char *name,
+                                   int borrow) {
+    if (!borrow)
+        return hvd_request_name_copy(req, name);
+    req->name = (char *)name;
+    req->hash = hvd_namemap_hash(name);
+    return 0;
+}
 /* Frees what req owns, and req itself if it is on the heap. */
 void hvd_request_free(hvd_request *req);
 
