@@ -31,18 +31,10 @@ static void unbind(hvd_request *req) {
     req->voted = 0;
 }
 
-/* Runs cycle c; every rank runs every cycle, in number order. */
-hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
+/* Slots some rank invalidated are dropped everywhere. */
+static hvd_status erase_slots(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     hvd_cache *cache = &eng->cache;
-    size_t nresp = 0;
-    hvd_status st;
 
-    eng->cycle = c->number;
-    eng->n_cached = eng->n_negotiated = eng->n_collectives = 0;
-    if (eng->mark_cycles)
-        hvd_timeline_mark(eng->timeline, "CYCLE_START", hvd_now_ns());
-
-    /* Slots some rank invalidated are dropped everywhere. */
     for (size_t i = 0; i < c->n_erase; i++) {
         int s = (int)c->erase[i];
         if (s >= cache->nslots)
@@ -60,7 +52,46 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
             eng->vt.erase[s] = 0;
         }
     }
+    return HVD_OK;
+}
 
+/* The cache learns the negotiated operations of the cycle's nresp
+ * responses, in order, on every rank alike. */
+static hvd_status learn(hvd_engine *eng, const Hvd__Engine__Cycle *c,
+                        size_t nresp) {
+    hvd_cache *cache = &eng->cache;
+
+    for (size_t i = 0; i < nresp; i++) {
+        resp *r = &eng->resps[i];
+        if (r->cached || r->status != HVD_OK || r->desc.kind == HVD_KIND_JOIN ||
+            r->desc.kind == HVD_KIND_CALL || r->desc.kind == HVD_KIND_PSET ||
+            r->contributors != hvd_eng_pset_size(eng, r->desc.pset) ||
+            cache->capacity == 0)
+            continue;
+        int s = hvd_cache_put(cache, r->name, &r->desc, c->number);
+        if (s < 0)
+            return hvd_error_set(HVD_ERR_NO_MEMORY,
+                                 "out of memory in the response cache");
+        if (eng->rank == 0)
+            hvd_eng_vote_reset(&eng->vt, eng->size, s, c->number);
+    }
+    return HVD_OK;
+}
+
+/* Runs cycle c; every rank runs every cycle, in number order. */
+hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
+    hvd_cache *cache = &eng->cache;
+    size_t nresp = 0;
+    hvd_status st;
+
+    eng->cycle = c->number;
+    eng->n_cached = eng->n_negotiated = eng->n_collectives = 0;
+    if (eng->mark_cycles)
+        hvd_timeline_mark(eng->timeline, "CYCLE_START", hvd_now_ns());
+
+    st = erase_slots(eng, c);
+    if (st != HVD_OK)
+        return st;
     st = resps_room(eng, c->n_run + c->n_responses);
     if (st != HVD_OK)
         return st;
@@ -125,22 +156,9 @@ hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c) {
     if (st != HVD_OK)
         return st;
 
-    /* The cache learns the negotiated operations, in order, on every
-     * rank alike. */
-    for (size_t i = 0; i < nresp; i++) {
-        resp *r = &eng->resps[i];
-        if (r->cached || r->status != HVD_OK || r->desc.kind == HVD_KIND_JOIN ||
-            r->desc.kind == HVD_KIND_CALL || r->desc.kind == HVD_KIND_PSET ||
-            r->contributors != hvd_eng_pset_size(eng, r->desc.pset) ||
-            cache->capacity == 0)
-            continue;
-        int s = hvd_cache_put(cache, r->name, &r->desc, c->number);
-        if (s < 0)
-            return hvd_error_set(HVD_ERR_NO_MEMORY,
-                                 "out of memory in the response cache");
-        if (eng->rank == 0)
-            hvd_eng_vote_reset(&eng->vt, eng->size, s, c->number);
-    }
+    st = learn(eng, c, nresp);
+    if (st != HVD_OK)
+        return st;
 
     /* Requests whose slot changed hands go back to rank 0's table; new
      * ones the cache now knows take the cache path. */
