@@ -1,12 +1,13 @@
-/* The engine (engine.h): requests and their completion, submission (any
- * thread), start and stop. */
+/* The engine (engine.h): its entry, the top of its files (engine_state.h
+ * gives their order): requests, submission (any thread), waiting, start
+ * and stop. */
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
-/* One lock and condition for every engine: handles outlive an engine
- * (hvd_wait after hvd_shutdown must still work). */
-pthread_mutex_t hvd_eng_lock = PTHREAD_MUTEX_INITIALIZER;
-pthread_cond_t hvd_eng_cond = PTHREAD_COND_INITIALIZER;
+/* The express request this thread runs the engine for (engine_done.c
+ * finishes it without the lock), by the name hvd_engine_express_run
+ * gives it. */
+#define t_express hvd_eng_express_req
 
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
@@ -52,152 +53,6 @@ int hvd_request_name_copy(hvd_request *req, const char *name) {
     }
     req->hash = hvd_namemap_hash(req->name);
     return 0;
-}
-
-void hvd_request_free(hvd_request *req) {
-    if (req == NULL)
-        return;
-    if (req->n != 1) {
-        free(req->send);
-        free(req->recv);
-        free(req->counts);
-    }
-    free(req->error);
-    if (req->name_owned)
-        free(req->name);
-    if (req->heap)
-        free(req);
-}
-
-/* Takes req off the engine thread's books: it has run (engine thread). */
-void hvd_eng_retire(hvd_engine *eng, hvd_request *req) {
-    for (int i = 0; i < eng->npending; i++) {
-        if (eng->pending[i] == req) {
-            eng->pending[i] = eng->pending[--eng->npending];
-            break;
-        }
-    }
-    hvd_namemap_remove_h(&eng->by_name, req->name, req->hash);
-}
-
-/* Runs req's completion function, if it has one, and frees req: nobody
- * waits for it (outside the lock). */
-static void call_back(hvd_request *req) {
-    req->on_done(
-        req->status,
-        req->status != HVD_OK
-            ? (req->error != NULL ? req->error : hvd_strerror(req->status))
-            : NULL,
-        req->on_done_arg);
-    hvd_request_free(req);
-}
-
-/* The express request this thread runs the engine for, while it does
- * (hvd_engine_express_run): its waiter is this thread, so it finishes
- * without the lock. This is the engine's own state, not a parameter of a
- * call: which thread finishes a request decides whether the lock is
- * needed, and the same express request is finished with the lock by the
- * engine thread if the job fails while it runs (a mark on the request
- * could not tell the two threads apart). */
-static _Thread_local hvd_request *t_express;
-
-/* Tells req's waiter the outcome (engine thread). */
-void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
-                    const char *error) {
-    int called_back;
-
-    if (req == t_express) {
-        req->status = status;
-        if (status != HVD_OK)
-            req->error = strdup(error != NULL ? error : hvd_strerror(status));
-        req->done = 1;
-        return;
-    }
-    pthread_mutex_lock(&hvd_eng_lock);
-    req->status = status;
-    if (status != HVD_OK)
-        req->error = strdup(error != NULL ? error : hvd_strerror(status));
-    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
-    hvd_namemap_remove_h(&eng->inflight, req->name, req->hash);
-    called_back = req->on_done != NULL;
-    pthread_cond_broadcast(&hvd_eng_cond);
-    pthread_mutex_unlock(&hvd_eng_lock);
-    if (called_back)
-        call_back(req);
-}
-
-/* Finishes req (engine thread). */
-void hvd_eng_complete(hvd_engine *eng, hvd_request *req, hvd_status status,
-                      const char *error) {
-    hvd_eng_retire(eng, req);
-    hvd_eng_finish(eng, req, status, error);
-}
-
-/* Fails everything pending or queued (engine thread, at the end). */
-void hvd_eng_fail_all(hvd_engine *eng, hvd_status status, const char *text) {
-    hvd_request *queued;
-
-    while (eng->npending > 0)
-        hvd_eng_complete(eng, eng->pending[0], status, text);
-    pthread_mutex_lock(&hvd_eng_lock);
-    queued = eng->queue_head;
-    __atomic_store_n(&eng->queue_head, NULL, __ATOMIC_RELAXED);
-    eng->queue_tail = NULL;
-    pthread_mutex_unlock(&hvd_eng_lock);
-    while (queued != NULL) {
-        hvd_request *next = queued->next;
-        hvd_eng_finish(eng, queued, status, text);
-        queued = next;
-    }
-}
-
-int hvd_eng_peers_changed(hvd_status status) {
-    switch (status) {
-    case HVD_ERR_PEER_LOST:
-    case HVD_ERR_TIMEOUT:
-    case HVD_ERR_TRANSPORT:
-    case HVD_ERR_PROTOCOL:
-    case HVD_ERR_AUTH:
-    case HVD_ERR_SHUTDOWN:
-    case HVD_ERR_PEERS_CHANGED:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* The engine cannot go on: remembers why (for later submissions). */
-hvd_status hvd_eng_fail(hvd_engine *eng, hvd_status status) {
-    pthread_mutex_lock(&hvd_eng_lock);
-    if (eng->failed == HVD_OK) {
-        eng->failed = status;
-        snprintf(eng->failmsg, sizeof(eng->failmsg), "%s", hvd_error_get());
-    }
-    pthread_mutex_unlock(&hvd_eng_lock);
-    return status;
-}
-
-/* Takes a timeline handed over by hvd_engine_set_timeline (engine thread,
- * rank 0): the old one is closed, a valid file. */
-void hvd_eng_swap_timeline(hvd_engine *eng) {
-    hvd_timeline *next;
-    int swap, marks;
-
-    /* Every loop of the engine asks: without the lock while nothing came. */
-    if (!__atomic_load_n(&eng->tl_swap, __ATOMIC_ACQUIRE))
-        return;
-    pthread_mutex_lock(&hvd_eng_lock);
-    swap = eng->tl_swap;
-    next = eng->tl_next;
-    marks = eng->tl_next_marks;
-    __atomic_store_n(&eng->tl_swap, 0, __ATOMIC_RELEASE);
-    eng->tl_next = NULL;
-    pthread_mutex_unlock(&hvd_eng_lock);
-    if (!swap)
-        return;
-    hvd_timeline_close(eng->timeline);
-    eng->timeline = next;
-    eng->mark_cycles = next != NULL && marks;
 }
 
 void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
@@ -485,7 +340,7 @@ void hvd_engine_on_done(hvd_request *req,
     done = req->done;
     pthread_mutex_unlock(&hvd_eng_lock);
     if (done)
-        call_back(req);
+        hvd_eng_call_back(req);
 }
 
 hvd_status hvd_engine_test(hvd_request *req, int *done) {

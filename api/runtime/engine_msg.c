@@ -1,7 +1,7 @@
 /* The engine (engine.h): control messages between the ranks, and taking
  * submitted requests in. */
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 /* ------------------------------------------------------------------ */
 /* Control messages                                                    */

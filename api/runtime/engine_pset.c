@@ -8,7 +8,7 @@
  * onto the job's transport), and the set's collectives run on it.
  */
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 int hvd_eng_pset_init(hvd_engine *eng) {
     eng->psets = calloc(1, sizeof(*eng->psets));

@@ -1,7 +1,7 @@
 /* The engine (engine.h): running a cycle's responses: fused host allreduces,
  * the other collectives, device tensors. */
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 /* ------------------------------------------------------------------ */
 /* Running responses                                                   */

@@ -9,7 +9,7 @@
  * where it arrived, with no collective at all (docs/design.md, "Steps").
  */
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 int hvd_eng_step_init(hvd_engine *eng) {
     size_t cap =

@@ -1,7 +1,7 @@
 /* The engine (engine.h): rank 0's vote table: which ranks have each cached
  * operation ready, and stalls. */
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 /* ------------------------------------------------------------------ */
 /* Rank 0: votes and decisions                                         */

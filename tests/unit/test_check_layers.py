@@ -155,7 +155,7 @@ def main():
             "\nvoid hvd_tcp_planted_call(void);\n"
             "void hvd_tcp_planted_call(void) { hvd_eng_fail(0, 0); }\n",
             ["transport/tcp/settings.c:", "transport calls hvd_eng_fail "
-             "defined in api/runtime/engine.c (runtime)"])
+             "defined in api/runtime/engine_done.c (runtime)"])
         expect_break(
             root, "the public header below the API", "collectives/ring.c",
             '\n#include "hvd/hvd.h"\n',

@@ -12,7 +12,7 @@
  * completes the receive the engine posted with the bytes rank 0 would have
  * sent, then calls hvd_eng_pump.
  *
- * The internal functions called (api/runtime/engine_internal.h):
+ * The internal functions called (api/runtime/engine_state.h):
  * hvd_eng_step_init, hvd_eng_step_free, hvd_eng_open_ports, hvd_eng_frame,
  * hvd_eng_pump, hvd_eng_port_ready, hvd_eng_peer_started; and
  * hvd_comm_create/destroy (collectives/comm.h), hvd_arena_reset.
@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 /* ---- a transport that records the receives posted ---- */
 

@@ -5,7 +5,7 @@
  * the job's process set (and one of two ranks), the vote table and, for
  * the updates, a coordinator. No thread, no transport.
  *
- * The internal functions called (api/runtime/engine_internal.h):
+ * The internal functions called (api/runtime/engine_state.h):
  * hvd_eng_vote_init, hvd_eng_vote_free, hvd_eng_vote_offers,
  * hvd_eng_vote_reset, hvd_eng_vote_clear, hvd_eng_vote_erase,
  * hvd_eng_vote_deadline, hvd_eng_vote_stalls, hvd_eng_apply_update; and
@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "api/runtime/engine_internal.h"
+#include "api/runtime/engine_state.h"
 
 #define SIZE 4
 #define CAP 8

@@ -1,24 +1,44 @@
 /*
- * The engine's own declarations, shared by its files (engine.h has the
- * interface the rest of hvd uses):
- *  engine.c       requests and their completion, submission (any
- *                 thread), start and stop;
- *  engine_msg.c   control messages between the ranks, and taking
- *                 submitted requests in;
- *  engine_run.c   running a cycle's responses: fused host allreduces,
- *                 the other collectives, device tensors;
- *  engine_vote.c  rank 0's vote table: which ranks have each cached
- *                 operation ready, and stalls;
- *  engine_step.c  a step: every rank's part of it to every rank, and
- *                 what they decide together;
- *  engine_cycle.c running a cycle on every rank, rank 0's decisions,
- *                 and the engine thread's loop;
- *  engine_pset.c  process sets: every rank's table of them and their
- *                 communicators.
- * Nothing outside api/runtime/engine*.c includes this.
+ * The engine's state and the declarations its files share (engine.h has
+ * the interface the rest of hvd uses). Nothing outside api/runtime/engine*.c
+ * (and the engine's unit tests) includes this. Its files, and the one way
+ * their calls go (a file calls only files below it, never one above):
+ *
+ *   engine.c        the entry: requests, submission (any thread), waiting
+ *                   and driving the engine, start and stop
+ *                           -> engine_cycle.c, engine_done.c; and below
+ *                              it, the init and free of the step, vote
+ *                              and pset tables, hvd_eng_take (the express
+ *                              request) and hvd_eng_dev_wake (a pointer)
+ *   engine_cycle.c  a pass of the engine: when a step starts and when its
+ *                   cycle runs, rank 0's decisions, updates to rank 0, the
+ *                   express step, the engine thread's loop
+ *                           -> engine_step.c, engine_run.c, engine_msg.c,
+ *                              engine_vote.c, engine_pset.c, engine_done.c
+ *   engine_step.c   a step: every rank's part of it to every rank, and
+ *                   what they decide together (the slots every rank
+ *                   offers, the carried data, the lone-slot path)
+ *                           -> engine_apply.c and below
+ *   engine_apply.c  applying a cycle on every rank: the erasures, the
+ *                   slots every rank offered, rank 0's responses, what the
+ *                   cache learns     -> engine_run.c, engine_msg.c,
+ *                                       engine_vote.c, engine_pset.c
+ *   engine_run.c    running a cycle's responses: fused host allreduces,
+ *                   the other collectives, device tensors
+ *                           -> engine_pset.c, engine_done.c
+ *   engine_msg.c    control messages between the ranks, and taking
+ *                   submitted requests in
+ *                           -> engine_vote.c, engine_done.c
+ *   engine_vote.c   rank 0's vote table: which ranks have each cached
+ *                   operation ready, and stalls     -> engine_pset.c
+ *   engine_pset.c   process sets: every rank's table of them and their
+ *                   communicators                   -> engine_done.c
+ *   engine_done.c   the bottom: finishing, completing, retiring and
+ *                   failing requests, the engine's failure, the lock and
+ *                   condition every engine shares; calls no engine file
  */
-#ifndef HVD_API_ENGINE_INTERNAL_H
-#define HVD_API_ENGINE_INTERNAL_H
+#ifndef HVD_API_ENGINE_STATE_H
+#define HVD_API_ENGINE_STATE_H
 
 #include "api/runtime/engine.h"
 
@@ -270,24 +290,26 @@ struct hvd_engine {
     int drive_last; /* a driver ran the last step */
 };
 
-/* One lock and condition for every engine: handles outlive an engine
- * (hvd_wait after hvd_shutdown must still work). Defined in engine.c. */
+/* engine_done.c. One lock and condition for every engine: handles
+ * outlive an engine (hvd_wait after hvd_shutdown must still work). */
 extern pthread_mutex_t hvd_eng_lock;
 extern pthread_cond_t hvd_eng_cond;
-
-/* engine.c */
+/* The express request this thread runs the engine for, while it does
+ * (hvd_engine_express_run), else NULL: hvd_eng_finish finishes it without
+ * the lock. */
+extern _Thread_local hvd_request *hvd_eng_express_req;
 void hvd_eng_retire(hvd_engine *eng, hvd_request *req);
 void hvd_eng_finish(hvd_engine *eng, hvd_request *req, hvd_status status,
                     const char *error);
 void hvd_eng_complete(hvd_engine *eng, hvd_request *req, hvd_status status,
                       const char *error);
+/* Runs req's completion function and frees req (outside the lock). */
+void hvd_eng_call_back(hvd_request *req);
 void hvd_eng_fail_all(hvd_engine *eng, hvd_status status, const char *text);
-
 /* 1 if status says a peer is gone or failed (what an elastic job reports
  * as HVD_ERR_PEERS_CHANGED), 0 for this rank's own errors. */
 int hvd_eng_peers_changed(hvd_status status);
 hvd_status hvd_eng_fail(hvd_engine *eng, hvd_status status);
-void hvd_eng_swap_timeline(hvd_engine *eng);
 
 /* engine_msg.c */
 hvd_status hvd_eng_open_ports(hvd_engine *eng);
@@ -344,6 +366,10 @@ hvd_status hvd_eng_step_start(hvd_engine *eng);
 int hvd_eng_step_complete(hvd_engine *eng);
 hvd_status hvd_eng_step_finish(hvd_engine *eng, double now, int *last);
 
+/* engine_apply.c: runs cycle c; every rank runs every cycle, in number
+ * order. */
+hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c);
+
 /* engine_pset.c */
 int hvd_eng_pset_init(hvd_engine *eng);
 void hvd_eng_pset_free(hvd_engine *eng);
@@ -360,7 +386,6 @@ hvd_comm *hvd_eng_pset_comm(const hvd_engine *eng, const hvd_opdesc *d);
 hvd_status hvd_eng_pset_run(hvd_engine *eng, const hvd_opdesc *d, int id);
 
 /* engine_cycle.c */
-hvd_status hvd_eng_run_cycle(hvd_engine *eng, const Hvd__Engine__Cycle *c);
 hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last);
 hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last);
 /*
