@@ -4,11 +4,6 @@
 
 #include "api/runtime/engine_state.h"
 
-/* The express request this thread runs the engine for (engine_done.c
- * finishes it without the lock), by the name hvd_engine_express_run
- * gives it. */
-#define t_express hvd_eng_express_req
-
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 
@@ -277,12 +272,12 @@ hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {
     hvd_status st;
     int last = 0;
 
-    t_express = req;
+    hvd_eng_express_req = req;
     hvd_eng_take(eng, req);
     st = hvd_eng_express_step(eng, req, &last);
     if (st == HVD_OK && !last)
         st = run_until_done(eng, req, &last);
-    t_express = NULL;
+    hvd_eng_express_req = NULL;
     pthread_mutex_lock(&hvd_eng_lock);
     let_go(eng, st, last);
     /* If the job failed, the engine thread fails req too. */
