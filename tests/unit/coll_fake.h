@@ -1,9 +1,11 @@
 /*
- * An in-memory transport for the collectives' unit tests (test_ring.c,
- * test_rd.c): one thread per rank, messages copied through queues under
- * one mutex, with a socket's flow control (a send completes once the bytes
- * queued ahead of it fit in a small buffer, or once it is received), so
- * that an algorithm that would deadlock over TCP deadlocks here too.
+ * An in-memory transport for the collectives' unit tests (test_algorithms.c,
+ * test_ring.c, test_rd.c, test_adasum.c): one thread per rank, messages
+ * copied through queues under one mutex, with a socket's flow control (a
+ * send completes once the bytes queued ahead of it fit in a small buffer,
+ * or once it is received), so that an algorithm that would deadlock over
+ * TCP deadlocks here too; and one-sided reads (get, can_get on every peer)
+ * for the direct algorithms.
  *
  * coll_fake_run starts one thread per rank, gives each a communicator over
  * the fake transport and runs body on it; body reports what it finds wrong
