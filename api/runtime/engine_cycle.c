@@ -99,7 +99,7 @@ out:
 /* ------------------------------------------------------------------ */
 /* The thread                                                          */
 
-static double now_s(void) { return (double)hvd_now_ns() / 1e9; }
+static double seconds_now(void) { return (double)hvd_now_ns() / 1e9; }
 
 /* The same clock a few ms behind, for what counts seconds (votes, stalls,
  * the coordinator's deadlines): a pass reads it at no cost. */
@@ -107,7 +107,7 @@ static double coarse_s(void) { return (double)hvd_coarse_ns() / 1e9; }
 
 /* How long the idle engine may wait (ms) before a timer needs it. */
 static int idle_timeout_ms(hvd_engine *eng) {
-    double now = now_s(), next = now + IDLE_WAIT_MS / 1000.0;
+    double now = seconds_now(), next = now + IDLE_WAIT_MS / 1000.0;
 
     if (eng->rank == 0) {
         double a = hvd_coord_next_deadline(eng->coord);
@@ -219,7 +219,7 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
                     return st;
                 hvd_eng_intake(eng, &stop);
             }
-            now = now_s();
+            now = seconds_now();
         }
     }
     /* Rank 0 hears that this rank stops only once every cached request it
