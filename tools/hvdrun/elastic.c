@@ -194,6 +194,7 @@ static void reap(struct job *job, int64_t now) {
             continue;
         if (pid <= 0)
             return;
+        watchdog_reaped(pid);
         if (el->disc_pid != 0 && pid == el->disc_pid) {
             disc_done(job, ws, now);
             continue;
@@ -350,6 +351,7 @@ static void check_policy(struct job *job, int64_t now) {
     uint32_t gen = hvd_rdv_server_generation(job->srv);
     if (gen != el->generation) {
         el->generation = gen;
+        watchdog_generation(gen);
         HVD_INFO("hvdrun", "generation %u formed", gen);
     }
     if (opt->reset_limit >= 0 && gen > 1 + (uint32_t)opt->reset_limit) {

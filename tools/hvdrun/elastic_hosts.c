@@ -243,6 +243,7 @@ int disc_start(struct job *job, int64_t now) {
     struct elastic *el = job->el;
     int p[2];
     sigset_t block, old;
+    pid_t self = getpid();
     pid_t pid;
 
     if (pipe2(p, O_CLOEXEC) != 0) {
@@ -257,6 +258,7 @@ int disc_start(struct job *job, int64_t now) {
     pid = fork();
     if (pid == 0) {
         setpgid(0, 0);
+        die_with_hvdrun(self);
         for (size_t k = 0; k < ARRAY_LEN(handled_signals); k++)
             signal(handled_signals[k], SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
@@ -276,6 +278,7 @@ int disc_start(struct job *job, int64_t now) {
         return -1;
     }
     setpgid(pid, pid);
+    watchdog_started(pid);
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     el->disc_pid = pid;
     el->disc_fd = p[0];

@@ -416,6 +416,25 @@ void end_job(struct job *job, int code, const char *why, int sig, int64_t now);
 void exit_text(const struct worker *w, int code, char *why, size_t len);
 void worker_free(struct worker *w);
 
+/* ---- watchdog.c: no child outlives hvdrun ---- */
+
+/* In a child of hvdrun, after fork() and before exec: asks for SIGTERM
+ * when hvdrun (hvdrun_pid) dies; exits 127 if it already has. hvdrun
+ * forks only from its main (and only) thread: the signal comes when the
+ * thread that forked ends. */
+void die_with_hvdrun(pid_t hvdrun_pid);
+/* Forks the watchdog, which stops the children hvdrun leaves behind if it
+ * dies without stopping them (SIGTERM to their process groups, SIGKILL
+ * after the grace period) and removes the job's shared-memory segments. */
+int watchdog_start(const struct job *job);
+/* hvdrun tells the watchdog of each child it starts (its process group
+ * leader) and reaps, and of each elastic generation. */
+void watchdog_started(pid_t pgid);
+void watchdog_reaped(pid_t pid);
+void watchdog_generation(uint32_t generation);
+/* At hvdrun's normal end: the watchdog is told and reaped. */
+void watchdog_finish(void);
+
 /* ---- mpi.c: --mpi ---- */
 
 int run_mpirun(const struct options *opt);

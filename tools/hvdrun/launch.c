@@ -34,9 +34,11 @@ static const char *rank_label(const struct job *job, const struct rank *r) {
     return label;
 }
 
-/* In the child: undoes what hvdrun changed for itself. */
-static void child_reset(void) {
+/* In the child: undoes what hvdrun changed for itself, and goes when
+ * hvdrun (hvdrun_pid) dies. */
+static void child_reset(pid_t hvdrun_pid) {
     setpgid(0, 0);
+    die_with_hvdrun(hvdrun_pid);
     for (size_t k = 0; k < ARRAY_LEN(handled_signals); k++)
         signal(handled_signals[k], SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
@@ -59,12 +61,12 @@ static void exec_failed(const char *prog) {
 
 /* In the child: becomes rank r's program, or exits 127. */
 static void exec_rank(const struct job *job, const struct rank *r, int out_w,
-                      int err_w) __attribute__((noreturn));
+                      int err_w, pid_t hvdrun_pid) __attribute__((noreturn));
 static void exec_rank(const struct job *job, const struct rank *r, int out_w,
-                      int err_w) {
+                      int err_w, pid_t hvdrun_pid) {
     const char *prog = job->opt->prog_argv[0];
 
-    child_reset();
+    child_reset(hvdrun_pid);
     if (r->index != 0 || !job->stdin_to_rank0)
         dup2(job->null_fd, STDIN_FILENO);
     if (out_w >= 0) {
@@ -80,10 +82,11 @@ static void exec_rank(const struct job *job, const struct rank *r, int out_w,
 
 /* In the child: becomes the ssh of a remote rank, with hvdrun's own
  * environment (the rank's is in the command ssh runs). */
-static void exec_ssh(char **argv, int in_r, int out_w, int err_w)
-    __attribute__((noreturn));
-static void exec_ssh(char **argv, int in_r, int out_w, int err_w) {
-    child_reset();
+static void exec_ssh(char **argv, int in_r, int out_w, int err_w,
+                     pid_t hvdrun_pid) __attribute__((noreturn));
+static void exec_ssh(char **argv, int in_r, int out_w, int err_w,
+                     pid_t hvdrun_pid) {
+    child_reset(hvdrun_pid);
     dup2(in_r, STDIN_FILENO);
     dup2(out_w, STDOUT_FILENO);
     dup2(err_w, STDERR_FILENO);
@@ -276,6 +279,7 @@ static int launch(struct job *job, struct rank *r, char **ssh_args) {
     int out[2] = {-1, -1};
     int err[2] = {-1, -1};
     sigset_t block, old;
+    pid_t self = getpid();
     pid_t pid;
 
     if (r->remote && pipe2(in, O_CLOEXEC) != 0) {
@@ -302,8 +306,8 @@ static int launch(struct job *job, struct rank *r, char **ssh_args) {
     pid = fork();
     if (pid == 0) {
         if (r->remote)
-            exec_ssh(ssh_args, in[0], out[1], err[1]);
-        exec_rank(job, r, out[1], err[1]);
+            exec_ssh(ssh_args, in[0], out[1], err[1], self);
+        exec_rank(job, r, out[1], err[1], self);
     }
     int fork_errno = errno;
     sigprocmask(SIG_SETMASK, &old, NULL);
@@ -316,6 +320,7 @@ static int launch(struct job *job, struct rank *r, char **ssh_args) {
     /* Also done in the child; whichever runs first makes the group, so it
      * exists before hvdrun can signal it. */
     setpgid(pid, pid);
+    watchdog_started(pid);
     close_fd(&in[0]);
     close_fd(&out[1]);
     close_fd(&err[1]);

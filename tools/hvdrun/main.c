@@ -130,9 +130,10 @@ int main(int argc, char **argv) {
     code = EXIT_SETUP;
     if ((opt.elastic ? elastic_setup(&job)
                      : job_setup(&job, opt.hosts, opt.nhosts)) != 0 ||
-        install_signals() != 0)
+        install_signals() != 0 || watchdog_start(&job) != 0)
         goto destroy_job;
     code = opt.elastic ? elastic_run(&job) : job_run(&job);
+    watchdog_finish();
     /* A rank killed while hvd_init set up shared memory leaves its segment
      * behind (ranks unlink them as soon as all have mapped them). */
     {

@@ -129,6 +129,7 @@ static void reap(struct job *job) {
             continue;
         if (pid <= 0)
             return;
+        watchdog_reaped(pid);
         for (int r = 0; r < job->opt->np; r++) {
             struct rank *rk = &job->ranks[r];
             if (rk->state == RANK_RUNNING && rk->pid == pid) {
