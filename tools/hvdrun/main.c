@@ -24,7 +24,7 @@
  * pipes, prefixes and exit status handling as a local rank; only stopping
  * differs (close the pipe, SIGKILL ssh after the grace period).
  *
- * With --mpi hvdrun starts nothing itself: it execs mpirun with the same
+ * With --mpi hvdrun starts nothing itself: it runs mpirun with the same
  * placement, and hvd bootstraps through MPI.
  *
  * An elastic job (--min-np, --max-np or --host-discovery-script) has

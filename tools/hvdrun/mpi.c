@@ -1,15 +1,18 @@
 /*
- * hvdrun --mpi: instead of starting the ranks itself, hvdrun execs
- * mpirun with the same placement, options and HVD_* variables, and hvd
+ * hvdrun --mpi: instead of starting the ranks itself, hvdrun runs
+ * mpirun (as its child, so that mpirun goes when hvdrun dies) with the
+ * same placement, options and HVD_* variables, and hvd
  * bootstraps through MPI. A separate file because nothing of the rest of
  * hvdrun (the job, the rendezvous, the event loop) runs in this mode.
  */
 #include "tools/hvdrun/hvdrun.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "transport/base/log.h"
@@ -185,13 +188,98 @@ static void push_exports(struct strv *a, const struct options *opt) {
     }
 }
 
+/* The signals hvdrun passes on to mpirun, which passes them on to the
+ * ranks (SIGUSR1 and SIGUSR2) or stops the job (the others). */
+static const int passed_signals[] = {SIGINT, SIGQUIT, SIGTERM,
+                                     SIGHUP, SIGUSR1, SIGUSR2};
+static volatile sig_atomic_t mpirun_pid;
+
+/* A signal from a terminal went to its whole foreground process group,
+ * mpirun included: only one that was sent to hvdrun is passed on. */
+static void pass_on(int sig, siginfo_t *info, void *ctx) {
+    int saved = errno;
+
+    (void)ctx;
+    if (info->si_code != SI_KERNEL && mpirun_pid > 0)
+        kill((pid_t)mpirun_pid, sig);
+    errno = saved;
+}
+
+/* In the child: mpirun, with the signal handling hvdrun had at its start
+ * (sigmask the mask to restore). */
+static void exec_mpirun(char **argv, pid_t hvdrun_pid, const sigset_t *sigmask)
+    __attribute__((noreturn));
+static void exec_mpirun(char **argv, pid_t hvdrun_pid,
+                        const sigset_t *sigmask) {
+    die_with_hvdrun(hvdrun_pid);
+    for (size_t k = 0; k < ARRAY_LEN(passed_signals); k++)
+        signal(passed_signals[k], SIG_DFL);
+    sigprocmask(SIG_SETMASK, sigmask, NULL);
+    execvp(argv[0], argv);
+    say("cannot run mpirun: %s (it comes with Open MPI; without --mpi "
+        "hvdrun starts the ranks itself)",
+        strerror(errno));
+    _exit(EXIT_NOT_RUN);
+}
+
 /*
- * --mpi: execs mpirun -np N [-H host:slots,...] --bind-to none
+ * Runs mpirun (argv) as a child and returns its exit status; ended by a
+ * signal, hvdrun ends by the same signal. mpirun stays in hvdrun's
+ * process group, so a terminal's Ctrl-C and its reads of the terminal
+ * work as if it were hvdrun. It is a child, not exec'd, so that it gets
+ * SIGTERM when hvdrun dies (die_with_hvdrun()): on SIGTERM mpirun stops
+ * its ranks (SIGKILL after a moment to those that ignore it), here and on
+ * the hosts it reached over ssh.
+ */
+static int run_child(char **argv) {
+    struct sigaction sa;
+    sigset_t block, old;
+    pid_t self = getpid();
+    int ws;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = pass_on;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigemptyset(&block);
+    for (size_t k = 0; k < ARRAY_LEN(passed_signals); k++)
+        sigaddset(&block, passed_signals[k]);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    for (size_t k = 0; k < ARRAY_LEN(passed_signals); k++)
+        sigaction(passed_signals[k], &sa, NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        exec_mpirun(argv, self, &old);
+    int fork_errno = errno;
+    mpirun_pid = pid > 0 ? pid : 0;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        say("cannot run mpirun: fork() failed: %s", strerror(fork_errno));
+        return EXIT_SETUP;
+    }
+    while (waitpid(pid, &ws, 0) < 0) {
+        if (errno != EINTR) {
+            say("waitpid() for mpirun failed: %s", strerror(errno));
+            return EXIT_SETUP;
+        }
+    }
+    mpirun_pid = 0;
+    if (WIFEXITED(ws))
+        return WEXITSTATUS(ws);
+    /* As exec'd mpirun would have: the same signal ends hvdrun. */
+    signal(WTERMSIG(ws), SIG_DFL);
+    sigprocmask(SIG_UNBLOCK, &block, NULL);
+    raise(WTERMSIG(ws));
+    return 128 + WTERMSIG(ws);
+}
+
+/*
+ * --mpi: runs mpirun -np N [-H host:slots,...] --bind-to none
  * [--oversubscribe] [--allow-run-as-root] [-x ...] program args. The ranks
  * bootstrap through MPI, so none of hvdrun's job variables is set (and any
  * in hvdrun's environment are removed); the -x variables and the HVD_*
- * variables of hvdrun's environment are passed with -x. Returns only on
- * failure, with hvdrun's exit status.
+ * variables of hvdrun's environment are passed with -x. Returns hvdrun's
+ * exit status: mpirun's (run_child()).
  */
 int run_mpirun(const struct options *opt) {
     const char *iface = opt->iface != NULL ? opt->iface : getenv("HVD_IFACE");
@@ -224,10 +312,7 @@ int run_mpirun(const struct options *opt) {
         free(text);
     }
     fflush(stdout);
-    execvp(a.v[0], a.v);
-    say("cannot run mpirun: %s (it comes with Open MPI; without --mpi "
-        "hvdrun starts the ranks itself)",
-        strerror(errno));
+    int code = run_child(a.v);
     strv_free(&a);
-    return EXIT_NOT_RUN;
+    return code;
 }

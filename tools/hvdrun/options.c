@@ -57,7 +57,7 @@ static const char usage_text[] =
     "                     is stopped (default 3; 0: SIGKILL at once)\n"
     "  --no-prefix        pass the ranks' output through untouched instead\n"
     "                     of as \"[rank] line\"\n"
-    "  --mpi              exec mpirun with these ranks and hosts instead of\n"
+    "  --mpi              run mpirun with these ranks and hosts instead of\n"
     "                     starting them (hvd then bootstraps through MPI)\n"
     "  -v, --verbose      log what hvdrun does (info level)\n"
     "\n"
