@@ -74,6 +74,15 @@ shm_left() {
     fi
 }
 
+# How many up files (orphan_rank.c) are in $1.
+count_up() {
+    c=0
+    for f in "$1"/up.*; do
+        [ -e "$f" ] && c=$((c + 1))
+    done
+    echo $c
+}
+
 fail() {
     echo "run_orphans: FAIL $case: $*"
     fails=$((fails + 1))
@@ -91,7 +100,7 @@ run_case() {
     job=$!
 
     n=0
-    while [ "$(ls "$run" | grep -c '^up\.')" -lt $np ]; do
+    while [ "$(count_up "$run")" -lt $np ]; do
         n=$((n + 1))
         if [ $n -gt 1200 ] || ! kill -0 $job 2>/dev/null; then
             fail "the ranks did not all start"
