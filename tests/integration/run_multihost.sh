@@ -279,6 +279,50 @@ hvdrun_pid=$(pgrep -x -f "$hvdrun -H $addr_b .*" | head -n 1)
 wait $job
 check "remote program gone after kill -9 hvdrun" 1 "$(gone "sleep 102")"
 
+# ---- kill -9 of hvdrun: no rank, ssh client or remote program is left ----
+# Two ranks forked in A, two over ssh in B, every one ignoring SIGTERM:
+# the local ranks get SIGKILL from hvdrun's watchdog after the grace
+# period, the ssh clients go on their parent-death signal, and the remote
+# wrapper sees its stdin close and kills the program after the grace
+# period. All must be gone within 5 s (the time is printed).
+in_a timeout 60 "$hvdrun" --grace-seconds 2 -H $addr_a:2,$addr_b:2 \
+    $ssh_opts sh -c 'trap "" TERM; : >"'"$dir"'/orphan-up.$HVD_RANK"
+        exec sleep 104' >/dev/null 2>&1 &
+job=$!
+n=0
+until [ -e "$dir/orphan-up.0" ] && [ -e "$dir/orphan-up.1" ] &&
+    [ -e "$dir/orphan-up.2" ] && [ -e "$dir/orphan-up.3" ]; do
+    n=$((n + 1))
+    [ $n -gt 300 ] && break
+    sleep 0.1
+done
+check "killed hvdrun: all four ranks started" 1 $((n <= 300))
+# The ssh clients hvdrun started, in host A.
+ssh_clients() {
+    for pid in $(pgrep -f "^ssh -T -o BatchMode=yes .* $addr_b "); do
+        [ "$(ip netns identify "$pid" 2>/dev/null)" = "$ns_a" ] &&
+            printf ' %s' "$pid"
+    done
+}
+check "killed hvdrun: ssh clients running" 1 $(($(ssh_clients | wc -w) == 2))
+hvdrun_pid=$(pgrep -x -f "$hvdrun --grace-seconds 2 -H $addr_a:2,$addr_b:2 .*" |
+    head -n 1)
+t_kill=$(date +%s.%N)
+[ -n "$hvdrun_pid" ] && kill -9 "$hvdrun_pid"
+n=0
+while { [ -n "$(pgrep -x -f "sleep 104")" ] || [ -n "$(ssh_clients)" ]; } &&
+    [ $n -lt 100 ]; do
+    n=$((n + 1))
+    sleep 0.05
+done
+took=$(awk -v a="$t_kill" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+wait $job
+check "killed hvdrun: no ssh client left" "" "$(ssh_clients)"
+check "killed hvdrun: no local or remote program left" "" \
+    "$(pgrep -x -f "sleep 104")"
+echo "     (kill -9 of hvdrun: local ranks, ssh clients and remote programs" \
+    "gone after $took s, grace period 2 s)"
+
 # ---- ssh cannot connect ----
 out=$(in_a timeout 60 "$hvdrun" -H $addr_a,$addr_b -p 2 $ssh_opts true 2>&1)
 check "ssh failure's status" 255 $?
