@@ -264,6 +264,14 @@ case $out in
 *) check "missing remote directory: message" "cannot start rank 1 ... no directory" "$out" ;;
 esac
 
+# The pid of hvdrun running command line $1: hvdrun's watchdog, a fork of
+# it, has the same command line but another name.
+hvdrun_of() {
+    for pid in $(pgrep -x -f "$1"); do
+        [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = hvdrun ] && echo "$pid"
+    done | head -n 1
+}
+
 # ---- killing hvdrun kills the remote rank ----
 in_a timeout 60 "$hvdrun" -H $addr_b $ssh_opts sleep 102 >/dev/null 2>&1 &
 job=$!
@@ -274,7 +282,7 @@ until runs_in_b "sleep 102"; do
     sleep 0.1
 done
 check "remote program started" 1 $((n <= 100))
-hvdrun_pid=$(pgrep -x -f "$hvdrun -H $addr_b .*" | head -n 1)
+hvdrun_pid=$(hvdrun_of "$hvdrun -H $addr_b .*")
 [ -n "$hvdrun_pid" ] && kill -9 "$hvdrun_pid"
 wait $job
 check "remote program gone after kill -9 hvdrun" 1 "$(gone "sleep 102")"
@@ -305,8 +313,7 @@ ssh_clients() {
     done
 }
 check "killed hvdrun: ssh clients running" 1 $(($(ssh_clients | wc -w) == 2))
-hvdrun_pid=$(pgrep -x -f "$hvdrun --grace-seconds 2 -H $addr_a:2,$addr_b:2 .*" |
-    head -n 1)
+hvdrun_pid=$(hvdrun_of "$hvdrun --grace-seconds 2 -H $addr_a:2,$addr_b:2 .*")
 t_kill=$(date +%s.%N)
 [ -n "$hvdrun_pid" ] && kill -9 "$hvdrun_pid"
 n=0

@@ -152,9 +152,6 @@ static void wd_main(int fd, pid_t hvdrun_pid, int grace_s,
     wd_read(fd, &s);
     if (s.ended || s.n == 0)
         _exit(0);
-    say("hvdrun (pid %d) died without stopping its ranks: SIGTERM to %zu "
-        "process groups, SIGKILL after %d s",
-        (int)hvdrun_pid, s.n, grace_s);
     wd_stop_groups(&s, grace_s);
     /* The segments of ranks killed while hvd_init set them up. */
     hvd_transport_cleanup_job(job_id);
@@ -163,6 +160,10 @@ static void wd_main(int fd, pid_t hvdrun_pid, int grace_s,
         hvd_job_id_of_generation(job_id, g, id);
         hvd_transport_cleanup_job(id);
     }
+    /* Said last: a stderr that nobody reads may block the write. */
+    say("hvdrun (pid %d) died without stopping its ranks: its watchdog "
+        "sent SIGTERM to their %zu process groups, SIGKILL after %d s",
+        (int)hvdrun_pid, s.n, grace_s);
     _exit(0);
 }
 
@@ -180,14 +181,18 @@ static void close_fds(unsigned lo, unsigned hi) {
 }
 
 /* In the forked watchdog: only the pipe and stderr stay open (the
- * rendezvous socket and the ranks' pipes must close with hvdrun), signals
- * to the session or a terminal do not end it. */
+ * rendezvous socket and the ranks' pipes must close with hvdrun), and
+ * signals to the session or from a terminal neither end nor stop it. */
 static void wd_child(int fd, pid_t hvdrun_pid, int grace_s,
                      const uint8_t job_id[HVD_JOB_ID_LEN]) {
-    static const int ignored[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGPIPE};
+    static const int ignored[] = {SIGINT,  SIGQUIT, SIGTERM, SIGHUP,
+                                  SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU};
     int null_fd = open("/dev/null", O_RDWR);
 
     setpgid(0, 0);
+    /* Its name tells it from hvdrun in ps and pgrep (its command line is
+     * hvdrun's). */
+    prctl(PR_SET_NAME, "hvdrun-watchdog");
     for (size_t k = 0; k < ARRAY_LEN(ignored); k++)
         signal(ignored[k], SIG_IGN);
     signal(SIGCHLD, SIG_DFL);
