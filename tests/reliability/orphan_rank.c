@@ -1,7 +1,8 @@
 /*
  * A rank of run_orphans.sh, whose launcher is killed under it.
  *
- *     orphan_rank --dir DIR [--ignore-term] [--max-seconds S] [MARKER...]
+ *     orphan_rank --dir DIR [--ignore-term] [--no-hvd] [--max-seconds S]
+ *                 [MARKER...]
  *
  * It joins the job (hvd_init), then writes DIR/up.<pid> holding "rank R
  * pid P ppid Q" (written aside and renamed, so the file is whole when it
@@ -10,7 +11,9 @@
  * nobody reads. If an operation fails (the library noticed the launcher's
  * end), the sentence goes to DIR/err.<pid> and the rank goes on sleeping:
  * the test wants it ended by the launcher's death, not by hvd. With
- * --ignore-term it ignores SIGTERM, as some programs do. After S seconds
+ * --ignore-term it ignores SIGTERM, as some programs do. With --no-hvd it
+ * only sleeps (R is then its HVD_ELASTIC_WORKER, else -1): a worker that
+ * hvdrun starts while no generation can form. After S seconds
  * (default 60) it exits 3 by itself, so a failed test leaves nothing
  * running for long. Arguments it does not know (a marker) are ignored.
  */
@@ -52,6 +55,7 @@ int main(int argc, char **argv) {
     struct timespec pace = {0, 10 * 1000000L};
     char text[1024];
     float buf[16] = {0};
+    int use_hvd = 1;
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
@@ -60,6 +64,8 @@ int main(int argc, char **argv) {
             max_s = atof(argv[++i]);
         else if (strcmp(argv[i], "--ignore-term") == 0)
             signal(SIGTERM, SIG_IGN);
+        else if (strcmp(argv[i], "--no-hvd") == 0)
+            use_hvd = 0;
     }
     if (dir == NULL) {
         fprintf(stderr, "usage: orphan_rank --dir DIR [--ignore-term] "
@@ -67,18 +73,20 @@ int main(int argc, char **argv) {
         return 2;
     }
     double end = now_s() + max_s;
-    hvd_status st = hvd_init();
+    hvd_status st = use_hvd ? hvd_init() : HVD_OK;
     if (st != HVD_OK) {
         fprintf(stderr, "orphan_rank: hvd_init: %s\n", hvd_last_error());
         return 1;
     }
-    snprintf(text, sizeof(text), "rank %d pid %d ppid %d\n", hvd_rank(),
+    const char *worker = getenv("HVD_ELASTIC_WORKER");
+    int rank = use_hvd ? hvd_rank() : worker != NULL ? atoi(worker) : -1;
+    snprintf(text, sizeof(text), "rank %d pid %d ppid %d\n", rank,
              (int)getpid(), (int)getppid());
     if (write_file(dir, "up", text) != 0) {
         perror("orphan_rank: cannot write its up file");
         return 1;
     }
-    while (st == HVD_OK && now_s() < end) {
+    while (use_hvd && st == HVD_OK && now_s() < end) {
         st = hvd_allreduce("orphan.step", buf, buf, 16, HVD_FLOAT32, HVD_SUM);
         nanosleep(&pace, NULL);
     }

@@ -13,6 +13,9 @@
 #                ignores SIGTERM too (the parent-death signal reaches only
 #                the shell; the rest of its process group must go too)
 #   elastic      hvdrun --min-np 3 -np 3
+#   elastic-late workers hvdrun starts while the job runs: of 2 sleeping
+#                workers (ignoring SIGTERM) one is killed and hvdrun starts
+#                a new one in its slot
 #   mpi          hvdrun --mpi -np 3 (with the argument "mpi")
 # Each case waits until every rank has written its up file (bounded
 # poll), kills hvdrun with SIGKILL and polls: every rank (and the shell or
@@ -88,9 +91,9 @@ fail() {
     fails=$((fails + 1))
 }
 
-# run_case NAME HVDRUN-ARGS... -- PROGRAM-AND-ARGS...: the job is started
-# under timeout(1); hvdrun is timeout's only child.
-run_case() {
+# start_job NAME HVDRUN-ARGS...: the job is started under timeout(1)
+# (hvdrun is timeout's only child), its ranks writing up files in $run.
+start_job() {
     case=$1
     shift
     run=$dir/$case
@@ -98,19 +101,35 @@ run_case() {
     ls -A /dev/shm 2>/dev/null | sort >"$dir/shm.before"
     timeout -k 5 120 "$hvdrun" "$@" >"$run.out" 2>&1 &
     job=$!
+}
 
+# wait_up N: until N up files are in $run (bounded: 60 s); 1 if not.
+wait_up() {
     n=0
-    while [ "$(count_up "$run")" -lt $np ]; do
+    while [ "$(count_up "$run")" -lt "$1" ]; do
         n=$((n + 1))
         if [ $n -gt 1200 ] || ! kill -0 $job 2>/dev/null; then
             fail "the ranks did not all start"
             kill $job 2>/dev/null
             wait $job
             cat "$run.out"
-            return
+            return 1
         fi
         sleep 0.05
     done
+    return 0
+}
+
+# run_case NAME HVDRUN-ARGS...: starts the job, waits for its np ranks,
+# kills hvdrun and checks.
+run_case() {
+    start_job "$@"
+    wait_up $np && kill_and_check
+}
+
+# kill_and_check: kill -9 of hvdrun; every process named in the up files
+# (each rank and its parent but hvdrun) must be gone within the limit.
+kill_and_check() {
     launcher=$(pgrep -P $job)
     # Each rank and its parent (hvdrun itself, the wrapping shell, mpirun),
     # hvdrun excepted.
@@ -155,8 +174,8 @@ run_case() {
         rm -rf /dev/shm/* 2>/dev/null
     fi
     errs=$(cat "$run"/err.* 2>/dev/null | head -3)
-    echo "run_orphans: $case: $np ranks gone $took s after kill -9 of hvdrun" \
-        "(limit $limit s)${errs:+; the library said: $errs}"
+    echo "run_orphans: $case: $(echo $pids | wc -w) processes gone $took s" \
+        "after kill -9 of hvdrun (limit $limit s)${errs:+; the library said: $errs}"
     worst=$(awk -v a="$worst" -v b="$took" 'BEGIN { print (b > a ? b : a) }')
 }
 
@@ -169,12 +188,22 @@ run_case ignore-term -np $np "$rank" --dir "$dir/ignore-term" --ignore-term \
 run_case wrapped -np $np sh -c 'trap "" TERM; "$@"; exit $?' sh "$rank" \
     --dir "$dir/wrapped" --ignore-term $marker
 run_case elastic --min-np $np -np $np "$rank" --dir "$dir/elastic" $marker
+# Workers hvdrun starts later: worker 0 of 2 is killed, hvdrun starts
+# worker 2 in its slot (no cooldown), then hvdrun is killed. The workers
+# only sleep, ignoring SIGTERM: worker 0 leaves the generation for good,
+# so no later one could form.
+start_job elastic-late --min-np 1 -np 2 --blacklist-cooldown-range 0 0 \
+    "$rank" --dir "$dir/elastic-late" --no-hvd --ignore-term $marker
+if wait_up 2; then
+    kill -KILL "$(awk '$2 == 0 { print $4 }' "$run"/up.*)"
+    wait_up 3 && kill_and_check
+fi
 if [ "$with_mpi" = mpi ]; then
     run_case mpi --mpi -np $np --oversubscribe --network-interface lo \
         "$rank" --dir "$dir/mpi" --ignore-term $marker
 fi
 
-echo "run_orphans: worst case: the ranks were gone $worst s after kill -9" \
+echo "run_orphans: worst case: the processes were gone $worst s after kill -9" \
     "of hvdrun (limit $limit s)"
 if [ $fails -eq 0 ]; then
     echo "run_orphans: PASS"
