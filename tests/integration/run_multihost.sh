@@ -15,11 +15,12 @@
 # Besides the 4-rank job (pass: exit 0 and four PASS lines, two from each
 # host), it checks the remote side of hvdrun: a remote rank's status, the
 # teardown of remote ranks when a local one fails and when hvdrun is
-# killed, the message when ssh cannot connect, and that the job secret is
-# on no command line. With TEST_ELASTIC, an elastic job across the two
-# hosts too: host B added to the discovery script's output grows the job
-# from 2 to 4 workers, removed shrinks it back to 2, added back grows it
-# to 4 again (docs/elastic.md).
+# killed (kill -9: its ssh clients, local ranks and remote programs, all
+# ignoring SIGTERM, gone within 5 s), the message when ssh cannot connect,
+# and that the job secret is on no command line. With TEST_ELASTIC, an
+# elastic job across the two hosts too: host B added to the discovery
+# script's output grows the job from 2 to 4 workers, removed shrinks it
+# back to 2, added back grows it to 4 again (docs/elastic.md).
 set -u
 
 prefix=hvd-mh
