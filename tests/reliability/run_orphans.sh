@@ -190,8 +190,7 @@ run_case wrapped -np $np sh -c 'trap "" TERM; "$@"; exit $?' sh "$rank" \
 run_case elastic --min-np $np -np $np "$rank" --dir "$dir/elastic" $marker
 # Workers hvdrun starts later: worker 0 of 2 is killed, hvdrun starts
 # worker 2 in its slot (no cooldown), then hvdrun is killed. The workers
-# only sleep, ignoring SIGTERM: worker 0 leaves the generation for good,
-# so no later one could form.
+# only sleep (--no-hvd: they never join the rendezvous), ignoring SIGTERM.
 start_job elastic-late --min-np 1 -np 2 --blacklist-cooldown-range 0 0 \
     "$rank" --dir "$dir/elastic-late" --no-hvd --ignore-term $marker
 if wait_up 2; then
