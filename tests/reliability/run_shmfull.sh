@@ -92,7 +92,9 @@ run_job() {
         xs="$xs -x $e"
     done
     # shellcheck disable=SC2086
-    timeout 60 "$hvdrun" -np "$np" $xs -x HVD_SHMFULL_OUT="$out" -- \
+    # The warnings are counted: the log level is the default one.
+    timeout 60 "$hvdrun" -np "$np" $xs -x HVD_LOG_LEVEL=warn \
+        -x HVD_SHMFULL_OUT="$out" -- \
         sh -c 'if [ -n "${HVD_SHMFULL_HOSTS:-}" ]; then
                    HVD_HOSTNAME=h$((HVD_RANK * HVD_SHMFULL_HOSTS / HVD_SIZE))
                    export HVD_HOSTNAME
