@@ -135,8 +135,8 @@ static uint64_t text_hash(const char *text) {
  * as a warning. A rank is quiet (its line goes to the debug level) when
  * a rank before it on the same host had the same outcome and the same
  * sentence: a transport that agrees inside its open (shm) fails on every
- * rank, but only the ranks that failed themselves, and one on each host
- * that did not, have something of their own to say.
+ * rank, but only the ranks that failed themselves, and the first other
+ * rank of each host, have something of their own to say.
  */
 static hvd_status agree(const hvd_transport_params *p, int ok, const char *why,
                         int *all_out, int *bad_out, int *loud_out) {
