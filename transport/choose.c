@@ -112,11 +112,36 @@ static hvd_status probe_all(const char *want, const hvd_transport_params *p,
     return st;
 }
 
-/* 1 if every rank opened it (an allgather of the verdicts over the
- * bootstrap); *bad_out is the first rank that did not. */
-static hvd_status agree(const hvd_transport_params *p, int ok, int *all_out,
-                        int *bad_out) {
-    int32_t mine = ok, *every = calloc((size_t)p->size, sizeof(*every));
+/* One rank's open of a transport, as every rank hears of it. */
+typedef struct outcome {
+    int32_t ok;
+    uint32_t pad;
+    uint64_t why; /* a hash of the sentence it logs */
+} outcome;
+
+/* FNV-1a: equal sentences, equal hashes (for telling them apart only). */
+static uint64_t text_hash(const char *text) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    for (; *text != '\0'; text++)
+        h = (h ^ (uint8_t)*text) * 0x100000001b3ULL;
+    return h;
+}
+
+/*
+ * What every rank's open gave (an allgather over the bootstrap): *all_out
+ * 1 if every rank opened it, *bad_out the first rank that did not, and
+ * *loud_out whether this rank logs its sentence why (why: what it logs)
+ * as a warning. A rank is quiet (its line goes to the debug level) when
+ * a rank before it on the same host had the same outcome and the same
+ * sentence: a transport that agrees inside its open (shm) fails on every
+ * rank, but only the ranks that failed themselves, and the first other
+ * rank of each host, have something of their own to say.
+ */
+static hvd_status agree(const hvd_transport_params *p, int ok, const char *why,
+                        int *all_out, int *bad_out, int *loud_out) {
+    outcome mine = {ok, 0, text_hash(why)},
+            *every = calloc((size_t)p->size, sizeof(*every));
     hvd_status st;
 
     if (every == NULL)
@@ -124,13 +149,24 @@ static hvd_status agree(const hvd_transport_params *p, int ok, int *all_out,
     st = p->bootstrap->allgather(p->bootstrap, &mine, sizeof(mine), every);
     *all_out = 1;
     *bad_out = -1;
+    *loud_out = 1;
     for (int r = 0; st == HVD_OK && r < p->size; r++) {
-        if (!every[r] && *bad_out < 0)
+        if (!every[r].ok && *bad_out < 0)
             *bad_out = r;
-        *all_out &= every[r] != 0;
+        *all_out &= every[r].ok != 0;
+        if (r < p->rank && every[r].ok == mine.ok && every[r].why == mine.why &&
+            (p->hosts == NULL || strcmp(p->hosts[r], p->hosts[p->rank]) == 0))
+            *loud_out = 0;
     }
     free(every);
     return st;
+}
+
+/* The sentence of a rank whose open worked where another's did not. */
+static void other_failed(const hvd_transport_params *p, int bad, char *why,
+                         size_t len) {
+    snprintf(why, len, "rank %d (on %s) could not set it up; its log says why",
+             bad, p->hosts != NULL ? p->hosts[bad] : "?");
 }
 
 /* HVD_TRANSPORT=<name>: that transport, or why it cannot serve. */
@@ -197,10 +233,12 @@ static size_t candidates(const verdicts *v, shape s, size_t *order) {
     return n;
 }
 
-/* HVD_TRANSPORT=auto: the best that opens on every rank. */
+/* HVD_TRANSPORT=auto: the best that opens on every rank. *failed gets a
+ * bit for each transport that did not (open_local tries none of them
+ * again: one warning each). */
 static hvd_status open_auto(const hvd_transport_params *params,
-                            const verdicts *v, shape s,
-                            hvd_transport_choice *c) {
+                            const verdicts *v, shape s, hvd_transport_choice *c,
+                            uint32_t *failed) {
     size_t order[MAX_TRANSPORTS];
     size_t n = candidates(v, s, order);
     hvd_transport_params p = *params;
@@ -220,7 +258,7 @@ static hvd_status open_auto(const hvd_transport_params *params,
         const hvd_transport_ops *ops = hvd_transport_at(order[k]);
         hvd_transport *tp = NULL;
         char why[HVD_ERROR_MAX] = "";
-        int all = 0, bad = -1;
+        int all = 0, bad = -1, loud = 1;
 
         p.may_fall_back = k + 1 < n;
         st = ops->open(&p, &tp);
@@ -234,7 +272,7 @@ static hvd_status open_auto(const hvd_transport_params *params,
         }
         if (st != HVD_OK)
             snprintf(why, sizeof(why), "%s", hvd_error_get());
-        hvd_status ast = agree(&p, st == HVD_OK, &all, &bad);
+        hvd_status ast = agree(&p, st == HVD_OK, why, &all, &bad, &loud);
         if (ast == HVD_OK && all) {
             c->ops = ops;
             c->tp = tp;
@@ -244,15 +282,13 @@ static hvd_status open_auto(const hvd_transport_params *params,
         ops->close(tp);
         if (ast != HVD_OK)
             return ast;
-        HVD_WARN("transport",
-                 "HVD_TRANSPORT=auto: %s could not be set up (%s); using %s "
-                 "instead",
-                 ops->title,
-                 why[0] != '\0' ? why : "another rank could not set it up",
-                 hvd_transport_at(order[k + 1])->title);
-        if (why[0] == '\0')
-            HVD_DEBUG("transport", "rank %d could not set up %s", bad,
-                      ops->title);
+        *failed |= 1u << order[k];
+        if (st == HVD_OK)
+            other_failed(&p, bad, why, sizeof(why));
+        HVD_LOG(loud ? HVD_LOG_WARN : HVD_LOG_DEBUG, "transport",
+                "HVD_TRANSPORT=auto: %s could not be set up (%s); using %s "
+                "instead",
+                ops->title, why, hvd_transport_at(order[k + 1])->title);
     }
     return hvd_error_set(HVD_ERR_UNSUPPORTED,
                          "HVD_TRANSPORT=auto: no transport built into this "
@@ -260,20 +296,30 @@ static hvd_status open_auto(const hvd_transport_params *params,
                          hvd_transport_names(), params->size, s.nhosts);
 }
 
-/* auto where a host runs several ranks: the best same-host specialist
+/*
+ * auto where a host runs several ranks: the best same-host specialist
  * beside a primary that is not one. Every rank takes part, its host
- * shared or not (the open is collective), and every rank reaches the same
- * verdict, so a failure leaves the primary alone everywhere. */
-static void open_local(const hvd_transport_params *params, const verdicts *v,
-                       hvd_transport_choice *c) {
+ * shared or not (the open is collective), and every rank hears whether it
+ * opened everywhere (ranks of one host may fail where others did not:
+ * /dev/shm filled up between them), so a failure leaves the primary alone
+ * everywhere, with a warning. Fails only if the bootstrap does.
+ */
+static hvd_status open_local(const hvd_transport_params *params,
+                             const verdicts *v, uint32_t failed,
+                             hvd_transport_choice *c) {
     const hvd_transport_ops *best = NULL;
-    int best_priority = 0;
+    hvd_transport_params p = *params;
+    hvd_transport *tp = NULL;
+    char why[HVD_ERROR_MAX] = "";
+    int best_priority = 0, all = 0, bad = -1, loud = 1;
+    hvd_status st, ast;
 
     if (c->caps.reach == HVD_REACH_SAME_HOST)
-        return;
+        return HVD_OK;
     for (size_t i = 0; i < v->n; i++) {
         const hvd_transport_ops *ops = hvd_transport_at(i);
-        if (v->caps[i].reach != HVD_REACH_SAME_HOST || ops == c->ops)
+        if (v->caps[i].reach != HVD_REACH_SAME_HOST || ops == c->ops ||
+            (failed & (1u << i)))
             continue;
         if (best == NULL || v->caps[i].priority > best_priority) {
             best = ops;
@@ -281,14 +327,27 @@ static void open_local(const hvd_transport_params *params, const verdicts *v,
         }
     }
     if (best == NULL)
-        return;
-    if (best->open(params, &c->local_tp) == HVD_OK) {
+        return HVD_OK;
+    /* The primary carries everything if this cannot be opened. */
+    p.may_fall_back = 1;
+    st = best->open(&p, &tp);
+    if (st != HVD_OK)
+        snprintf(why, sizeof(why), "%s", hvd_error_get());
+    ast = agree(&p, st == HVD_OK, why, &all, &bad, &loud);
+    if (ast == HVD_OK && all) {
         c->local_ops = best;
-        return;
+        c->local_tp = tp;
+        return HVD_OK;
     }
-    HVD_WARN("transport", "%s is not used: %s; same-host ranks talk over %s",
-             best->title, hvd_error_get(), c->ops->name);
-    c->local_tp = NULL;
+    best->close(tp);
+    if (ast != HVD_OK)
+        return ast;
+    if (st == HVD_OK)
+        other_failed(&p, bad, why, sizeof(why));
+    HVD_LOG(loud ? HVD_LOG_WARN : HVD_LOG_DEBUG, "transport",
+            "%s is not used: %s; same-host ranks talk over %s", best->title,
+            why, c->ops->name);
+    return HVD_OK;
 }
 
 hvd_status hvd_transport_choose(const char *want,
@@ -298,6 +357,7 @@ hvd_status hvd_transport_choose(const char *want,
     verdicts *v = calloc(1, sizeof(*v));
     shape s = job_shape(params);
     int automatic = strcasecmp(want, "auto") == 0;
+    uint32_t failed = 0;
     hvd_status st;
 
     if (v == NULL)
@@ -305,10 +365,13 @@ hvd_status hvd_transport_choose(const char *want,
     memset(&c, 0, sizeof(c));
     st = probe_all(want, params, v);
     if (st == HVD_OK)
-        st = automatic ? open_auto(params, v, s, &c)
+        st = automatic ? open_auto(params, v, s, &c, &failed)
                        : open_named(want, params, v, s, &c);
-    if (st == HVD_OK && automatic && s.shared)
-        open_local(params, v, &c);
+    if (st == HVD_OK && automatic && s.shared) {
+        st = open_local(params, v, failed, &c);
+        if (st != HVD_OK)
+            hvd_transport_choice_close(&c);
+    }
     free(v);
     if (st == HVD_OK)
         *out = c;

@@ -334,13 +334,14 @@ void hvd_transport_at_shutdown(int orderly) {
             filled[i].at_shutdown(orderly);
 }
 
-int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]) {
+int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN],
+                              const char *secret) {
     int removed = 0;
 
     pthread_once(&fill_once, fill_tables);
     for (size_t i = 0; i < NPROVIDERS; i++)
         if (filled[i].cleanup_job != NULL)
-            removed += filled[i].cleanup_job(job_id);
+            removed += filled[i].cleanup_job(job_id, secret);
     return removed;
 }
 

@@ -236,10 +236,13 @@ typedef struct hvd_transport_ops {
     /*
      * Removes what the ranks of job job_id may have left on this host
      * after dying mid-setup (shared memory's /dev/shm segments). Called by
-     * the launcher when a job ends, in another process than the ranks.
+     * the launcher when a job ends, in another process than the ranks,
+     * with the job secret the ranks had (params->secret): what they name
+     * may be derived from it, so that the names tell other users nothing.
      * Returns how many things it removed.
      */
-    int (*cleanup_job)(const uint8_t job_id[HVD_JOB_ID_LEN]);
+    int (*cleanup_job)(const uint8_t job_id[HVD_JOB_ID_LEN],
+                       const char *secret);
 } hvd_transport_ops;
 
 /* Every transport instance starts with this. */
@@ -305,10 +308,11 @@ void hvd_transport_bootstrap_close(const hvd_transport_ops *by,
  * orderly is 1 after an orderly end, 0 after a failure. */
 void hvd_transport_at_shutdown(int orderly);
 
-/* For the launcher, when job job_id ends: removes what its ranks may have
- * left on this host (ops->cleanup_job of every built-in transport), and
- * returns how many things were removed. */
-int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]);
+/* For the launcher, when job job_id (whose secret is secret) ends: removes
+ * what its ranks may have left on this host (ops->cleanup_job of every
+ * built-in transport), and returns how many things were removed. */
+int hvd_transport_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN],
+                              const char *secret);
 
 /* Reads ops' settings from params->env (getenv when NULL) into out, a
  * struct of ops->settings_size bytes. For providers' probe and open. */

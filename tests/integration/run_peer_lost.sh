@@ -33,7 +33,13 @@ trap 'rm -f "$out"' EXIT
 # them SIGTERM (which they ignore); it stays below the 10 s budget.
 start=$(date +%s.%N)
 timeout 60 "$hvdrun" --grace-seconds 8 -np "$np" -- \
-    sh -c '[ "$HVD_RANK" = 0 ] && echo "JOB $HVD_JOB_ID"; exec "$0" "$@"' \
+    sh -c '[ "$HVD_RANK" = 0 ] && echo "SHM $(python3 -c "if 1:
+        import hashlib, hmac, os
+        m = hmac.new(os.environ[\"HVD_SECRET\"].encode(),
+                     (\"hvd-shm|\" + os.environ[\"HVD_JOB_ID\"]).encode(),
+                     hashlib.sha256)
+        print(m.hexdigest()[:32])")"
+        exec "$0" "$@"' \
     "$prog" --victim "$victim" --after "$after" --names "$names" >"$out" 2>&1
 rc=$?
 end=$(date +%s.%N)
@@ -65,14 +71,17 @@ else
         ok=0
     fi
 fi
-# Shared memory: nothing of the job is left in /dev/shm.
-job=$(sed -n 's/^\[0\] JOB \([0-9a-f]*\)$/\1/p' "$out" | head -n 1)
-if [ -z "$job" ]; then
-    echo "run_peer_lost: FAIL: rank 0 did not print the job id"
+# Shared memory: nothing of the job is left in /dev/shm. Its segments are
+# named by a hash keyed with the job secret (transport/shm/setup.c), which
+# rank 0 printed (SHM, computed with python3's hmac).
+tag=$(sed -n 's/^\[0\] SHM \([0-9a-f]\{32\}\)$/\1/p' "$out" | head -n 1)
+if [ -z "$tag" ]; then
+    echo "run_peer_lost: FAIL: rank 0 did not print its segments' name" \
+        "(is python3 installed?)"
     ok=0
-elif ls /dev/shm 2>/dev/null | grep -q "^hvd-$job-"; then
+elif ls /dev/shm 2>/dev/null | grep -q "^hvd-$tag-"; then
     echo "run_peer_lost: FAIL: the job left segments in /dev/shm:" \
-        $(ls /dev/shm | grep "^hvd-$job-")
+        $(ls /dev/shm | grep "^hvd-$tag-")
     ok=0
 fi
 if awk -v t="$total" 'BEGIN { exit !(t > 30) }'; then

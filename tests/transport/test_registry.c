@@ -83,18 +83,20 @@ static void test_cleanup_job(void **state) {
     memcpy(job + 8, &(int32_t){(int32_t)getpid()}, 4);
     memcpy(other, job, sizeof(other));
     other[15] = 1;
-    hvd_shm_segment_name(job, 0, a, sizeof(a));
-    hvd_shm_segment_name(job, 1, b, sizeof(b));
-    hvd_shm_segment_name(other, 0, c, sizeof(c));
+    assert_int_equal(hvd_shm_segment_name("s", job, 0, a, sizeof(a)), 0);
+    assert_int_equal(hvd_shm_segment_name("s", job, 1, b, sizeof(b)), 0);
+    assert_int_equal(hvd_shm_segment_name("s", other, 0, c, sizeof(c)), 0);
     assert_int_equal(make(a), 0);
     assert_int_equal(make(b), 0);
     assert_int_equal(make(c), 0);
-    assert_int_equal(hvd_transport_cleanup_job(job), 2);
+    assert_int_equal(hvd_transport_cleanup_job(job, "s"), 2);
     assert_false(segment_exists(a));
     assert_false(segment_exists(b));
     assert_true(segment_exists(c));
-    assert_int_equal(hvd_transport_cleanup_job(job), 0);
-    assert_int_equal(hvd_transport_cleanup_job(other), 1);
+    assert_int_equal(hvd_transport_cleanup_job(job, "s"), 0);
+    /* The same job id with another secret names other segments. */
+    assert_int_equal(hvd_transport_cleanup_job(other, "t"), 0);
+    assert_int_equal(hvd_transport_cleanup_job(other, "s"), 1);
     assert_false(segment_exists(c));
 }
 

@@ -9,12 +9,14 @@
  * messages of many cells, a message larger than the whole FIFO, the zero
  * tails of control messages (not copied, written by the receiver), the
  * buffered control send, a length mismatch, and the ring arithmetic of the
- * power-of-two capacities.
+ * power-of-two capacities; and the segments' names (setup.c), which must
+ * not show the job id.
  *
  * The internal functions called (transport/shm/shm_internal.h):
  * hvd_shm_isend, hvd_shm_irecv, hvd_shm_pass, hvd_shm_push, and the inline
  * layout and queue helpers segment_bytes, fifo_bytes, fifo_of, cell_of,
- * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of).
+ * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of),
+ * and hvd_shm_segment_name.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -405,6 +407,36 @@ static void message_queue(void **state) {
     free(q.v);
 }
 
+/*
+ * A segment's name is "/hvd-" HMAC-SHA256(secret, "hvd-shm|" job id in
+ * hex) cut to 32 hex digits, "-" rank: the job id appears nowhere in it,
+ * another secret or job id gives another name, and the value is the one
+ * `printf 'hvd-shm|%s' 000102...0f | openssl dgst -sha256 -hmac s3cret`
+ * gives (test scripts compute it so, with python3's hmac).
+ */
+static void segment_names(void **state) {
+    uint8_t job[HVD_JOB_ID_LEN], other[HVD_JOB_ID_LEN];
+    char hex[33], a[96], b[96], c[96];
+
+    (void)state;
+    for (int i = 0; i < HVD_JOB_ID_LEN; i++)
+        job[i] = (uint8_t)i;
+    memcpy(other, job, sizeof(other));
+    other[HVD_JOB_ID_LEN - 1] ^= 1;
+    hvd_job_id_format(job, hex);
+    assert_int_equal(hvd_shm_segment_name("s3cret", job, 3, a, sizeof(a)), 0);
+    assert_string_equal(a, "/hvd-1a13d640c8da323998888d94d577c186-3");
+    assert_null(strstr(a, hex));
+    assert_null(strstr(a, "0001020304"));
+    assert_int_equal(hvd_shm_segment_name("s3cres", job, 3, b, sizeof(b)), 0);
+    assert_int_equal(hvd_shm_segment_name("s3cret", other, 3, c, sizeof(c)), 0);
+    assert_string_not_equal(a, b);
+    assert_string_not_equal(a, c);
+    assert_int_equal(hvd_shm_segment_name("s3cret", job, 12, b, sizeof(b)), 0);
+    assert_int_equal(strncmp(a, b, strlen(a) - 1), 0);
+    assert_string_equal(b + strlen(a) - 1, "12");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(one_cell, pair_setup, pair_teardown),
@@ -418,6 +450,7 @@ int main(void) {
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(ring_layout, pair_setup, pair_teardown),
         cmocka_unit_test(message_queue),
+        cmocka_unit_test(segment_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

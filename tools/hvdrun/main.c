@@ -137,14 +137,14 @@ int main(int argc, char **argv) {
     /* A rank killed while hvd_init set up shared memory leaves its segment
      * behind (ranks unlink them as soon as all have mapped them). */
     {
-        int removed = hvd_transport_cleanup_job(job.job_id);
+        int removed = hvd_transport_cleanup_job(job.job_id, job.secret);
         /* An elastic job's generations each name theirs after their own
          * job id (transport/bootstrap/job_id.h). */
         uint32_t gens = job.el != NULL ? hvd_rdv_server_generation(job.srv) : 0;
         for (uint32_t g = 1; g <= gens; g++) {
             uint8_t id[HVD_JOB_ID_LEN];
             hvd_job_id_of_generation(job.job_id, g, id);
-            removed += hvd_transport_cleanup_job(id);
+            removed += hvd_transport_cleanup_job(id, job.secret);
         }
         if (removed > 0)
             HVD_INFO("hvdrun",

@@ -143,10 +143,10 @@ static void wd_stop_groups(struct wd_state *s, int grace_s) {
 
 /* The watchdog's life: wait for hvdrun's end, act if it died. */
 static void wd_main(int fd, pid_t hvdrun_pid, int grace_s,
-                    const uint8_t job_id[HVD_JOB_ID_LEN])
+                    const uint8_t job_id[HVD_JOB_ID_LEN], const char *secret)
     __attribute__((noreturn));
 static void wd_main(int fd, pid_t hvdrun_pid, int grace_s,
-                    const uint8_t job_id[HVD_JOB_ID_LEN]) {
+                    const uint8_t job_id[HVD_JOB_ID_LEN], const char *secret) {
     struct wd_state s = {0};
 
     wd_read(fd, &s);
@@ -154,11 +154,11 @@ static void wd_main(int fd, pid_t hvdrun_pid, int grace_s,
         _exit(0);
     wd_stop_groups(&s, grace_s);
     /* The segments of ranks killed while hvd_init set them up. */
-    hvd_transport_cleanup_job(job_id);
+    hvd_transport_cleanup_job(job_id, secret);
     for (uint32_t g = 1; g <= s.generations; g++) {
         uint8_t id[HVD_JOB_ID_LEN];
         hvd_job_id_of_generation(job_id, g, id);
-        hvd_transport_cleanup_job(id);
+        hvd_transport_cleanup_job(id, secret);
     }
     /* Said last: a stderr that nobody reads may block the write. */
     say("hvdrun (pid %d) died without stopping its ranks: its watchdog "
@@ -184,7 +184,7 @@ static void close_fds(unsigned lo, unsigned hi) {
  * rendezvous socket and the ranks' pipes must close with hvdrun), and
  * signals to the session or from a terminal neither end nor stop it. */
 static void wd_child(int fd, pid_t hvdrun_pid, int grace_s,
-                     const uint8_t job_id[HVD_JOB_ID_LEN]) {
+                     const uint8_t job_id[HVD_JOB_ID_LEN], const char *secret) {
     static const int ignored[] = {SIGINT,  SIGQUIT, SIGTERM, SIGHUP,
                                   SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU};
     int null_fd = open("/dev/null", O_RDWR);
@@ -204,7 +204,7 @@ static void wd_child(int fd, pid_t hvdrun_pid, int grace_s,
     if (fd > 3)
         close_fds(3, (unsigned)fd - 1);
     close_fds((unsigned)fd + 1, ~0U);
-    wd_main(fd, hvdrun_pid, grace_s, job_id);
+    wd_main(fd, hvdrun_pid, grace_s, job_id, secret);
 }
 
 /* ---- in hvdrun ---- */
@@ -225,7 +225,7 @@ int watchdog_start(const struct job *job) {
     pid_t pid = fork();
     if (pid == 0) {
         close(p[1]);
-        wd_child(p[0], self, job->opt->grace_s, job->job_id);
+        wd_child(p[0], self, job->opt->grace_s, job->job_id, job->secret);
     }
     int fork_errno = errno;
     sigprocmask(SIG_SETMASK, &old, NULL);

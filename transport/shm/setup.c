@@ -14,9 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
@@ -29,31 +34,64 @@ typedef struct shm_blob {
     uint64_t probe_addr;
     uint64_t seg_len;
     int32_t pid;
-    int32_t ok;     /* round 1: segment made; round 2: peers mapped */
-    int32_t cma_ok; /* round 2 */
-    int32_t pad;
+    int32_t ok;      /* round 1: segment made; round 2: peers mapped */
+    int32_t cma_ok;  /* round 2 */
+    int32_t nospace; /* round 1: /dev/shm had no room for the segment */
     char err[200];
 } shm_blob;
 
-void hvd_shm_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
-                          char *out, size_t outlen) {
-    char hex[2 * HVD_JOB_ID_LEN + 1];
-    for (int i = 0; i < HVD_JOB_ID_LEN; i++)
-        snprintf(hex + 2 * i, 3, "%02x", job_id[i]);
-    snprintf(out, outlen, "/hvd-%s-%d", hex, rank);
+/*
+ * The 32 hex digits that name a job's segments: HMAC-SHA256 keyed with the
+ * job secret over "hvd-shm|" and the job id in hex, cut to 16 bytes.
+ * /dev/shm is world-readable: a name made of the job id would show it to
+ * every local user (and let one who guessed a name take it first); this
+ * one says nothing about the job to whoever lacks the secret. The text
+ * form of the job id lets a test script compute the same name
+ * (openssl dgst -sha256 -hmac).
+ */
+static int segment_tag(const char *secret, const uint8_t job_id[HVD_JOB_ID_LEN],
+                       char tag[33]) {
+    char text[8 + 2 * HVD_JOB_ID_LEN + 1] = "hvd-shm|";
+    uint8_t mac[EVP_MAX_MD_SIZE];
+    unsigned int maclen = 0;
+
+    hvd_job_id_format(job_id, text + 8);
+    if (secret == NULL)
+        secret = "";
+    if (HMAC(EVP_sha256(), secret, (int)strlen(secret),
+             (const unsigned char *)text, strlen(text), mac, &maclen) == NULL ||
+        maclen < 16)
+        return -1;
+    for (int i = 0; i < 16; i++)
+        snprintf(tag + 2 * i, 3, "%02x", mac[i]);
+    return 0;
 }
 
-int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]) {
+int hvd_shm_segment_name(const char *secret,
+                         const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
+                         char *out, size_t outlen) {
+    char tag[33];
+
+    if (segment_tag(secret, job_id, tag) != 0)
+        return -1;
+    snprintf(out, outlen, "/hvd-%s-%d", tag, rank);
+    return 0;
+}
+
+int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN],
+                        const char *secret) {
     char prefix[96];
-    DIR *d = opendir("/dev/shm");
+    DIR *d;
     struct dirent *e;
     int removed = 0;
     size_t plen;
 
+    if (hvd_shm_segment_name(secret, job_id, 0, prefix, sizeof(prefix)) != 0)
+        return 0;
+    plen = strlen(prefix) - 1; /* "/hvd-<tag>-" */
+    d = opendir("/dev/shm");
     if (d == NULL)
         return 0;
-    hvd_shm_segment_name(job_id, 0, prefix, sizeof(prefix));
-    plen = strlen(prefix) - 1; /* "/hvd-<hex>-" */
     while ((e = readdir(d)) != NULL) {
         char name[300];
         snprintf(name, sizeof(name), "/%s", e->d_name);
@@ -128,16 +166,73 @@ static int open_pidfd(pid_t pid) {
     return -1;
 }
 
-/* Makes and maps this rank's segment. */
-static hvd_status make_segment(shm *tp, const hvd_transport_params *params) {
-    int fd;
+/* n bytes as "96 KiB", "1.1 MiB", for sentences. */
+static void format_size(uint64_t n, char *out, size_t outlen) {
+    static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    size_t u = 0;
 
-    hvd_shm_segment_name(params->job_id, tp->rank, tp->seg_name,
-                         sizeof(tp->seg_name));
+    while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0 || v >= 10 || v == (double)(uint64_t)v)
+        snprintf(out, outlen, "%.0f %s", v, unit[u]);
+    else
+        snprintf(out, outlen, "%.1f %s", v, unit[u]);
+}
+
+/*
+ * Gives the segment fd its pages now. ftruncate on tmpfs always succeeds
+ * and a page is only taken when first touched, so a full /dev/shm used to
+ * kill a rank with SIGBUS at the first write to a page the filesystem
+ * could not give (at setup, or mid-run when a large message first reached
+ * a cell). posix_fallocate takes every page now, or fails with ENOSPC and
+ * gives back what it took; the sentence then says how much was needed and
+ * how much was left. *nospace is 1 when there was no room.
+ */
+static hvd_status back_segment(shm *tp, int fd, int *nospace) {
+    struct statvfs vfs;
+    char need[32], have[32] = "an unknown amount";
+    int err, tries = 0;
+
+    /* A signal interrupts tmpfs's fallocate (EINTR); it gave back what it
+     * had taken, and a retry starts over. */
+    do
+        err = posix_fallocate(fd, 0, (off_t)tp->seg_len);
+    while (err == EINTR && ++tries < 100);
+    if (err == 0)
+        return HVD_OK;
+    format_size(tp->seg_len, need, sizeof(need));
+    if (fstatvfs(fd, &vfs) == 0)
+        format_size((uint64_t)vfs.f_bavail * vfs.f_frsize, have, sizeof(have));
+    *nospace = err == ENOSPC || err == ENOMEM;
+    if (err == ENOSPC)
+        return hvd_error_set(HVD_ERR_TRANSPORT,
+                             "/dev/shm has %s free but rank %d's segment "
+                             "needs %s",
+                             have, tp->rank, need);
+    return hvd_error_set(HVD_ERR_TRANSPORT,
+                         "posix_fallocate of rank %d's segment (%s) in "
+                         "/dev/shm failed: %s (%s free)",
+                         tp->rank, need, strerror(err), have);
+}
+
+/* Makes and maps this rank's segment, every page of it backed. */
+static hvd_status make_segment(shm *tp, const hvd_transport_params *params,
+                               int *nospace) {
+    int fd;
+    hvd_status st;
+
+    if (hvd_shm_segment_name(params->secret, params->job_id, tp->rank,
+                             tp->seg_name, sizeof(tp->seg_name)) != 0)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "HMAC-SHA256 failed to name the segment");
     tp->seg_len = segment_bytes(tp->nlocal);
     fd = shm_open(tp->seg_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
-        /* Left by an earlier job of the same id: not ours to keep. */
+        /* Left by an earlier run of this job (its name needs the secret):
+         * not ours to keep. */
         shm_unlink(tp->seg_name);
         fd =
             shm_open(tp->seg_name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -146,13 +241,10 @@ static hvd_status make_segment(shm *tp, const hvd_transport_params *params) {
         return hvd_error_set(HVD_ERR_TRANSPORT, "shm_open(%s) failed: %s",
                              tp->seg_name, strerror(errno));
     tp->seg_named = 1;
-    if (ftruncate(fd, (off_t)tp->seg_len) != 0) {
-        int e = errno;
+    st = back_segment(tp, fd, nospace);
+    if (st != HVD_OK) {
         close(fd);
-        return hvd_error_set(HVD_ERR_TRANSPORT,
-                             "ftruncate(%s, %zu) failed: %s (is /dev/shm "
-                             "full?)",
-                             tp->seg_name, tp->seg_len, strerror(e));
+        return st;
     }
     void *p =
         mmap(NULL, tp->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -178,13 +270,29 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
                     const shm_blob *b, char *err, size_t errlen) {
     speer *pe = &tp->peers[p];
     char name[96];
+    struct stat sb;
     int fd;
 
-    hvd_shm_segment_name(params->job_id, p, name, sizeof(name));
+    if (hvd_shm_segment_name(params->secret, params->job_id, p, name,
+                             sizeof(name)) != 0) {
+        snprintf(err, errlen, "HMAC-SHA256 failed to name a segment");
+        return -1;
+    }
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(err, errlen, "shm_open(%s) of rank %d failed: %s", name, p,
                  strerror(errno));
+        return -1;
+    }
+    /* A page past the file's end would be SIGBUS at the first touch: a
+     * segment shorter than its owner said is refused here. */
+    if (fstat(fd, &sb) != 0 || b->seg_len != tp->seg_len ||
+        (uint64_t)sb.st_size < b->seg_len) {
+        close(fd);
+        snprintf(err, errlen,
+                 "the segment of rank %d (%s) is not one this hvd can use "
+                 "(another version of hvd?)",
+                 p, name);
         return -1;
     }
     void *m = mmap(NULL, (size_t)b->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -198,8 +306,8 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
     pe->seg = m;
     pe->seg_len = (size_t)b->seg_len;
     seg_hdr *h = hdr_of(pe->seg);
-    if (pe->seg_len != tp->seg_len || h->magic != SHM_MAGIC ||
-        h->version != SHM_VERSION || h->nlocal != (uint32_t)tp->nlocal) {
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION ||
+        h->nlocal != (uint32_t)tp->nlocal) {
         snprintf(err, errlen,
                  "the segment of rank %d (%s) is not one this hvd can use "
                  "(another version of hvd?)",
@@ -266,8 +374,10 @@ static hvd_status publish_segments(shm *tp, const hvd_transport_params *params,
     mine.probe_addr = (uint64_t)(uintptr_t)&tp->cma_probe;
     mine.ok = 1;
     if (tp->nlocal > 1) {
-        if (make_segment(tp, params) != HVD_OK) {
+        int nospace = 0;
+        if (make_segment(tp, params, &nospace) != HVD_OK) {
             mine.ok = 0;
+            mine.nospace = nospace;
             snprintf(mine.err, sizeof(mine.err), "%s", hvd_error_get());
         }
         mine.seg_len = tp->seg_len;
@@ -279,31 +389,31 @@ static hvd_status publish_segments(shm *tp, const hvd_transport_params *params,
 /*
  * Round 2: maps every same-host peer's segment and tests process_vm_readv
  * on each (unless cma is 0), then tells every rank whether that worked
- * (all: round 1's blobs in, round 2's out).
+ * (made: round 1's blobs; mapped gets round 2's).
  */
 static hvd_status map_segments(shm *tp, const hvd_transport_params *params,
-                               int cma, shm_blob *all) {
+                               int cma, shm_blob *made, shm_blob *mapped) {
     shm_blob mine;
-    int ok = all[tp->rank].ok, cma_ok = cma;
+    int ok = made[tp->rank].ok, cma_ok = cma;
     char err[200] = "";
 
     for (int p = 0; p < tp->size && ok; p++) {
         if (p == tp->rank || tp->peers[p].local < 0)
             continue;
-        all[p].err[sizeof(all[p].err) - 1] = '\0';
-        if (!all[p].ok) {
+        made[p].err[sizeof(made[p].err) - 1] = '\0';
+        if (!made[p].ok) {
             ok = 0;
-            snprintf(err, sizeof(err), "rank %d: %.150s", p, all[p].err);
+            snprintf(err, sizeof(err), "rank %d: %.150s", p, made[p].err);
             break;
         }
-        if (map_peer(tp, params, p, &all[p], err, sizeof(err)) != 0) {
+        if (map_peer(tp, params, p, &made[p], err, sizeof(err)) != 0) {
             ok = 0;
             break;
         }
         uint64_t word = 0;
         struct iovec l = {&word, sizeof(word)};
-        struct iovec r = {(void *)(uintptr_t)all[p].probe_addr, sizeof(word)};
-        if (cma_ok && (process_vm_readv(all[p].pid, &l, 1, &r, 1, 0) !=
+        struct iovec r = {(void *)(uintptr_t)made[p].probe_addr, sizeof(word)};
+        if (cma_ok && (process_vm_readv(made[p].pid, &l, 1, &r, 1, 0) !=
                            (ssize_t)sizeof(word) ||
                        word != SHM_MAGIC)) {
             HVD_INFO("shm",
@@ -318,24 +428,55 @@ static hvd_status map_segments(shm *tp, const hvd_transport_params *params,
     mine.cma_ok = cma_ok;
     snprintf(mine.err, sizeof(mine.err), "%s", err);
     return params->bootstrap->allgather(params->bootstrap, &mine, sizeof(mine),
-                                        all);
+                                        mapped);
 }
 
-/* Every rank judges the same way from the same data (round 2's blobs):
+/*
+ * Every rank judges the same way from the same data (both rounds' blobs):
  * one failed rank fails the transport everywhere, and one-sided reads are
- * used only if every rank can make them. */
-static hvd_status agree(shm *tp, shm_blob *all) {
+ * used only if every rank can make them. The cause is the first rank that
+ * could not make its segment (round 1), else the first that could not map
+ * its peers' (round 2: a peer's failure in round 1 fails the whole host
+ * there too, and is not the cause). A rank that failed itself says so in
+ * its own words; the others name the first that did, so that auto's
+ * warning (transport/choose.c) is logged by the failed ranks and once
+ * more on a host that did not fail, not by every rank.
+ */
+static hvd_status agree(shm *tp, const hvd_transport_params *params,
+                        shm_blob *made, shm_blob *mapped) {
+    const shm_blob *b = NULL;
+    int who = -1;
+    char advice[160] = "";
+
     tp->cma = 1;
     for (int p = 0; p < tp->size; p++) {
-        all[p].err[sizeof(all[p].err) - 1] = '\0';
-        if (!all[p].ok)
-            return hvd_error_set(HVD_ERR_TRANSPORT,
-                                 "shared memory could not be set up on rank "
-                                 "%d's host (%s): %s",
-                                 p, tp->hosts ? tp->hosts[p] : "?", all[p].err);
-        tp->cma &= all[p].cma_ok;
+        made[p].err[sizeof(made[p].err) - 1] = '\0';
+        mapped[p].err[sizeof(mapped[p].err) - 1] = '\0';
+        tp->cma &= mapped[p].cma_ok;
     }
-    return HVD_OK;
+    for (int round = 0; round < 2 && who < 0; round++) {
+        b = round == 0 ? made : mapped;
+        for (int p = 0; p < tp->size && who < 0; p++)
+            if (!b[p].ok)
+                who = b[tp->rank].ok ? p : tp->rank;
+    }
+    if (who < 0)
+        return HVD_OK;
+    /* Where the transport was asked for by name, the sentence says what
+     * to do; under auto the job goes on over another transport. */
+    if (b[who].nospace && !params->may_fall_back)
+        snprintf(advice, sizeof(advice),
+                 " (HVD_TRANSPORT=%s); free space in /dev/shm or use "
+                 "HVD_TRANSPORT=%s",
+                 hvd_shm_ops.name, hvd_transport_always());
+    if (who == tp->rank)
+        return hvd_error_set(HVD_ERR_TRANSPORT, "shared memory: %s%s",
+                             b[who].err, advice);
+    return hvd_error_set(HVD_ERR_TRANSPORT,
+                         "shared memory could not be set up on rank %d's "
+                         "host (%s): %s%s",
+                         who, tp->hosts ? tp->hosts[who] : "?", b[who].err,
+                         advice);
 }
 
 hvd_status hvd_shm_open(const hvd_transport_params *params,
@@ -349,16 +490,17 @@ hvd_status hvd_shm_open(const hvd_transport_params *params,
         st = shm_new(params, &set, &tp);
     if (st != HVD_OK)
         return st;
-    all = calloc((size_t)tp->size, sizeof(*all));
+    /* Round 1's blobs, then round 2's. */
+    all = calloc(2 * (size_t)tp->size, sizeof(*all));
     if (all == NULL) {
         st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
         goto close_tp;
     }
     st = publish_segments(tp, params, all);
     if (st == HVD_OK)
-        st = map_segments(tp, params, set.cma, all);
+        st = map_segments(tp, params, set.cma, all, all + tp->size);
     if (st == HVD_OK)
-        st = agree(tp, all);
+        st = agree(tp, params, all, all + tp->size);
     if (st != HVD_OK)
         goto close_tp;
     /* Every same-host rank has mapped every segment: the names can go, so

@@ -260,12 +260,17 @@ hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
 int hvd_shm_can_get(hvd_transport *t, int peer);
 
 /* setup.c. */
-/* Name of the segment of rank in job job_id ("/hvd-<32 hex>-<rank>"). */
-void hvd_shm_segment_name(const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
-                          char *out, size_t outlen);
-/* ops->cleanup_job: removes every segment of job job_id still in /dev/shm
- * (a rank that died during hvd_init leaves its own); returns how many. */
-int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN]);
+/* Name of the segment of rank in job job_id ("/hvd-<32 hex>-<rank>", the
+ * hex a keyed hash of the job id that only holders of secret can make).
+ * Returns 0, or -1 if the hash failed. */
+int hvd_shm_segment_name(const char *secret,
+                         const uint8_t job_id[HVD_JOB_ID_LEN], int rank,
+                         char *out, size_t outlen);
+/* ops->cleanup_job: removes every segment of job job_id (made with secret)
+ * still in /dev/shm (a rank that died during hvd_init leaves its own);
+ * returns how many. */
+int hvd_shm_cleanup_job(const uint8_t job_id[HVD_JOB_ID_LEN],
+                        const char *secret);
 void hvd_shm_close(hvd_transport *t);
 hvd_status hvd_shm_probe(const hvd_transport_params *params, hvd_caps *caps);
 hvd_status hvd_shm_open(const hvd_transport_params *params,
