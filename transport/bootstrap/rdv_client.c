@@ -358,12 +358,13 @@ static hvd_status handshake_once(rdv_client *cl, auth_try *t,
     if (st == HVD_OK || st == HVD_ERR_INTERNAL)
         return st;
     /* Dropped before its CHALLENGE (PEER_LOST), or after it: a server
-     * that proved it holds this job's secret (hs.peer_rank is set once
-     * its CHALLENGE checked out) shares ours, so it cannot refuse our
-     * proof; a close or reset then is a server that dropped this
-     * connection for others (strangers filled its table). */
-    if (st != HVD_ERR_TIMEOUT &&
-        (st == HVD_ERR_PEER_LOST || hs.peer_rank >= 0)) {
+     * that proved it holds this job's secret shares ours, so it cannot
+     * refuse our proof; a close or reset then is a server that dropped
+     * this connection for others (strangers filled its table). The
+     * client queues its RESPONSE only once the server's CHALLENGE checked
+     * out. */
+    int proved = hs.out_len == HVD_HS_RESPONSE_LEN;
+    if (st != HVD_ERR_TIMEOUT && (st == HVD_ERR_PEER_LOST || proved)) {
         t->drops++;
         HVD_DEBUG("rdv", "%s %d: %s; trying again", t->what, t->id, hs.err);
         return HVD_ERR_PEER_LOST;
