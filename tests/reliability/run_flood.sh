@@ -3,7 +3,7 @@
 # (hvd_flooder, flooder.c: one process, tens of thousands of connections
 # a second on 127.0.0.1).
 #
-#   run_flood.sh start HVDRUN TEST_SOAK FLOODER RUNS
+#   run_flood.sh start|elastic HVDRUN TEST_SOAK FLOODER RUNS
 #   run_flood.sh timeout HVDRUN TEST_SOAK FLOODER
 #
 # start: RUNS jobs of 3 ranks. Rank 0 writes the rendezvous's address and
@@ -14,6 +14,9 @@
 # with exact results (3 "PASS soak rank" lines), the lines about strangers
 # stay under 64 KiB per job, and hvdrun's summary ("the rendezvous was
 # flooded by N unauthenticated connections") is there.
+#
+# elastic: the same against an elastic job's rendezvous (3 workers,
+# --min-np 3; worker ids stand for ranks).
 #
 # timeout: a process of the job's user that read the job id holds the
 # rendezvous's table full of well-formed hellos for rank 2 while rank 2
@@ -27,8 +30,8 @@
 set -u
 
 mode=${1:-}
-if [ "$mode" != start ] && [ "$mode" != timeout ]; then
-    echo "usage: $0 start|timeout HVDRUN TEST_SOAK FLOODER [RUNS]" >&2
+if [ "$mode" != start ] && [ "$mode" != timeout ] && [ "$mode" != elastic ]; then
+    echo "usage: $0 start|elastic|timeout HVDRUN TEST_SOAK FLOODER [RUNS]" >&2
     exit 2
 fi
 hvdrun=$2
@@ -72,11 +75,12 @@ fi
 cat >"$dir/rank.sh" <<'EOF'
 d=$1
 shift
-if [ "$HVD_RANK" = 0 ]; then
+me=${HVD_RANK:-${HVD_ELASTIC_WORKER:-}}
+if [ "$me" = 0 ]; then
     echo "$HVD_RENDEZVOUS_ADDR $HVD_RENDEZVOUS_PORT $HVD_JOB_ID" >"$d/rdv.tmp"
     mv "$d/rdv.tmp" "$d/rdv.addr"
 fi
-if [ "$HVD_RANK" = 2 ]; then
+if [ "$me" = 2 ]; then
     [ -n "${FLOOD_RANK2_TIMEOUT:-}" ] &&
         export HVD_START_TIMEOUT_SECONDS=$FLOOD_RANK2_TIMEOUT
     n=0
@@ -110,7 +114,8 @@ flood_job() {
     shift 2
     rm -rf "$dir/rdv.addr" "$dir/f"
     mkdir "$dir/f" && chmod 777 "$dir/f"
-    timeout -k 5 90 "$hvdrun" -np 3 -- sh "$dir/rank.sh" "$dir" \
+    # shellcheck disable=SC2086
+    timeout -k 5 90 "$hvdrun" -np 3 $job_args -- sh "$dir/rank.sh" "$dir" \
         "$soak" --ops 200 --max-bytes 64K --warmup 20 \
         >"$dir/out.$i" 2>&1 &
     job=$!
@@ -133,6 +138,7 @@ if [ "$mode" = timeout ]; then
     # 40 connections, each with a hello for rank 2, held: the table (2
     # ranks + 20) stays full of connections the server must keep.
     hello_rank=2
+    job_args=""
     export FLOOD_RANK2_TIMEOUT=4
     flood_job 1 "" --hold 40 --keep --mark 40 "$dir/f/flooding"
     echo "run_flood: $(cat "$dir/flood.1")"
@@ -149,6 +155,8 @@ if [ "$mode" = timeout ]; then
 fi
 
 hello_rank=""
+job_args=""
+[ "$mode" = elastic ] && job_args="--min-np 3 --max-np 3 --elastic-timeout 60"
 total=0
 for i in $(seq 1 "$runs"); do
     who=""
@@ -174,6 +182,6 @@ for i in $(seq 1 "$runs"); do
         "$(cat "$dir/flood.$i"); $bytes bytes about strangers;" \
         "$(grep -o 'flooded by [0-9]* unauthenticated connections' "$dir/out.$i")"
 done
-echo "run_flood: PASS: $runs jobs under a flood, every result exact," \
+echo "run_flood: PASS: $runs $mode jobs under a flood, every result exact," \
     "$total bytes of lines about strangers in all"
 exit 0
