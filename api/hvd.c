@@ -8,6 +8,7 @@
 #include "hvd/hvd.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "collectives/select.h"
 #include "gpu/gpu.h"
 #include "transport/base/dtype.h"
+#include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/transport.h"
@@ -39,14 +41,40 @@ static struct {
 
 const char *hvd_last_error(void) { return hvd_error_get(); }
 
+/* Prefixes the failure of hvd_init with who failed: the rank, the
+ * elastic worker, or before discovery knew either (a bad setting), the
+ * rank the launcher's environment names, else "rank ?". */
+static void label_failure(void) {
+    const char *name = "HVD_RANK";
+    const char *text = hvd_env_lookup(hvd_env_getenv, NULL, &name);
+    char *end = NULL;
+    long rank = text != NULL ? strtol(text, &end, 10) : -1;
+
+    if (g.job.info.elastic && g.job.info.rank < 0)
+        hvd_error_prefix("hvd_init (worker %d): ", g.job.info.worker);
+    else if (g.job.info.rank >= 0)
+        hvd_error_prefix("hvd_init (rank %d): ", g.job.info.rank);
+    else if (text != NULL && end != text && *end == '\0' && rank >= 0 &&
+             rank <= INT32_MAX)
+        hvd_error_prefix("hvd_init (rank %ld): ", rank);
+    else
+        hvd_error_prefix("hvd_init (rank ?): ");
+}
+
 /* hvd_init under the lock, one try. An elastic worker first joins the
  * rendezvous's next generation, which tells it its rank and size. */
 static hvd_status init_once(void) {
     hvd_engine_config ec;
     hvd_status st;
 
-    hvd_log_init_from_env();
-    st = hvd_config_load(hvd_env_getenv, NULL, &g.job.cfg);
+    /* Not known until discovery succeeds: a failure before then must not
+     * name the rank of an earlier hvd_init, or rank 0. */
+    g.job.info.rank = -1;
+    g.job.info.elastic = 0;
+    g.job.info.worker = -1;
+    st = hvd_log_init_from_env();
+    if (st == HVD_OK)
+        st = hvd_config_load(hvd_env_getenv, NULL, &g.job.cfg);
     if (st == HVD_OK)
         st = hvd_discover(hvd_env_getenv, NULL, &g.job.info);
     if (st == HVD_OK && g.job.info.elastic)
@@ -78,10 +106,7 @@ static hvd_status init_once(void) {
     return HVD_OK;
 fail:
     hvd_setup_close(&g.job);
-    if (g.job.info.elastic && g.job.info.rank < 0)
-        hvd_error_prefix("hvd_init (worker %d): ", g.job.info.worker);
-    else
-        hvd_error_prefix("hvd_init (rank %d): ", g.job.info.rank);
+    label_failure();
     HVD_ERROR("api", "%s", hvd_error_get());
     hvd_log_set_rank(-1);
     return st;

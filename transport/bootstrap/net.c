@@ -52,8 +52,7 @@ void hvd_net_format(const struct sockaddr *sa, char *out, size_t outlen) {
     }
 }
 
-/* The ephemeral port range, [*low, *high]. */
-static void port_range(long *low, long *high) {
+void hvd_net_port_range(long *low, long *high) {
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
 
     *low = 32768;
@@ -90,7 +89,7 @@ static void reuse_addr(int fd);
 static int listen_reusing(struct sockaddr_storage *ss, socklen_t len) {
     long low, high;
 
-    port_range(&low, &high);
+    hvd_net_port_range(&low, &high);
     long n = high - low + 1, start = (long)(hvd_now_ns() / 1000) % n;
     for (long i = 0; i < n; i++) {
         int fd = socket(ss->ss_family,
@@ -133,7 +132,7 @@ static int connect_reusing(struct sockaddr_storage *dst, socklen_t len,
     struct sockaddr_storage local;
     long low, high;
 
-    port_range(&low, &high);
+    hvd_net_port_range(&low, &high);
     long n = high - low + 1, start = (long)(hvd_now_ns() / 1000) % n;
     memset(&local, 0, sizeof(local));
     local.ss_family = dst->ss_family;
@@ -247,9 +246,11 @@ hvd_status hvd_net_connect_start(const char *addr, int port, int *fd_out) {
         close(e.fd);
         if (err == EADDRNOTAVAIL && connect_reusing(&e.ss, e.len, fd_out) == 0)
             return HVD_OK;
-        return hvd_error_set(
+        st = hvd_error_set(
             err == ECONNREFUSED ? HVD_ERR_PEER_LOST : HVD_ERR_TRANSPORT,
             "connect(%s:%d) failed: %s", addr, port, strerror(err));
+        errno = err;
+        return st;
     }
     *fd_out = e.fd;
     return HVD_OK;

@@ -20,12 +20,16 @@ hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
                           int *port_out);
 
 /* Starts a non-blocking connect to addr:port. *fd_out is set on success,
- * even if the connection is still in progress (EINPROGRESS). */
+ * even if the connection is still in progress (EINPROGRESS); on a failure
+ * of connect() errno tells why (EADDRNOTAVAIL: no free local port). */
 hvd_status hvd_net_connect_start(const char *addr, int port, int *fd_out);
 
 /* Checks a non-blocking connect that became writable: 0 if connected, else
  * the errno value it failed with. */
 int hvd_net_connect_result(int fd);
+
+/* The ephemeral port range of this host, [*low, *high]. */
+void hvd_net_port_range(long *low, long *high);
 
 /* Formats a socket address as "ip:port" (IPv6 as "[ip]:port"). */
 void hvd_net_format(const struct sockaddr *sa, char *out, size_t outlen);

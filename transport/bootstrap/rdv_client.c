@@ -290,44 +290,129 @@ timeout:
     return st;
 }
 
+/* What connect_auth saw while it tried: what its final sentence says. */
+typedef struct auth_try {
+    const char *addr;
+    int port;
+    const char *what; /* "rank", "worker" */
+    int id;
+    int64_t start;
+    int drops;          /* closed by the server before the handshake ended */
+    int64_t port_since; /* waiting for a free local port since; 0: not */
+} auth_try;
+
+/* The connect failed for want of a free local port (every port of the
+ * range busy or in TIME_WAIT, as after a flood of connections): says so
+ * once when the wait starts (HVD_INFO), since it may last long. */
+static void note_port_wait(auth_try *t, int err, int64_t deadline) {
+    long low, high;
+
+    if (err != EADDRNOTAVAIL || t->port_since != 0)
+        return;
+    t->port_since = hvd_now_ns();
+    hvd_net_port_range(&low, &high);
+    HVD_INFO("rdv",
+             "%s %d: no free local port to connect to the rendezvous at "
+             "%s:%d: all ports of %ld-%ld busy or in TIME_WAIT; waiting up "
+             "to %lld s (HVD_START_TIMEOUT_SECONDS)",
+             t->what, t->id, t->addr, t->port, low, high,
+             (long long)((deadline - t->port_since) / 1000000000LL));
+}
+
+static void note_port_found(auth_try *t) {
+    if (t->port_since == 0)
+        return;
+    HVD_INFO("rdv", "%s %d: got a free local port after %.1f s", t->what, t->id,
+             (double)(hvd_now_ns() - t->port_since) / 1e9);
+    t->port_since = 0;
+}
+
+/* The deadline passed after the server closed connections of this rank
+ * before their handshake ended: it was too busy with strangers to keep
+ * them. The server cannot tell us then, so we say what we saw. */
+static hvd_status flooded(const auth_try *t) {
+    return hvd_error_set(HVD_ERR_TIMEOUT,
+                         "%s %d: could not reach the rendezvous at %s:%d for "
+                         "%.0f s: its connection was closed %d times before "
+                         "the handshake finished -- the rendezvous may be "
+                         "flooded by unauthenticated connections "
+                         "(HVD_START_TIMEOUT_SECONDS)",
+                         t->what, t->id, t->addr, t->port,
+                         (double)(hvd_now_ns() - t->start) / 1e9, t->drops);
+}
+
+/*
+ * One handshake on cl->fd, connected. HVD_OK; HVD_ERR_PEER_LOST when the
+ * server dropped the connection without refusing it (try again); else a
+ * final failure with its sentence.
+ */
+static hvd_status handshake_once(rdv_client *cl, auth_try *t,
+                                 const uint8_t job_id[HVD_JOB_ID_LEN],
+                                 const char *secret) {
+    hvd_hs hs;
+    hvd_status st = hvd_hs_client_init(&hs, job_id, secret,
+                                       HVD_HS_KIND_RENDEZVOUS, t->id, 0, -1);
+
+    if (st == HVD_OK)
+        st = hvd_hs_run(&hs, cl->fd, cl->deadline);
+    if (st == HVD_OK || st == HVD_ERR_INTERNAL)
+        return st;
+    /* Dropped before its CHALLENGE (PEER_LOST), or after it: a server
+     * that proved it holds this job's secret shares ours, so it cannot
+     * refuse our proof; a close or reset then is a server that dropped
+     * this connection for others (strangers filled its table). The
+     * client queues its RESPONSE only once the server's CHALLENGE checked
+     * out. */
+    int proved = hs.out_len == HVD_HS_RESPONSE_LEN;
+    if (st != HVD_ERR_TIMEOUT && (st == HVD_ERR_PEER_LOST || proved)) {
+        t->drops++;
+        HVD_DEBUG("rdv", "%s %d: %s; trying again", t->what, t->id, hs.err);
+        return HVD_ERR_PEER_LOST;
+    }
+    if (st == HVD_ERR_TIMEOUT && t->drops > 0)
+        return flooded(t);
+    return hvd_error_set(st,
+                         "%s %d: the rendezvous server at %s:%d did not "
+                         "accept this %s: %s",
+                         t->what, t->id, t->addr, t->port, t->what, hs.err);
+}
+
 /*
  * Connects to the server and runs the handshake as id (a rank, or a
- * worker id in elastic mode), retrying while the server refuses, up to
- * cl->deadline. what names id in messages ("rank", "worker").
+ * worker id in elastic mode), retrying while the server refuses or drops
+ * the connection, up to cl->deadline. what names id in messages ("rank",
+ * "worker").
  */
 static hvd_status connect_auth(rdv_client *cl, const char *addr, int port,
                                const char *what, int id,
                                const uint8_t job_id[HVD_JOB_ID_LEN],
                                const char *secret) {
-    hvd_hs hs;
+    auth_try t = {.addr = addr, .port = port, .what = what, .id = id};
     hvd_status st;
 
+    t.start = hvd_now_ns();
     /* The server is normally up before any rank starts; retry a refusal
      * anyway, for launchers that start it alongside the ranks, and a
-     * connection it dropped unanswered (strangers filled its table). */
+     * connection it dropped (strangers filled its table). */
     for (;;) {
+        int err = 0;
         st = hvd_net_connect_start(addr, port, &cl->fd);
-        if (st == HVD_OK) {
+        if (st != HVD_OK) {
+            note_port_wait(&t, errno, cl->deadline);
+        } else {
             struct pollfd pfd = {.fd = cl->fd, .events = POLLOUT};
             int64_t left = (cl->deadline - hvd_now_ns()) / 1000000;
-            int err = 0;
+            note_port_found(&t);
             if (poll(&pfd, 1, left > 0 ? (int)left : 0) <= 0)
                 err = ETIMEDOUT;
             else
                 err = hvd_net_connect_result(cl->fd);
             if (err == 0) {
-                st = hvd_hs_client_init(&hs, job_id, secret,
-                                        HVD_HS_KIND_RENDEZVOUS, id, 0, -1);
-                if (st == HVD_OK)
-                    st = hvd_hs_run(&hs, cl->fd, cl->deadline);
+                st = handshake_once(cl, &t, job_id, secret);
                 if (st == HVD_OK)
                     return HVD_OK;
-                if (st != HVD_ERR_PEER_LOST || hvd_now_ns() > cl->deadline)
-                    return hvd_error_set(st,
-                                         "%s %d: the rendezvous server at "
-                                         "%s:%d did not accept this %s: %s",
-                                         what, id, addr, port, what, hs.err);
-                HVD_DEBUG("rdv", "%s %d: %s; trying again", what, id, hs.err);
+                if (st != HVD_ERR_PEER_LOST)
+                    return st;
                 err = ECONNRESET;
             }
             close(cl->fd);
@@ -337,11 +422,16 @@ static hvd_status connect_auth(rdv_client *cl, const char *addr, int port,
                                "failed: %s",
                                addr, port, strerror(err));
         }
+        if (st != HVD_ERR_INVALID_ARG && hvd_now_ns() > cl->deadline &&
+            t.drops > 0)
+            return flooded(&t);
         if (st == HVD_ERR_INVALID_ARG || hvd_now_ns() > cl->deadline) {
             hvd_error_prefix("HVD_RENDEZVOUS_ADDR/PORT: ");
             return st;
         }
-        poll(NULL, 0, 100);
+        /* A dropped connection is tried again at once (the server is up
+         * and shedding strangers); a refused one a little later. */
+        poll(NULL, 0, err == ECONNRESET ? 10 : 100);
     }
 }
 

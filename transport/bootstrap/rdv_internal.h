@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transport/base/log.h"
 #include "transport/bootstrap/handshake.h"
 #include "transport/bootstrap/net.h"
 #include "transport/bootstrap/rendezvous.h"
@@ -39,6 +40,17 @@
 #define KEEPALIVE_NS (1000000000LL)
 /* A connection that has not authenticated in this time is dropped. */
 #define HANDSHAKE_NS (10 * 1000000000LL)
+/* While the table is short of free slots (a flood), a connection that has
+ * not sent a whole HELLO in this time is dropped: a rank sends its HELLO
+ * as soon as it is connected. */
+#define HELLO_NS (1000000000LL)
+/* Connections accepted per call of accept_all: the rest wait in the
+ * kernel's queue while the server reads what the ones it holds sent. */
+#define ACCEPT_BATCH 64
+/* Connections from one address that have not sent a HELLO, while the
+ * table is full: a newcomer from an address over it replaces that
+ * address's oldest, not another address's. */
+#define PER_SOURCE 8
 /* Largest Contribute message: the blob plus protobuf's few bytes. */
 #define MAX_CONTRIBUTE (HVD_RDV_MAX_BLOB + 64)
 
@@ -62,6 +74,10 @@ typedef struct rconn {
     int worker;    /* elastic: the worker id it authenticated as, -1 */
     int counted;   /* elastic: counted in srv->joined */
     int join_seen; /* elastic: its join arrived */
+    /* It sent a well-formed HELLO for this job and was sent its CHALLENGE:
+     * it is not dropped to make room for newcomers. */
+    int challenged;
+    int64_t since; /* accepted at */
     int64_t deadline;
     char name[HVD_ADDR_MAX];
     hvd_hs hs;
@@ -137,6 +153,12 @@ struct hvd_rdv_server {
     char dead_why[200];
     int ended;
     char end_why[256];
+
+    /* Connections refused (their handshake failed, or no room) and
+     * dropped (silent too long, or pushed out by newcomers) before they
+     * authenticated: counted, and logged at a bounded rate. */
+    hvd_log_limiter refused;
+    hvd_log_limiter dropped;
 };
 
 /* rdv_conn.c: results and connections. */

@@ -61,6 +61,9 @@ static hvd_status server_new(const char *bind_addr, int port, int cap,
     if (srv == NULL)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     srv->lfd = srv->epfd = srv->tfd = -1;
+    hvd_log_limiter_init(&srv->refused, "rdv", "refused", "not authenticated");
+    hvd_log_limiter_init(&srv->dropped, "rdv", "dropped",
+                         "no handshake in time, or too many waiting");
     srv->size = cap;
     memcpy(srv->job_id, job_id, HVD_JOB_ID_LEN);
     srv->secret = strdup(secret);
@@ -167,63 +170,120 @@ int hvd_rdv_server_fd(const hvd_rdv_server *srv) { return srv->epfd; }
 
 int hvd_rdv_server_joined(const hvd_rdv_server *srv) { return srv->joined; }
 
+/* Whether two peer names ("ip:port") are of the same address. */
+static int same_host(const char *a, const char *b) {
+    const char *ca = strrchr(a, ':');
+    const char *cb = strrchr(b, ':');
+    size_t na = ca != NULL ? (size_t)(ca - a) : strlen(a);
+    size_t nb = cb != NULL ? (size_t)(cb - b) : strlen(b);
+
+    return na == nb && memcmp(a, b, na) == 0;
+}
+
+static void handshake_event(hvd_rdv_server *srv, rconn *c);
+
+/*
+ * The connection to drop for a newcomer from name when the table is full:
+ * an elastic connection being closed, else the oldest that has not sent a
+ * HELLO -- of name's address when that address holds PER_SOURCE or more
+ * of them, so that one flooding address does not push out another's.
+ * NULL when every slot holds a rank or a connection that was sent its
+ * CHALLENGE (it proved it knows this job's id: a rank, normally).
+ */
+static rconn *victim(hvd_rdv_server *srv, const char *name) {
+    rconn *closing = NULL, *oldest = NULL, *own = NULL;
+    int own_n = 0;
+
+    for (int i = 0; i < srv->nconns; i++) {
+        rconn *c = &srv->conns[i];
+        if (c->state == RC_CLOSING) {
+            if (closing == NULL || c->deadline < closing->deadline)
+                closing = c;
+            continue;
+        }
+        if (c->state != RC_HANDSHAKE || c->challenged)
+            continue;
+        if (oldest == NULL || c->since < oldest->since)
+            oldest = c;
+        if (same_host(c->name, name)) {
+            own_n++;
+            if (own == NULL || c->since < own->since)
+                own = c;
+        }
+    }
+    if (closing != NULL)
+        return closing;
+    return own_n >= PER_SOURCE ? own : oldest;
+}
+
+/* A free slot for a newcomer from name, made by dropping a stranger if
+ * the table is full; NULL if none can be dropped. */
+static rconn *free_slot(hvd_rdv_server *srv, const char *name) {
+    for (int i = 0; i < srv->nconns; i++)
+        if (srv->conns[i].state == RC_FREE)
+            return &srv->conns[i];
+    for (int tries = 0; tries < srv->nconns; tries++) {
+        rconn *v = victim(srv, name);
+        if (v == NULL)
+            return NULL;
+        if (v->state == RC_HANDSHAKE) {
+            /* Its HELLO may be waiting unread (a rank sends it as soon as
+             * it is connected): read it before judging it silent. */
+            handshake_event(srv, v);
+            if (v->state == RC_FREE)
+                return v;
+            if (v->state != RC_HANDSHAKE || v->challenged)
+                continue;
+            HVD_WARN_LIMITED(&srv->dropped, v->name, "rdv",
+                             "dropped connection from %s: too many "
+                             "connections that have not sent a hello, and "
+                             "it waited longest",
+                             v->name);
+        }
+        hvd_rdv_conn_close(srv, v);
+        return v;
+    }
+    return NULL;
+}
+
+/* Accepts what is queued, ACCEPT_BATCH at most per call, so that a flood
+ * of connections cannot keep the server from reading the ones it holds
+ * (the listener is level-triggered: the rest come at the next call). */
 static void accept_all(hvd_rdv_server *srv) {
-    for (;;) {
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
         int fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        rconn *c = NULL;
+        char name[HVD_ADDR_MAX];
+        rconn *c;
 
         if (fd < 0)
             return;
-        for (int i = 0; i < srv->nconns && c == NULL; i++)
-            if (srv->conns[i].state == RC_FREE)
-                c = &srv->conns[i];
+        hvd_net_peer_name(fd, name, sizeof(name));
+        c = free_slot(srv, name);
         if (c == NULL) {
-            /* The table is full of connections that have not
-             * authenticated (ranks that have take size slots of 2 size +
-             * 16): strangers. Drop the one that has waited longest, so
-             * that strangers that connect and stay silent cannot keep a
-             * rank out. An elastic connection being closed goes first. */
-            rconn *old = NULL;
-            for (int i = 0; i < srv->nconns; i++)
-                if ((srv->conns[i].state == RC_HANDSHAKE ||
-                     srv->conns[i].state == RC_CLOSING) &&
-                    (old == NULL ||
-                     (srv->conns[i].state == RC_CLOSING &&
-                      old->state != RC_CLOSING) ||
-                     (srv->conns[i].state == old->state &&
-                      srv->conns[i].deadline < old->deadline)))
-                    old = &srv->conns[i];
-            if (old == NULL) {
-                char name[HVD_ADDR_MAX];
-                hvd_net_peer_name(fd, name, sizeof(name));
-                HVD_WARN("rdv",
-                         "refused connection from %s: too many connections",
-                         name);
-                close(fd);
-                continue;
-            }
-            if (old->state == RC_HANDSHAKE)
-                HVD_WARN("rdv",
-                         "dropped connection from %s: too many connections "
-                         "that have not authenticated, and it waited "
-                         "longest",
-                         old->name);
-            hvd_rdv_conn_close(srv, old);
-            c = old;
+            HVD_WARN_LIMITED(&srv->refused, name, "rdv",
+                             "refused connection from %s: too many "
+                             "connections",
+                             name);
+            close(fd);
+            continue;
         }
         memset(c, 0, sizeof(*c));
         c->fd = fd;
         c->rank = -1;
         c->worker = -1;
         c->state = RC_HANDSHAKE;
-        c->deadline = hvd_now_ns() + HANDSHAKE_NS;
-        hvd_net_peer_name(fd, c->name, sizeof(c->name));
+        c->since = hvd_now_ns();
+        c->deadline = c->since + HANDSHAKE_NS;
+        snprintf(c->name, sizeof(c->name), "%s", name);
         hvd_hs_server_init(&c->hs, srv->job_id, srv->secret,
                            HVD_HS_KIND_RENDEZVOUS, -1, admit, srv);
         struct epoll_event ev = {.events = EPOLLIN,
                                  .data.u64 = (uint64_t)(c - srv->conns) + 2};
         epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev);
         hvd_rdv_arm_timer(srv, 1);
+        /* A rank's HELLO is usually here already: answering it now
+         * protects the connection from being dropped for newcomers. */
+        handshake_event(srv, c);
     }
 }
 
@@ -365,39 +425,50 @@ static void conn_read(hvd_rdv_server *srv, rconn *c) {
     }
 }
 
+/* Moves c's handshake on as far as it goes now; c may end up closed
+ * (refused), authenticated, or still in its handshake. */
+static void handshake_event(hvd_rdv_server *srv, rconn *c) {
+    short want = 0;
+    hvd_status st = hvd_hs_io(&c->hs, c->fd, &want);
+
+    if (st != HVD_OK) {
+        HVD_WARN_LIMITED(&srv->refused, c->name, "rdv",
+                         "refused connection from %s claiming %s %d: %s",
+                         c->name, srv->elastic ? "worker" : "rank",
+                         c->hs.peer_rank, c->hs.err);
+        hvd_rdv_conn_close(srv, c);
+        return;
+    }
+    if (want != 0) {
+        /* Past its HELLO: it named this job and a rank we expect. */
+        if (hvd_hs_need(&c->hs) == HVD_HS_RESPONSE_LEN)
+            c->challenged = 1;
+        hvd_rdv_conn_watch(srv, c, want == POLLOUT ? EPOLLOUT : EPOLLIN);
+        return;
+    }
+    if (srv->elastic) {
+        c->worker = c->hs.peer_rank;
+        hvd_rdv_elastic_admitted(srv, c);
+        return;
+    }
+    c->rank = c->hs.peer_rank;
+    if (srv->rank_conn[c->rank] >= 0) {
+        HVD_WARN("rdv", "refused a second connection for rank %d from %s",
+                 c->rank, c->name);
+        hvd_rdv_conn_close(srv, c);
+        return;
+    }
+    c->state = RC_READY;
+    srv->rank_conn[c->rank] = (int)(c - srv->conns);
+    srv->joined++;
+    HVD_DEBUG("rdv", "rank %d joined from %s (%d of %d)", c->rank, c->name,
+              srv->joined, srv->size);
+    hvd_rdv_conn_watch(srv, c, EPOLLIN);
+}
+
 static void conn_event(hvd_rdv_server *srv, rconn *c, uint32_t events) {
     if (c->state == RC_HANDSHAKE) {
-        short want = 0;
-        hvd_status st = hvd_hs_io(&c->hs, c->fd, &want);
-        if (st != HVD_OK) {
-            HVD_WARN("rdv", "refused connection from %s claiming %s %d: %s",
-                     c->name, srv->elastic ? "worker" : "rank", c->hs.peer_rank,
-                     c->hs.err);
-            hvd_rdv_conn_close(srv, c);
-            return;
-        }
-        if (want != 0) {
-            hvd_rdv_conn_watch(srv, c, want == POLLOUT ? EPOLLOUT : EPOLLIN);
-            return;
-        }
-        if (srv->elastic) {
-            c->worker = c->hs.peer_rank;
-            hvd_rdv_elastic_admitted(srv, c);
-            return;
-        }
-        c->rank = c->hs.peer_rank;
-        if (srv->rank_conn[c->rank] >= 0) {
-            HVD_WARN("rdv", "refused a second connection for rank %d from %s",
-                     c->rank, c->name);
-            hvd_rdv_conn_close(srv, c);
-            return;
-        }
-        c->state = RC_READY;
-        srv->rank_conn[c->rank] = (int)(c - srv->conns);
-        srv->joined++;
-        HVD_DEBUG("rdv", "rank %d joined from %s (%d of %d)", c->rank, c->name,
-                  srv->joined, srv->size);
-        hvd_rdv_conn_watch(srv, c, EPOLLIN);
+        handshake_event(srv, c);
         return;
     }
     if (c->state != RC_READY && c->state != RC_CLOSING)
@@ -418,27 +489,50 @@ static void conn_event(hvd_rdv_server *srv, rconn *c, uint32_t events) {
 
 static void sweep(hvd_rdv_server *srv) {
     uint64_t ticks;
-    int pending = 0;
+    int pending = 0, nfree = 0;
     int64_t now = hvd_now_ns();
 
     while (read(srv->tfd, &ticks, sizeof(ticks)) > 0)
         ;
     pending += hvd_rdv_keep_alive(srv, now);
+    for (int i = 0; i < srv->nconns; i++)
+        nfree += srv->conns[i].state == RC_FREE;
     for (int i = 0; i < srv->nconns; i++) {
         rconn *c = &srv->conns[i];
         if (c->state != RC_HANDSHAKE && c->state != RC_CLOSING)
             continue;
+        /* Short of free slots: one that has not sent a HELLO in HELLO_NS
+         * is a stranger holding a slot (its HELLO is read first, in case
+         * it came). */
+        if (c->state == RC_HANDSHAKE && !c->challenged &&
+            nfree < srv->nconns / 4 && now - c->since > HELLO_NS) {
+            handshake_event(srv, c);
+            if (c->state == RC_HANDSHAKE && !c->challenged) {
+                HVD_WARN_LIMITED(&srv->dropped, c->name, "rdv",
+                                 "dropped connection from %s: no hello "
+                                 "within %lld ms while connections are "
+                                 "short",
+                                 c->name, HELLO_NS / 1000000LL);
+                hvd_rdv_conn_close(srv, c);
+                nfree++;
+                continue;
+            }
+        }
+        if (c->state == RC_FREE || c->state == RC_READY)
+            continue;
         if (now > c->deadline) {
             if (c->state == RC_HANDSHAKE)
-                HVD_WARN("rdv",
-                         "dropped connection from %s: no handshake within "
-                         "%lld s",
-                         c->name, HANDSHAKE_NS / 1000000000LL);
+                HVD_WARN_LIMITED(&srv->dropped, c->name, "rdv",
+                                 "dropped connection from %s: no handshake "
+                                 "within %lld s",
+                                 c->name, HANDSHAKE_NS / 1000000000LL);
             hvd_rdv_conn_close(srv, c);
         } else {
             pending++;
         }
     }
+    hvd_log_limit_flush(&srv->refused, 0);
+    hvd_log_limit_flush(&srv->dropped, 0);
     hvd_rdv_arm_timer(srv, pending > 0);
 }
 
@@ -465,6 +559,18 @@ hvd_status hvd_rdv_server_progress(hvd_rdv_server *srv, int timeout_ms) {
 void hvd_rdv_server_destroy(hvd_rdv_server *srv) {
     if (srv == NULL)
         return;
+    hvd_log_limit_flush(&srv->refused, 1);
+    hvd_log_limit_flush(&srv->dropped, 1);
+    uint64_t strangers =
+        hvd_log_limit_total(&srv->refused) + hvd_log_limit_total(&srv->dropped);
+    if (strangers > HVD_LOG_LIMIT_BURST)
+        HVD_WARN("rdv",
+                 "the rendezvous was flooded by %llu unauthenticated "
+                 "connections (refused or dropped before they proved they "
+                 "hold the job secret)",
+                 (unsigned long long)strangers);
+    hvd_log_limiter_destroy(&srv->refused);
+    hvd_log_limiter_destroy(&srv->dropped);
     for (int i = 0; srv->conns != NULL && i < srv->nconns; i++)
         if (srv->conns[i].state != RC_FREE)
             hvd_rdv_conn_close(srv, &srv->conns[i]);

@@ -160,6 +160,13 @@ static hvd_status wait_any(mesh *m) {
     return HVD_OK;
 }
 
+/* Strangers at the data listener, logged at a bounded rate (anyone can
+ * connect at any rate). */
+static hvd_log_limiter refused_log =
+    HVD_LOG_LIMITER_INIT("tcp", "refused", "not authenticated");
+static hvd_log_limiter dropped_log = HVD_LOG_LIMITER_INIT(
+    "tcp", "dropped", "too many unauthenticated connections");
+
 /* A free entry for a connection just accepted, or NULL when the table is
  * full of strangers and the new one was dropped. */
 static pending_conn *server_slot(mesh *m, int fd) {
@@ -182,18 +189,18 @@ static pending_conn *server_slot(mesh *m, int fd) {
     if (c == NULL) {
         char name[HVD_ADDR_MAX];
         hvd_net_peer_name(fd, name, sizeof(name));
-        HVD_WARN("tcp",
-                 "dropped connection from %s: too many "
-                 "unauthenticated connections",
-                 name);
+        HVD_WARN_LIMITED(&dropped_log, name, "tcp",
+                         "dropped connection from %s: too many "
+                         "unauthenticated connections",
+                         name);
         close(fd);
         return NULL;
     }
-    HVD_WARN("tcp",
-             "dropped connection from %s: too many connections "
-             "that have not authenticated, and it waited "
-             "longest",
-             c->name);
+    HVD_WARN_LIMITED(&dropped_log, c->name, "tcp",
+                     "dropped connection from %s: too many connections "
+                     "that have not authenticated, and it waited "
+                     "longest",
+                     c->name);
     close(c->fd);
     return c;
 }
@@ -294,8 +301,10 @@ static hvd_status handshake_failed(mesh *m, pending_conn *c, int64_t now,
     }
     /* A stranger, a neighbour job or a wrong secret: refuse, log, and
      * carry on. */
-    HVD_WARN("tcp", "refused connection from %s claiming rank %d: %s", c->name,
-             c->hs.peer_rank, c->hs.err[0] ? c->hs.err : hvd_error_get());
+    HVD_WARN_LIMITED(&refused_log, c->name, "tcp",
+                     "refused connection from %s claiming rank %d: %s", c->name,
+                     c->hs.peer_rank,
+                     c->hs.err[0] ? c->hs.err : hvd_error_get());
     close(c->fd);
     c->fd = -1;
     return HVD_OK;
