@@ -53,6 +53,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/bootstrap/job_id.h"
 #include "transport/transport.h"
@@ -110,7 +111,12 @@ int main(int argc, char **argv) {
     int code;
 
     open_std_fds();
-    hvd_log_init_from_env();
+    /* A bad HVD_LOG_LEVEL would fail every rank's hvd_init: say so once,
+     * before anything starts. */
+    if (hvd_log_init_from_env() != HVD_OK) {
+        say("%s", hvd_error_get());
+        return 2;
+    }
     code = parse_options(argc, argv, &opt);
     if (code >= 0)
         goto free_options;
