@@ -259,13 +259,14 @@ int main(int argc, char **argv) {
             d->waiting--;
             free_list[n_free++] = p;
         }
-        int timeout_ms = 100;
-        if (n_heap > 0) {
-            uint64_t wait = heap[0]->due_ns - now;
-            timeout_ms = (int)((wait + 999999) / 1000000);
-        }
+        /* Wait to the nanosecond (ppoll): a poll timeout in whole
+         * milliseconds, rounded up, held each packet up to 1 ms longer
+         * than its delay. */
+        uint64_t wait = n_heap > 0 ? heap[0]->due_ns - now : 100000000u;
+        struct timespec timeout = {(time_t)(wait / 1000000000u),
+                                   (long)(wait % 1000000000u)};
         struct pollfd pfd[2] = {{fd[0], POLLIN, 0}, {fd[1], POLLIN, 0}};
-        int n = poll(pfd, 2, timeout_ms);
+        int n = ppoll(pfd, 2, &timeout, NULL);
         if (n < 0 && errno != EINTR) {
             fprintf(stderr, "linkem: poll: %s\n", strerror(errno));
             break;
