@@ -436,6 +436,11 @@ size_t hvd_select_format(const hvd_selector *sel, char *out, size_t outlen) {
 #define SMALL_REPS 10
 #define LARGE_BYTES (1024 * 1024)
 #define LARGE_REPS 3
+/* Once this long has gone on round trips of one size (and one has been
+ * timed after the warm-up), no more are started: over a slow link (a
+ * 20 ms, 2 % loss link moves 1 MiB in about a second each way) the
+ * measurement would otherwise hold hvd_init for ten seconds. */
+#define MEASURE_BUDGET_NS (1000 * 1000000LL)
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -443,17 +448,22 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Round trips of n bytes between comm ranks a (who starts) and b; the
- * median (reps > 3) or the best one, in seconds. */
-static hvd_status round_trips(hvd_comm *c, int a, int b, void *buf, size_t n,
+ * median (more than 3 timed) or the best one, in seconds. Rank a ends
+ * early once MEASURE_BUDGET_NS is spent, and says so in the first byte of
+ * its message (1: more follow, 2: the last), so that b ends with it. */
+static hvd_status round_trips(hvd_comm *c, int a, int b, uint8_t *buf, size_t n,
                               int reps, double *out) {
     double t[SMALL_REPS + 1];
-    int me = c->rank, peer = me == a ? b : a;
+    int me = c->rank, peer = me == a ? b : a, timed = 0;
     hvd_req *req = c->reqs;
+    int64_t start = hvd_now_ns();
 
-    for (int i = 0; i <= reps; i++) {
+    for (int i = 0, last = 0; i <= reps && !last; i++) {
         int64_t t0 = hvd_now_ns();
         hvd_status st;
         if (me == a) {
+            last = i == reps || (i >= 1 && t0 - start > MEASURE_BUDGET_NS);
+            buf[0] = last ? 2 : 1;
             st = hvd_comm_isend(c, peer, buf, n, &req[0]);
             if (st == HVD_OK)
                 st = hvd_comm_wait(c, &req[0]);
@@ -465,6 +475,7 @@ static hvd_status round_trips(hvd_comm *c, int a, int b, void *buf, size_t n,
             st = hvd_comm_irecv(c, peer, buf, n, &req[1]);
             if (st == HVD_OK)
                 st = hvd_comm_wait(c, &req[1]);
+            last = buf[0] == 2;
             if (st == HVD_OK)
                 st = hvd_comm_isend(c, peer, buf, n, &req[0]);
             if (st == HVD_OK)
@@ -473,10 +484,12 @@ static hvd_status round_trips(hvd_comm *c, int a, int b, void *buf, size_t n,
         if (st != HVD_OK)
             return st;
         if (i > 0) /* the first warms up */
-            t[i - 1] = (double)(hvd_now_ns() - t0) * 1e-9;
+            t[timed++] = (double)(hvd_now_ns() - t0) * 1e-9;
     }
-    qsort(t, (size_t)reps, sizeof(t[0]), cmp_double);
-    *out = reps > 3 ? t[reps / 2] : t[0];
+    if (timed == 0) /* reps 0: nothing was timed */
+        t[timed++] = 0;
+    qsort(t, (size_t)timed, sizeof(t[0]), cmp_double);
+    *out = timed > 3 ? t[timed / 2] : t[0];
     return HVD_OK;
 }
 

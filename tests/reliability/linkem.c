@@ -166,6 +166,25 @@ static int attach(const char *ns, const char *ifname) {
     return fd;
 }
 
+/* Sends on what is due by now. A write that fails (the other side is
+ * down, its queue is full) loses the packet, as a link would. */
+static void send_due(const int fd[2], direction dirs[2], uint64_t now) {
+    while (n_heap > 0 && heap[0]->due_ns <= now) {
+        packet *p = heap_pop();
+        direction *d = &dirs[p->dir];
+        if (write(fd[1 - p->dir], p->data, p->len) < 0)
+            d->dropped++;
+        else
+            d->sent++;
+        if (p->seq + 1 < d->max_sent_seq)
+            d->reordered++;
+        else
+            d->max_sent_seq = p->seq + 1;
+        d->waiting--;
+        free_list[n_free++] = p;
+    }
+}
+
 static int parse_num(const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
@@ -243,29 +262,15 @@ int main(int argc, char **argv) {
         uint64_t now = now_ns();
         if (now >= end_ns)
             break;
-        /* Send on what is due. A write that fails (the other side is
-         * down, its queue is full) loses the packet, as a link would. */
-        while (n_heap > 0 && heap[0]->due_ns <= now) {
-            packet *p = heap_pop();
-            direction *d = &dirs[p->dir];
-            if (write(fd[1 - p->dir], p->data, p->len) < 0)
-                d->dropped++;
-            else
-                d->sent++;
-            if (p->seq + 1 < d->max_sent_seq)
-                d->reordered++;
-            else
-                d->max_sent_seq = p->seq + 1;
-            d->waiting--;
-            free_list[n_free++] = p;
-        }
-        int timeout_ms = 100;
-        if (n_heap > 0) {
-            uint64_t wait = heap[0]->due_ns - now;
-            timeout_ms = (int)((wait + 999999) / 1000000);
-        }
+        send_due(fd, dirs, now);
+        /* Wait to the nanosecond (ppoll): a poll timeout in whole
+         * milliseconds, rounded up, held each packet up to 1 ms longer
+         * than its delay. */
+        uint64_t wait = n_heap > 0 ? heap[0]->due_ns - now : 100000000u;
+        struct timespec timeout = {(time_t)(wait / 1000000000u),
+                                   (long)(wait % 1000000000u)};
         struct pollfd pfd[2] = {{fd[0], POLLIN, 0}, {fd[1], POLLIN, 0}};
-        int n = poll(pfd, 2, timeout_ms);
+        int n = ppoll(pfd, 2, &timeout, NULL);
         if (n < 0 && errno != EINTR) {
             fprintf(stderr, "linkem: poll: %s\n", strerror(errno));
             break;

@@ -2,13 +2,17 @@
 # A job over two "hosts" (network namespaces joined by a veth pair) whose
 # network misbehaves.
 #
-#   run_badnet.sh netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT LINKEM
+#   run_badnet.sh netem|loss|linkcut|latency HVDRUN TEST_SOAK TEST_FAULT
+#                 LINKEM [TEST_LATENCY]
 #
 # netem    tc netem on both ends of the link: 20 ms delay with 5 ms jitter,
-#          2 % loss, 10 % reordering. A 4-rank job runs 120 mixed
+#          2 % loss, 10 % reordering. A 4-rank job runs 300 mixed
 #          operations (allreduce, broadcast, allgather; up to 64 KiB) and
-#          every result must be exact. Where the kernel has no sch_netem,
-#          the link is a TUN device in each namespace and LINKEM
+#          every result must be exact (test_soak without its first part,
+#          an operation of every kind, dtype and power-of-two size: 870
+#          more operations, most of two minutes over this link; the loss
+#          mode keeps it). Where the kernel has no sch_netem, the link is
+#          a TUN device in each namespace and LINKEM
 #          (tests/reliability/linkem.c) forwards between them with the same
 #          delay, jitter, loss and reordering, in user space; skipped (77)
 #          only when neither can be had (no /dev/net/tun either).
@@ -16,6 +20,16 @@
 #          the link dropped at random by nftables (numgen), for kernels
 #          without sch_netem: no delay, no reordering, 400 operations up
 #          to 1 MiB. Skipped (77) without nft.
+# latency  The netem link (or hvd_linkem's), measured: the link's round-trip
+#          time by a UDP ping (TEST_LATENCY --ping, no TCP, no hvd), then
+#          small allreduces (4 B to 4 KiB, one at a time, every result
+#          exact) by TEST_LATENCY: 300 with a name per size (cached: the
+#          fast path) and 150 with a new name each (negotiated through
+#          rank 0) at np 2, one rank per namespace, and 200 cached in the
+#          4-rank layout below. Prints each run's median and p90 and their
+#          ratio to the link's median RTT; asserts no time (they are
+#          figures for docs/benchmarks.md), only that every result is
+#          exact.
 # linkcut  A 4-rank job of mixed allreduces (test_fault) runs with
 #          HVD_TIMEOUT_SECONDS=3; at a random moment the link goes down
 #          (ip link set down). Every rank must end with HVD_ERR_PEER_LOST or
@@ -35,8 +49,9 @@
 # and removed on exit, by a watchdog if the test is killed.
 set -u
 
-if [ $# -ne 5 ]; then
-    echo "usage: $0 netem|loss|linkcut HVDRUN TEST_SOAK TEST_FAULT LINKEM" >&2
+if [ $# -ne 5 ] && [ $# -ne 6 ]; then
+    echo "usage: $0 netem|loss|linkcut|latency HVDRUN TEST_SOAK TEST_FAULT" \
+        "LINKEM [TEST_LATENCY]" >&2
     exit 2
 fi
 mode=$1
@@ -44,12 +59,14 @@ hvdrun=$2
 soak=$3
 fault=$4
 linkem=$5
+latency=${6:-}
 prefix=hvd-bn
 ifname=hvdnet0
 case $mode in
 netem) addr_a=10.48.1.1 addr_b=10.48.1.2 ;;
 linkcut) addr_a=10.48.2.1 addr_b=10.48.2.2 ;;
 loss) addr_a=10.48.3.1 addr_b=10.48.3.2 ;;
+latency) addr_a=10.48.4.1 addr_b=10.48.4.2 ;;
 *)
     echo "run_badnet: unknown mode $mode" >&2
     exit 2
@@ -58,7 +75,7 @@ esac
 
 NETNS_LIB=$(cd "$(dirname "$0")/../integration" && pwd)/netns.sh
 . "$NETNS_LIB"
-if [ $mode = netem ]; then
+if [ $mode = netem ] || [ $mode = latency ]; then
     netns_require "badnet $mode" timeout awk ss
 elif [ $mode = loss ]; then
     netns_require "badnet $mode" timeout awk ss nft
@@ -114,7 +131,7 @@ linkem_pair() {
 }
 
 emulator=none
-if [ $mode = netem ]; then
+if [ $mode = netem ] || [ $mode = latency ]; then
     if command -v tc >/dev/null 2>&1; then
         netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
             fail "could not make the namespaces"
@@ -144,7 +161,7 @@ if [ $mode = netem ]; then
         emulator=netem
         ip netns exec "$ns_a" tc qdisc show dev $ifname
     fi
-    ops="--ops 120 --max-bytes 64K"
+    ops="--ops 300 --max-bytes 64K --first-part no"
 else
     netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
         fail "could not make the namespaces"
@@ -187,6 +204,59 @@ check_listeners() {
     echo "run_badnet: listening sockets: $(listeners "$ns_a" | tr '\n' ' ')" \
         "in A, none in B: only the rendezvous, on the chosen interface"
 }
+
+# ---- latency ----
+if [ $mode = latency ]; then
+    [ -n "$latency" ] && [ -x "$latency" ] || fail "no TEST_LATENCY given"
+    # The link's own round trip: UDP, no TCP, no hvd.
+    ip netns exec "$ns_b" timeout 60 "$latency" --echo $addr_b 47000 5 \
+        >"$dir/echo" 2>&1 &
+    n=0
+    until grep -q 'ECHO ready' "$dir/echo"; do
+        n=$((n + 1))
+        [ $n -le 100 ] || fail "the UDP echo did not start: $(cat "$dir/echo")"
+        sleep 0.05
+    done
+    ping_line=$(ip netns exec "$ns_a" timeout 60 "$latency" --ping $addr_b \
+        47000 100) || fail "UDP ping: $ping_line"
+    echo "run_badnet: link: $ping_line"
+    rtt=$(echo "$ping_line" | awk '{ print $7 }')
+    # One rank per namespace for np 2; the 4-rank layout for np 4.
+    wrapper2='case $HVD_RANK in
+        1) ns=$1; shift; HVD_HOSTNAME=hvd-host-b exec ip netns exec "$ns" "$@";;
+        *) shift; HVD_HOSTNAME=hvd-host-a exec "$@";; esac'
+    # Runs TEST_LATENCY ARGS... as an NP-rank job with WRAPPER; prints its
+    # figures and their ratios to the link's median RTT.
+    latency_run() { # LABEL NP WRAPPER ARGS...
+        label=$1 np=$2 wr=$3
+        shift 3
+        : >"$dir/out"
+        ip netns exec "$ns_a" timeout -k 5 120 "$hvdrun" \
+            --network-interface $ifname -np "$np" -- sh -c "$wr" sh "$ns_b" \
+            "$latency" "$@" >"$dir/out" 2>&1
+        rc=$?
+        [ $rc -eq 0 ] || fail "$label: hvdrun exited $rc"
+        [ "$(grep -c 'PASS latency rank' "$dir/out")" -eq "$np" ] ||
+            fail "$label: not every rank printed PASS"
+        sed -n 's/^\[0\] LATENCY //p' "$dir/out" |
+            awk -v l="$label" -v r="$rtt" '{ printf "run_badnet: %s: %s" \
+                " (median %.2f x RTT, p90 %.2f x RTT)\n", l, $0, $4 / r,
+                $7 / r }'
+    }
+    start=$(date +%s)
+    latency_run "np 2, cached" 2 "$wrapper2" --ops 300
+    latency_run "np 2, a new name each" 2 "$wrapper2" --ops 150 --unique
+    latency_run "np 4, cached" 4 "$wrapper" --ops 200
+    if [ $emulator = linkem ]; then
+        kill $linkem_pid 2>/dev/null
+        wait $linkem_pid
+        cat "$dir/linkem"
+    fi
+    echo "run_badnet: small allreduces (4 B to 4 KiB) over the bad link," \
+        "every result exact, in $(($(date +%s) - start)) s"
+    echo "run_badnet: PASS"
+    exit 0
+fi
 
 if [ $mode != linkcut ]; then
     start=$(date +%s)

@@ -4,6 +4,7 @@
  *
  *     test_soak --ops N [--max-bytes B] [--kinds allreduce|mixed]
  *               [--seed S] [--warmup W] [--rss-limit-kib K]
+ *               [--first-part yes|no]
  *
  * Every rank draws the same sequence of operations from the seed (default
  * 1): the kind (allreduce; with --kinds mixed also broadcast from a random
@@ -27,7 +28,9 @@
  * each kind and dtype at the largest size and at every power of two below
  * it (and one byte less), and per dtype a batch of MAX_BATCH allreduces
  * that fuse, so that buffers sized by the largest message of a path or
- * size class, and the fusion buffer, have grown. The shared part of the
+ * size class, and the fusion buffer, have grown (--first-part no leaves
+ * that first part out: over a slow link it takes most of the time, and
+ * without --rss-limit-kib no limit needs it). The shared part of the
  * resident memory (the shm transport's segments) is printed apart.
  *
  * Prints "PASS soak rank R: ..." with the counts, the time and the memory,
@@ -331,6 +334,7 @@ static int parse_bytes(const char *s, size_t *out) {
 
 int main(int argc, char **argv) {
     int nops = -1, warmup = -1, rss_limit = -1, seed = 1, mixed = 0;
+    int first_part = 1;
     size_t max_bytes = (size_t)8 << 20;
     struct soak_op batch[MAX_BATCH];
     int nbatch = 0, i, done = 0;
@@ -361,12 +365,18 @@ int main(int argc, char **argv) {
             continue;
         if (strcmp(a, "--rss-limit-kib") == 0 && parse_int(v, &rss_limit) == 0)
             continue;
+        if (strcmp(a, "--first-part") == 0 &&
+            (strcmp(v, "yes") == 0 || strcmp(v, "no") == 0)) {
+            first_part = strcmp(v, "yes") == 0;
+            continue;
+        }
         break;
     }
     if (i != argc || nops < 1) {
         fprintf(stderr,
                 "usage: %s --ops N [--max-bytes B] [--kinds allreduce|mixed] "
-                "[--seed S] [--warmup W] [--rss-limit-kib K]\n",
+                "[--seed S] [--warmup W] [--rss-limit-kib K] "
+                "[--first-part yes|no]\n",
                 argv[0]);
         return 2;
     }
@@ -413,7 +423,7 @@ int main(int argc, char **argv) {
         nlog++;
     int nsteps = 1 + 2 * (nlog + 1);
     int nsized = (mixed ? 3 : 1) * (int)NUM_DTYPES * nsteps;
-    int nfirst = nsized + (int)NUM_DTYPES * MAX_BATCH;
+    int nfirst = first_part ? nsized + (int)NUM_DTYPES * MAX_BATCH : 0;
     size_t fused_bytes = FUSED_BYTES < max_bytes / MAX_BATCH
                              ? FUSED_BYTES
                              : max_bytes / MAX_BATCH;
@@ -519,11 +529,12 @@ int main(int argc, char **argv) {
              rss_end - rss_warm, rss_warm, warmup, rss_mid, rss_mid - rss_warm,
              mid, rss_end, rss_end - rss_mid, rss_limit);
     printf("PASS soak rank %d: %d ops (%lu allreduce, %lu broadcast, %lu "
-           "allgather, %lu empty), %.2f GB per rank, every result exact, "
+           "allgather, %lu empty) after %d of the first part, %.2f GB per "
+           "rank, every result exact, "
            "%.1f s; resident memory after %d ops %ld KiB, after %d %ld KiB "
            "(%+ld KiB), at the end %ld KiB (%+ld KiB), peak %ld KiB; of it "
            "shared %ld KiB, then %ld KiB (%+ld KiB)\n",
-           g_rank, nops, by_kind[0], by_kind[1], by_kind[2], empty,
+           g_rank, nops, by_kind[0], by_kind[1], by_kind[2], empty, nfirst,
            bytes_total / 1e9, elapsed, warmup, rss_warm, mid, rss_mid,
            rss_mid - rss_warm, rss_end, rss_end - rss_mid, rss_max, shared_warm,
            shared_end, shared_end - shared_warm);

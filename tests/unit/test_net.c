@@ -1,10 +1,10 @@
 /*
  * The socket helpers (transport/bootstrap/net.c) on loopback: listening on an
  * ephemeral port and connecting to it (non-blocking, then the connect's
- * result), the addresses of both ends, a refused connect, a malformed
- * address refused with a sentence, address formatting (IPv4, IPv6, other
- * families), the address of an interface (lo) or a sentence naming a
- * missing one, and this host's address.
+ * result), the addresses of both ends, TCP_NODELAY on both ends, a
+ * refused connect, a malformed address refused with a sentence, address
+ * formatting (IPv4, IPv6, other families), the address of an interface
+ * (lo) or a sentence naming a missing one, and this host's address.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -56,6 +57,14 @@ static void listen_and_connect(void **state) {
     assert_string_equal(name, want);
     hvd_net_peer_name(afd, name, sizeof(name));
     assert_memory_equal(name, "127.0.0.1:", 10);
+    /* Both ends send without waiting for ACKs (Nagle off): the connecting
+     * socket sets it, the accepted one inherits it from the listener. */
+    int on = 0;
+    socklen_t len = sizeof(on);
+    assert_int_equal(getsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+    assert_int_equal(on, 1);
+    assert_int_equal(getsockopt(afd, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+    assert_int_equal(on, 1);
     hvd_net_nodelay(cfd);
     /* Bytes cross. */
     assert_int_equal(write(cfd, "ping", 4), 4);

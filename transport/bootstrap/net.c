@@ -227,6 +227,9 @@ hvd_status hvd_net_listen(const char *addr, int port, int *fd_out,
     *port_out = ntohs(ss->ss_family == AF_INET
                           ? ((struct sockaddr_in *)ss)->sin_port
                           : ((struct sockaddr_in6 *)ss)->sin6_port);
+    /* Accepted connections inherit it (Linux): the rendezvous server's
+     * answers then leave without waiting for an ACK of the one before. */
+    hvd_net_nodelay(fd);
     *fd_out = fd;
     return HVD_OK;
 }
