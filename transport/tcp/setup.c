@@ -358,11 +358,12 @@ hvd_status hvd_tcp_shutdown(hvd_transport *t) {
             tsock *s = evs[i].data.ptr;
             if (s == NULL || s->eof)
                 continue;
-            if (s->rx_blocked) {
-                s->rx_off = s->rx_end; /* data nobody asked for */
-                s->rx_blocked = 0;
-            }
-            hvd_tcp_sock_recv(s);
+            /* Data nobody asked for (its header already read): nothing
+             * more of this socket is wanted. */
+            if (s->rx_blocked)
+                s->eof = 1;
+            else
+                hvd_tcp_sock_recv(s);
             if (s->eof || tp->failure.status != HVD_OK) {
                 s->eof = 1;
                 hvd_tcp_set_events(s);
