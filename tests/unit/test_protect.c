@@ -4,7 +4,8 @@
  * one process joined through a relay that alters the bytes of one
  * direction: a flipped bit in a header, payload or tag, a replayed,
  * dropped, reordered or cut frame each fail the receive with
- * HVD_ERR_PROTOCOL and the sentence, and never complete it with data. */
+ * HVD_ERR_PROTOCOL and the sentence, and never complete it with data;
+ * the sender hears of it through the ABORT and fails the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -395,6 +396,18 @@ static void expect_auth_failure(const char *mode, tamper_kind kind, size_t at,
              mode);
     if (strstr(why, want) == NULL)
         fail_msg("sentence: %s", why);
+    /* The sender hears it through the ABORT on the (untouched) control
+     * socket and fails with the same sentence. */
+    hvd_status st0 = HVD_OK;
+    for (int round = 0; round < 20000 && st0 == HVD_OK; round++) {
+        relay(&w);
+        st0 = w.t[0]->ops->progress(w.t[0], 0);
+        if (st0 == HVD_OK)
+            usleep(100);
+    }
+    assert_int_equal(st0, HVD_ERR_PROTOCOL);
+    if (strstr(hvd_error_get(), want) == NULL)
+        fail_msg("rank 0's sentence: %s", hvd_error_get());
     world_close(&w);
     free(got);
 }
