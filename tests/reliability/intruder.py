@@ -7,7 +7,7 @@ Knocks on the job's rendezvous (rdv), on a rank's data listener (data) or,
 once the job runs, on both again (late), in every way a stranger could:
 
   silent        connects and closes at once
-  garbage       64 random bytes
+  garbage       a hello's length of random bytes
   huge-length   a 4-byte length prefix of 0xffffffff, as if the handshake
                 were skipped, then zeros
   wrong-job     a well-formed hello of another job
@@ -47,9 +47,9 @@ import threading
 import time
 
 MAGIC = 0x48564448
-VERSION = 1
+VERSION = 2
 KIND_RDV, KIND_DATA = 1, 2
-HELLO_LEN, CHALLENGE_LEN, RESPONSE_LEN, RESULT_LEN = 64, 80, 40, 8
+HELLO_LEN, CHALLENGE_LEN, RESPONSE_LEN, RESULT_LEN = 68, 80, 40, 8
 CODES = {0: "ok", 1: "bad-version", 2: "wrong-job", 3: "unexpected",
          4: "bad-proof"}
 # The servers drop a stranger that has not finished the handshake in
@@ -87,8 +87,10 @@ def read_exact(sock, n, timeout):
 
 def hello(job_id, kind, rank, index, nonce=None):
     nonce = nonce if nonce is not None else os.urandom(32)
+    # Then the frame protection (HVD_TCP_PROTECT: 0 none) and 2 reserved
+    # bytes; a stranger is refused before it matters.
     return (struct.pack("<IHH", MAGIC, VERSION, kind) + job_id +
-            struct.pack("<II", rank, index) + nonce)
+            struct.pack("<II", rank, index) + nonce + struct.pack("<HH", 0, 0))
 
 
 def connect(addr, port):
