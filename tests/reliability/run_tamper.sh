@@ -63,6 +63,17 @@ relay_port=7433
 mark=0x4856
 # One large packet in PERIOD is rewritten in the mangle mode.
 period=${HVD_TAMPER_PERIOD:-300}
+# The relay's chunk (bytes replayed, dropped, swapped). A drop is small by
+# default: when it falls at the end of what the sender sends before it
+# waits for the receiver, the receiver waits for the missing bytes, and
+# only heartbeats (24 B each, 40 B with a tag, one a second) come to fill
+# them: a 1 KiB drop there stalls the job for ~26-43 s (measured; the
+# silence timer sees bytes arrive) before the frame fails.
+if [ "$attack" = drop ]; then
+    chunk=${HVD_TAMPER_CHUNK:-64}
+else
+    chunk=${HVD_TAMPER_CHUNK:-1024}
+fi
 # The whole job, attack and verdicts included, must end within this.
 limit_s=30
 case $mode in
@@ -130,9 +141,10 @@ netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
 
 if [ $use_relay -eq 1 ]; then
     relay_attack=$attack
+    : >"$dir/relay"
     [ $attack = clean ] && relay_attack=none
     ip netns exec "$ns_a" timeout -k 2 $((limit_s + 20)) python3 "$relay" \
-        --attack $relay_attack --port $relay_port --mark $mark \
+        --attack $relay_attack --port $relay_port --mark $mark --chunk $chunk \
         --seed "${HVD_FAULT_SEED:-$$}" --seconds $((limit_s + 10)) \
         --arm-file "$HVD_TEST_SYNC_DIR/ready.0" \
         --arm-file "$HVD_TEST_SYNC_DIR/ready.1" \
