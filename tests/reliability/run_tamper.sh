@@ -5,10 +5,11 @@
 #   run_tamper.sh MODE ATTACK HVDRUN TEST_TAMPER RELAY
 #
 # MODE     HVD_TCP_PROTECT for the job: none, integrity or encrypt.
-# ATTACK   flip, replay, drop, reorder, truncate: RELAY
+# ATTACK   flip, replay, drop, reorder, truncate, droptail: RELAY
 #          (tests/reliability/tamper_relay.py) sits on the path and does
 #          that once to one direction of one connection, in the middle of a
-#          large payload, past the handshake; clean: the relay forwards
+#          large payload, past the handshake (droptail: the last 1 KiB
+#          before the sender waits for the receiver); clean: the relay forwards
 #          everything unchanged (the harness's own check: every result
 #          exact); mangle: no relay, an nftables rule rewrites 4 bytes of
 #          the TCP payload of 1 in ~PERIOD large packets leaving namespace
@@ -30,7 +31,8 @@
 # or WRONG (HVD_OK with a wrong result), with HVD_TIMEOUT_SECONDS=5.
 #
 # With integrity or encrypt: every rank must end FAILED, none WRONG,
-# hvdrun must exit non-zero, all within LIMIT_S of the start. For flip,
+# hvdrun must exit non-zero, all within LIMIT_S of the start, and the last
+# rank must fail within DETECT_S of the relay's strike. For flip,
 # replay, reorder and mangle every rank's sentence must say "failed
 # authentication"; for drop and truncate, which may end the stream, it may
 # instead be a lost-peer or protocol sentence; every sentence must name
@@ -46,7 +48,8 @@ set -u
 
 if [ $# -ne 5 ]; then
     echo "usage: $0 none|integrity|encrypt" \
-        "flip|replay|drop|reorder|truncate|mangle|clean HVDRUN TEST_TAMPER" \
+        "flip|replay|drop|reorder|truncate|droptail|mangle|clean HVDRUN" \
+        "TEST_TAMPER" \
         "RELAY" >&2
     exit 2
 fi
@@ -69,6 +72,7 @@ period=${HVD_TAMPER_PERIOD:-300}
 # only heartbeats (24 B each, 40 B with a tag, one a second) come to fill
 # them: a 1 KiB drop there stalls the job for ~26-43 s (measured; the
 # silence timer sees bytes arrive) before the frame fails.
+# droptail shows that stall on purpose.
 if [ "$attack" = drop ]; then
     chunk=${HVD_TAMPER_CHUNK:-64}
 else
@@ -76,6 +80,9 @@ else
 fi
 # The whole job, attack and verdicts included, must end within this.
 limit_s=30
+# The last rank must fail within this of the relay's strike: twice
+# HVD_TIMEOUT_SECONDS.
+detect_s=10
 case $mode in
 none | integrity | encrypt) ;;
 *)
@@ -84,7 +91,7 @@ none | integrity | encrypt) ;;
     ;;
 esac
 case $attack in
-flip | replay | drop | reorder | truncate | clean) use_relay=1 ;;
+flip | replay | drop | reorder | truncate | droptail | clean) use_relay=1 ;;
 mangle) use_relay=0 ;;
 *)
     echo "run_tamper: unknown attack $attack" >&2
@@ -243,12 +250,16 @@ echo "run_tamper: $name: hvdrun exited $rc after $elapsed s; rank 0 $v0" \
     "${s1:+($(kind_of "$s1"): $s1)}"
 attack_wall=$(sed -n 's/^relay: ATTACK .* wall \([0-9.]*\):.*/\1/p' \
     "$dir/relay" 2>/dev/null)
+detect=
 if [ -n "$attack_wall" ]; then
     last=$(sed -n 's/^FAILED tamper rank .* wall \([0-9.]*\):.*/\1/p' \
         "$dir/out" | sort -n | tail -n 1)
-    [ -n "$last" ] && echo "run_tamper: $name: the last rank failed" \
-        "$(awk -v a="$attack_wall" -v b="$last" 'BEGIN { printf "%.3f", b - a }')" \
-        "s after the attack"
+    if [ -n "$last" ]; then
+        detect=$(awk -v a="$attack_wall" -v b="$last" \
+            'BEGIN { printf "%.3f", b - a }')
+        echo "run_tamper: $name: the last rank failed $detect s after the" \
+            "attack"
+    fi
 fi
 
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
@@ -276,6 +287,11 @@ fi
 [ $rc -ne 0 ] || fail "hvdrun exited 0"
 awk -v e="$elapsed" -v l=$limit_s 'BEGIN { exit !(e <= l) }' ||
     fail "the job took $elapsed s (limit $limit_s s)"
+if [ -n "$detect" ]; then
+    awk -v d="$detect" -v l=$detect_s 'BEGIN { exit !(d <= l) }' ||
+        fail "the last rank failed $detect s after the strike (limit" \
+            "$detect_s s)"
+fi
 for r in 0 1; do
     if [ $r -eq 0 ]; then s=$s0 peer=1; else s=$s1 peer=0; fi
     k=$(kind_of "$s")

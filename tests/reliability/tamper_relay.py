@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A transparent attacker on the path of a job's TCP data connections.
 
-    tamper_relay.py --attack flip|replay|drop|reorder|truncate|none
+    tamper_relay.py --attack flip|replay|drop|reorder|truncate|droptail|none
                     [--port P] [--mark M] [--after BYTES] [--big BYTES]
                     [--chunk BYTES] [--seed S] [--seconds S]
                     [--arm-file PATH]...
@@ -25,6 +25,10 @@ payload), it applies the attack there, once in all
   drop      leave out the --chunk bytes from O
   reorder   swap the --chunk bytes from O with the --chunk bytes after
   truncate  forward up to O, then close both sides of the connection
+  droptail  leave out the last --chunk bytes of such a read when nothing
+            follows them within 0.1 s: the end of what the sender sends
+            before it waits for the receiver, a gap that only the
+            sender's heartbeats come to fill
   none      forward everything unchanged (the harness's own check)
 
 It prints what it did and at which offset of which stream:
@@ -49,8 +53,11 @@ import time
 SO_ORIGINAL_DST = 80
 SO_MARK = 36
 READ_MAX = 256 * 1024
+# droptail: how long a stream must stay quiet after a read for the read's
+# end to count as the end of what its sender sends before it waits.
+TAIL_QUIET_S = 0.1
 
-ATTACKS = ("flip", "replay", "drop", "reorder", "truncate", "none")
+ATTACKS = ("flip", "replay", "drop", "reorder", "truncate", "droptail", "none")
 
 
 def say(text):
@@ -71,14 +78,18 @@ class Attack:
         self.lock = threading.Lock()
         self.done = kind == "none"
 
-    def claim(self, stream_pos, nbytes):
-        """True once: for the first read past the handshake that is big."""
+    def may_strike(self, stream_pos, nbytes):
+        """Whether a read of nbytes at stream_pos is one to strike."""
         if self.done or stream_pos < self.after or nbytes < self.big:
             return False
         if not self.armed:
             self.armed = all(os.path.exists(f) for f in self.arm_files)
-            if not self.armed:
-                return False
+        return self.armed
+
+    def claim(self, stream_pos, nbytes):
+        """True once: for the first read past the handshake that is big."""
+        if not self.may_strike(stream_pos, nbytes):
+            return False
         with self.lock:
             if self.done:
                 return False
@@ -161,6 +172,28 @@ class Conn:
                 pass
             s.close()
 
+    def drop_tail(self, src, dst, data, pos, name):
+        """droptail: forwards data but for its last --chunk bytes; drops
+        those if nothing follows within TAIL_QUIET_S (the end of what the
+        sender sends before it waits), else forwards them too. Returns the
+        new stream position."""
+        c = self.attack.chunk
+        if not self.attack.may_strike(pos, len(data)):
+            dst.sendall(data)
+            return pos + len(data)
+        dst.sendall(data[:-c])
+        quiet = not select.select([src], [], [], TAIL_QUIET_S)[0]
+        if quiet and self.attack.claim(pos, len(data)):
+            off = pos + len(data) - c
+            say(
+                "ATTACK droptail %s offset %d wall %.6f: the last %d bytes "
+                "before the sender went quiet (offsets %d-%d) left out"
+                % (name, off, time.time(), c, off, off + c - 1)
+            )
+        else:
+            dst.sendall(data[-c:])
+        return pos + len(data)
+
     def pump(self, src, dst, name):
         pos = 0
         try:
@@ -173,6 +206,9 @@ class Conn:
                         pass
                     break
                 close = False
+                if self.attack.kind == "droptail":
+                    pos = self.drop_tail(src, dst, data, pos, name)
+                    continue
                 if self.attack.claim(pos, len(data)):
                     out, close = self.attack.apply(data, pos, name)
                 else:
