@@ -114,6 +114,7 @@ static void transport(const uint8_t *data, size_t size) {
     snprintf(nsocks_text, sizeof(nsocks_text), "%d", nsocks);
     hvd_env_var settings[] = {{"HVD_TCP_NSOCKS", nsocks_text},
                               {"HVD_TCP_STRIPE_MIN", "64"},
+                              {"HVD_TCP_PROTECT", "none"},
                               {NULL, NULL}};
     params.env = hvd_env_vars_get;
     params.env_ctx = settings;

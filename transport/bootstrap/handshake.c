@@ -16,6 +16,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/wire.h"
+#include "transport/bootstrap/protect.h"
 
 enum {
     ST_CLIENT_SEND_HELLO = 1, /* HELLO queued; waiting for CHALLENGE */
@@ -38,6 +39,8 @@ const char *hvd_hs_code_text(hvd_hs_code code) {
         return "rank or socket index not expected here";
     case HVD_HS_BAD_PROOF:
         return "proof of the job secret does not match (HVD_SECRET differs)";
+    case HVD_HS_PROTECT_DIFFERS:
+        return "HVD_TCP_PROTECT differs";
     }
     return "unknown refusal code";
 }
@@ -126,8 +129,53 @@ hvd_status hvd_hs_client_init(hvd_hs *hs, const uint8_t job_id[HVD_JOB_ID_LEN],
     if (RAND_bytes(h + 32, HVD_HS_NONCE) != 1)
         return hs_fail(hs, HVD_ERR_INTERNAL,
                        "RAND_bytes failed to make a handshake nonce");
+    hvd_put16(h + 64, 0);
+    hvd_put16(h + 66, 0);
     queue(hs, h, HVD_HS_HELLO_LEN);
     return HVD_OK;
+}
+
+void hvd_hs_set_protect(hvd_hs *hs, int mode) {
+    hs->protect = mode;
+    if (hs->role == HVD_HS_CLIENT && hs->state == ST_CLIENT_SEND_HELLO &&
+        hs->out_off == 0) {
+        hvd_put16(hs->hello + 64, (uint16_t)mode);
+        queue(hs, hs->hello, HVD_HS_HELLO_LEN);
+    }
+}
+
+hvd_status hvd_hs_keys(const hvd_hs *hs, const char *label, uint8_t *c2s,
+                       uint8_t *s2c) {
+    uint8_t salt[2 * HVD_HS_NONCE];
+    uint8_t info[64 + HVD_HS_HELLO_LEN + 4 + HVD_HS_NONCE + HVD_HS_MAC];
+    uint8_t keys[2 * HVD_PROTECT_KEY];
+    size_t n = strlen(label);
+    int server_rank = hs->role == HVD_HS_SERVER ? hs->rank : hs->peer_rank;
+    hvd_status st;
+
+    if (hs->state != ST_DONE || n > 64)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "connection keys asked for before the handshake "
+                             "succeeded");
+    memcpy(salt, hs->hello + 32, HVD_HS_NONCE);
+    memcpy(salt + HVD_HS_NONCE, hs->nonce_s, HVD_HS_NONCE);
+    memcpy(info, label, n);
+    memcpy(info + n, hs->hello, HVD_HS_HELLO_LEN);
+    n += HVD_HS_HELLO_LEN;
+    hvd_put32(info + n, (uint32_t)server_rank);
+    n += 4;
+    memcpy(info + n, hs->nonce_s, HVD_HS_NONCE);
+    n += HVD_HS_NONCE;
+    memcpy(info + n, hs->mac_s, HVD_HS_MAC);
+    n += HVD_HS_MAC;
+    st = hvd_protect_hkdf(hs->secret, salt, sizeof(salt), info, n, keys,
+                          sizeof(keys));
+    if (st == HVD_OK) {
+        memcpy(c2s, keys, HVD_PROTECT_KEY);
+        memcpy(s2c, keys + HVD_PROTECT_KEY, HVD_PROTECT_KEY);
+    }
+    OPENSSL_cleanse(keys, sizeof(keys));
+    return st;
 }
 
 void hvd_hs_server_init(hvd_hs *hs, const uint8_t job_id[HVD_JOB_ID_LEN],
@@ -184,6 +232,7 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
     }
     memcpy(hs->hello, m, HVD_HS_HELLO_LEN);
     hs->peer_kind = hvd_get16(m + 6);
+    hs->peer_protect = hvd_get16(m + 64);
     uint32_t rank = hvd_get32(m + 24);
     uint32_t index = hvd_get32(m + 28);
     hs->peer_rank = rank > INT32_MAX ? -1 : (int)rank;
@@ -222,6 +271,7 @@ static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
     hvd_put32(reply, HVD_HS_MAGIC);
     hvd_put32(reply + 4, HVD_HS_OK);
     hvd_put32(reply + 8, (uint32_t)hs->rank);
+    hvd_put16(reply + 12, (uint16_t)hs->protect);
     memcpy(reply + 16, hs->nonce_s, HVD_HS_NONCE);
     memcpy(reply + 48, hs->mac_s, HVD_HS_MAC);
     queue(hs, reply, sizeof(reply));
@@ -247,6 +297,16 @@ static hvd_status server_response(hvd_hs *hs, const uint8_t *m) {
                        "its proof of the job secret is wrong (it was started "
                        "with a different HVD_SECRET, or is not part of this "
                        "job)");
+    }
+    /* A rank of this job (its proof is right, and covers its HELLO) that
+     * protects frames otherwise: both sides fail, naming both values. */
+    if (hs->peer_protect != hs->protect) {
+        queue_refusal(hs, HVD_HS_PROTECT_DIFFERS, HVD_HS_RESULT_LEN);
+        return hs_fail(hs, HVD_ERR_MISMATCH,
+                       "it uses HVD_TCP_PROTECT=%s and this rank uses "
+                       "HVD_TCP_PROTECT=%s: set the same value on every rank",
+                       hvd_protect_name(hs->peer_protect),
+                       hvd_protect_name(hs->protect));
     }
     hvd_put32(result, HVD_HS_MAGIC);
     hvd_put32(result + 4, HVD_HS_OK);
@@ -282,6 +342,7 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
                        "or the peer was started with a different HVD_SECRET)");
     memcpy(hs->mac_s, m + 48, HVD_HS_MAC);
     hs->peer_rank = (int)server_rank;
+    hs->peer_protect = hvd_get16(m + 12);
     client_mac(hs, reply + 8, &ok);
     if (!ok)
         return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
@@ -297,6 +358,12 @@ static hvd_status client_result(hvd_hs *hs, const uint8_t *m) {
 
     if (hvd_get32(m) != HVD_HS_MAGIC)
         return hs_fail(hs, HVD_ERR_AUTH, "malformed handshake result");
+    if (code == HVD_HS_PROTECT_DIFFERS || hs->peer_protect != hs->protect)
+        return hs_fail(hs, HVD_ERR_MISMATCH,
+                       "it uses HVD_TCP_PROTECT=%s and this rank uses "
+                       "HVD_TCP_PROTECT=%s: set the same value on every rank",
+                       hvd_protect_name(hs->peer_protect),
+                       hvd_protect_name(hs->protect));
     if (code != HVD_HS_OK)
         return hs_fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
                        hvd_hs_code_text((hvd_hs_code)code));

@@ -5,10 +5,11 @@
  * without sending it:
  *
  *   client -> server  HELLO      magic, version, kind, job id, rank, index,
- *                                client nonce
+ *                                client nonce, frame protection
  *   server -> client  CHALLENGE  code (0 = go on), server rank, server
  *                                nonce, mac_s = HMAC(secret, "hvd-srv" |
  *                                HELLO | server rank | server nonce)
+ *                                (and the server's frame protection)
  *   client -> server  RESPONSE   mac_c = HMAC(secret, "hvd-cli" | HELLO |
  *                                server nonce | mac_s)
  *   server -> client  RESULT     code (0 = accepted)
@@ -16,6 +17,13 @@
  * HMAC is HMAC-SHA256 from OpenSSL's libcrypto; nonces come from RAND_bytes.
  * Each side's proof covers a nonce the other side just chose, so a recorded
  * handshake cannot be replayed.
+ *
+ * Frame protection (HVD_TCP_PROTECT, transport/bootstrap/protect.h): the
+ * HELLO carries the client's, the CHALLENGE the server's. Peers that
+ * differ finish the proofs (so a stranger cannot fail a rank by claiming
+ * another value) and then both fail with HVD_ERR_MISMATCH naming both
+ * values. hvd_hs_keys derives the connection's keys from the secret, both
+ * nonces and the transcript (which includes the protection).
  *
  * The state machine is pure: it consumes whole messages and produces bytes
  * to send, so it is unit-tested and fuzzed without sockets. hvd_hs_io()
@@ -31,11 +39,11 @@
 #include "transport/bootstrap/bootstrap.h"
 
 #define HVD_HS_MAGIC 0x48564448u /* "HVDH" */
-#define HVD_HS_VERSION 1
+#define HVD_HS_VERSION 2
 #define HVD_HS_NONCE 32
 #define HVD_HS_MAC 32
 
-#define HVD_HS_HELLO_LEN 64
+#define HVD_HS_HELLO_LEN 68
 #define HVD_HS_CHALLENGE_LEN 80
 #define HVD_HS_RESPONSE_LEN 40
 #define HVD_HS_RESULT_LEN 8
@@ -47,10 +55,11 @@ enum { HVD_HS_KIND_RENDEZVOUS = 1, HVD_HS_KIND_DATA = 2 };
 /* Why a server refused (the code field of CHALLENGE and RESULT). */
 typedef enum {
     HVD_HS_OK = 0,
-    HVD_HS_BAD_VERSION = 1, /* not an hvd peer, or another hvd version */
-    HVD_HS_WRONG_JOB = 2,   /* the client belongs to another job */
-    HVD_HS_UNEXPECTED = 3,  /* rank/index not expected (duplicate, range) */
-    HVD_HS_BAD_PROOF = 4    /* the client does not hold the job secret */
+    HVD_HS_BAD_VERSION = 1,    /* not an hvd peer, or another hvd version */
+    HVD_HS_WRONG_JOB = 2,      /* the client belongs to another job */
+    HVD_HS_UNEXPECTED = 3,     /* rank/index not expected (duplicate, range) */
+    HVD_HS_BAD_PROOF = 4,      /* the client does not hold the job secret */
+    HVD_HS_PROTECT_DIFFERS = 5 /* HVD_TCP_PROTECT differs */
 } hvd_hs_code;
 
 enum { HVD_HS_CLIENT = 1, HVD_HS_SERVER = 2 };
@@ -77,6 +86,9 @@ typedef struct hvd_hs {
     int peer_rank;
     int peer_index;
     int peer_kind;
+    int peer_protect;
+
+    int protect; /* this side's frame protection (hvd_hs_set_protect) */
 
     uint8_t hello[HVD_HS_HELLO_LEN];
     uint8_t nonce_s[HVD_HS_NONCE];
@@ -108,6 +120,19 @@ hvd_status hvd_hs_client_init(hvd_hs *hs, const uint8_t job_id[HVD_JOB_ID_LEN],
 void hvd_hs_server_init(hvd_hs *hs, const uint8_t job_id[HVD_JOB_ID_LEN],
                         const char *secret, int kind, int my_rank,
                         hvd_hs_check_fn check, void *check_ctx);
+
+/* Sets this side's frame protection (hvd_protect_mode; 0 after init):
+ * call right after hvd_hs_client_init or hvd_hs_server_init. */
+void hvd_hs_set_protect(hvd_hs *hs, int mode);
+
+/*
+ * Once done: the connection's two keys, HKDF-SHA256 of the secret with
+ * both nonces as salt and label, the HELLO (which holds the protection),
+ * the server's rank, nonce and proof as info. c2s protects what the client
+ * sends, s2c what the server sends; HVD_PROTECT_KEY bytes each.
+ */
+hvd_status hvd_hs_keys(const hvd_hs *hs, const char *label, uint8_t *c2s,
+                       uint8_t *s2c);
 
 /* Bytes the next incoming message has (0 when none is expected now). */
 size_t hvd_hs_need(const hvd_hs *hs);

@@ -20,6 +20,8 @@
 #include "transport/bootstrap/handshake.h"
 #include "transport/bootstrap/net.h"
 
+#include <openssl/crypto.h>
+
 /* Partial-write bookkeeping for the listen/handshake phase. */
 typedef struct pending_conn {
     int fd;
@@ -63,20 +65,36 @@ static hvd_status client_start(tcp *tp, pending_conn *c,
     if (st != HVD_OK)
         return st;
     c->connected = 0;
-    return hvd_hs_client_init(&c->hs, params->job_id, params->secret,
-                              HVD_HS_KIND_DATA, tp->rank, c->index, c->peer);
+    st = hvd_hs_client_init(&c->hs, params->job_id, params->secret,
+                            HVD_HS_KIND_DATA, tp->rank, c->index, c->peer);
+    hvd_hs_set_protect(&c->hs, tp->protect);
+    return st;
 }
 
-void hvd_tcp_install(tcp *tp, int peer, int index, int fd) {
+hvd_status hvd_tcp_install(tcp *tp, int peer, int index, int fd,
+                           const uint8_t *tx_key, const uint8_t *rx_key) {
     tsock *s = &tp->peers[peer].socks[index];
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = s};
+    hvd_status st = hvd_aead_init(&s->tx_h, tp->protect, 1, tx_key);
 
+    if (st == HVD_OK)
+        st = hvd_aead_init(&s->tx_b, tp->protect, 1, tx_key);
+    if (st == HVD_OK)
+        st = hvd_aead_init(&s->rx_a, tp->protect, 0, rx_key);
+    if (st == HVD_OK && tp->protect == HVD_PROTECT_ENCRYPT &&
+        (s->stage = malloc(TX_STAGE)) == NULL)
+        st = hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    if (st != HVD_OK) {
+        close(fd);
+        return st;
+    }
     s->fd = fd;
     hvd_net_nodelay(fd);
     if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
         s->events = ev.events;
         s->registered = 1;
     }
+    return HVD_OK;
 }
 
 /* The mesh being built: the connections in progress and their count. */
@@ -215,6 +233,7 @@ static void accept_new(mesh *m, int64_t now) {
         hvd_net_peer_name(fd, c->name, sizeof(c->name));
         hvd_hs_server_init(&c->hs, m->params->job_id, m->params->secret,
                            HVD_HS_KIND_DATA, m->tp->rank, admit, m->tp);
+        hvd_hs_set_protect(&c->hs, m->tp->protect);
     }
 }
 
@@ -254,12 +273,14 @@ static int client_connected(mesh *m, pending_conn *c, int64_t now,
     return 1;
 }
 
-/* c's handshake is done: its socket joins the mesh, unless one of that
- * rank and index already did. */
-static void handshake_done(mesh *m, pending_conn *c) {
+/* c's handshake is done: its socket joins the mesh with the keys of this
+ * connection, unless one of that rank and index already did. */
+static hvd_status handshake_done(mesh *m, pending_conn *c) {
     tcp *tp = m->tp;
     int peer = c->client ? c->peer : c->hs.peer_rank;
     int index = c->client ? c->index : c->hs.peer_index;
+    uint8_t c2s[HVD_PROTECT_KEY], s2c[HVD_PROTECT_KEY];
+    hvd_status st = HVD_OK;
 
     if (tp->peers[peer].socks[index].fd >= 0) {
         HVD_WARN("tcp",
@@ -268,10 +289,18 @@ static void handshake_done(mesh *m, pending_conn *c) {
                  c->name, peer, index);
         close(c->fd);
     } else {
-        hvd_tcp_install(tp, peer, index, c->fd);
-        m->connected++;
+        st = hvd_hs_keys(&c->hs, "hvd tcp frames v1", c2s, s2c);
+        if (st == HVD_OK)
+            st = hvd_tcp_install(tp, peer, index, c->fd, c->client ? c2s : s2c,
+                                 c->client ? s2c : c2s);
+        else
+            close(c->fd);
+        m->connected += st == HVD_OK;
+        OPENSSL_cleanse(c2s, sizeof(c2s));
+        OPENSSL_cleanse(s2c, sizeof(s2c));
     }
     c->fd = c->client ? -2 : -1;
+    return st;
 }
 
 /* c's handshake failed with st: a client retries or fails the mesh; a
@@ -286,9 +315,14 @@ static hvd_status handshake_failed(mesh *m, pending_conn *c, int64_t now,
         retry_later(c, now);
         return HVD_OK;
     }
-    if (c->client) {
+    if (c->client || st == HVD_ERR_MISMATCH) {
+        /* A client fails the mesh; so does a server whose authenticated
+         * peer protects frames otherwise (HVD_TCP_PROTECT differs). */
         char who[160];
-        hvd_tcp_describe(m->tp, c->peer, who, sizeof(who));
+        int peer = c->client ? c->peer : c->hs.peer_rank;
+        hvd_tcp_describe(m->tp, peer, who, sizeof(who));
+        if (!c->client)
+            return hvd_error_set(st, "%s at %s: %s", who, c->name, c->hs.err);
         return hvd_error_set(st, "connecting to %s at %s: %s", who, c->name,
                              c->hs.err[0] ? c->hs.err : hvd_error_get());
     }
@@ -317,10 +351,8 @@ static hvd_status step(mesh *m, pending_conn *c, int64_t now) {
     if (c->client && !client_connected(m, c, now, &st))
         return st;
     st = hvd_hs_io(&c->hs, c->fd, &want);
-    if (st == HVD_OK && want == 0) {
-        handshake_done(m, c);
-        return HVD_OK;
-    }
+    if (st == HVD_OK && want == 0)
+        return handshake_done(m, c);
     if (st == HVD_OK && now > c->deadline && !c->client)
         st = hvd_error_set(HVD_ERR_TIMEOUT, "handshake timed out");
     if (st == HVD_OK)

@@ -47,30 +47,20 @@ static size_t write_until(int fd, const uint8_t *buf, size_t len,
 /* Finishes the frame cut off at the head of s's send queue, so that an
  * ABORT can follow it; marks s broken if that cannot be done in time. */
 static void finish_frame(tsock *s, int64_t deadline) {
-    part *p;
-
     if (s->sendq.count == 0 || s->tx_broken)
         return;
-    p = q_at(&s->sendq, 0);
-    if (p->hdr_done == 0)
-        return; /* nothing of it was sent */
-    size_t h = HVD_FRAME_HDR_LEN - p->hdr_done;
-    if (write_until(s->fd, p->hdr + p->hdr_done, h, deadline) != h ||
-        write_until(s->fd, p->buf + p->done, p->len - p->done, deadline) !=
-            p->len - p->done)
+    if (hvd_tcp_finish_head(s, deadline) != 0)
         s->tx_broken = 1;
 }
 
 static void send_abort(tsock *s, const hvd_frame_abort *a, int64_t deadline) {
-    uint8_t frame[HVD_FRAME_HDR_LEN + HVD_FRAME_ABORT_MAX];
-    hvd_frame hdr = {.type = HVD_FRAME_ABORT, .seq = s->tx_seq++};
+    uint8_t frame[HDR_MAX + HVD_FRAME_ABORT_MAX];
+    hvd_frame hdr = {.type = HVD_FRAME_ABORT};
     size_t len;
 
-    len = hvd_frame_abort_encode(a, frame + HVD_FRAME_HDR_LEN);
-    hdr.len = len;
-    hvd_frame_encode(&hdr, frame);
-    len += HVD_FRAME_HDR_LEN;
-    if (write_until(s->fd, frame, len, deadline) != len)
+    hdr.len = hvd_frame_abort_encode(a, frame + HVD_FRAME_HDR_LEN);
+    len = hvd_tcp_seal_frame(s, &hdr, frame);
+    if (len == 0 || write_until(s->fd, frame, len, deadline) != len)
         s->tx_broken = 1;
 }
 

@@ -116,14 +116,12 @@ static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
         p->len = plen;
         p->done = 0;
         p->msg_len = len;
+        /* A send's header is sealed when it first goes out (stream.c),
+         * so frames take their numbers in the order they leave. */
+        p->sealed = 0;
         p->hdr_done = 0;
-        if (send) {
-            hvd_frame f = {.type = HVD_FRAME_DATA,
-                           .seq = s->tx_seq++,
-                           .msg_len = len,
-                           .len = plen};
-            hvd_frame_encode(&f, p->hdr);
-        }
+        p->ready = 0;
+        p->tag_done = 0;
     }
     for (int i = 0; i < nparts && start; i++) {
         tsock *s = part_sock(tp, pr, channel, first, i);
@@ -208,10 +206,8 @@ static void send_heartbeats(tcp *tp) {
         if (s->fd < 0 || s->eof || s->tx_broken || s->sendq.count > 0 ||
             q_reserve(&s->sendq, 1) != 0)
             continue;
-        hvd_frame f = {.type = HVD_FRAME_HEARTBEAT, .seq = s->tx_seq++};
         p = q_push(&s->sendq);
         memset(p, 0, sizeof(*p));
-        hvd_frame_encode(&f, p->hdr);
         if (hvd_tcp_sock_send(s) != HVD_OK)
             return;
     }

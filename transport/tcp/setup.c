@@ -19,6 +19,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
+#include "transport/base/wire.h"
 
 hvd_status hvd_tcp_probe(const hvd_transport_params *params, hvd_caps *caps) {
     (void)params;
@@ -44,6 +45,13 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->nsocks = set->nsocks;
     tp->nconn = tp->nsocks + 1;
     tp->wakefd = -1;
+    st = hvd_protect_parse("HVD_TCP_PROTECT", set->protect,
+                           HVD_PROTECT_INTEGRITY, &tp->protect);
+    if (st != HVD_OK) {
+        free(tp);
+        return st;
+    }
+    tp->tag_len = tp->protect == HVD_PROTECT_NONE ? 0 : HVD_PROTECT_TAG;
     tp->stripe_min = set->stripe_min;
     tp->timeout_ns = params->timeout_ns;
     /* Four heartbeats per timeout, at most one a second. */
@@ -93,6 +101,33 @@ fail:
     return st;
 }
 
+/*
+ * Keys for sockets connected without a handshake (hvd_tcp_open_connected,
+ * for tests): from the secret and the pair's ranks and socket index only.
+ * The higher rank plays the client, as in the mesh. Never used by a job.
+ */
+static hvd_status connected_keys(const hvd_transport_params *params, int peer,
+                                 int index, uint8_t *tx, uint8_t *rx) {
+    uint8_t info[32] = "hvd tcp connected v1";
+    uint8_t keys[2 * HVD_PROTECT_KEY];
+    int lo = peer < params->rank ? peer : params->rank;
+    int hi = peer < params->rank ? params->rank : peer;
+    hvd_status st;
+
+    hvd_put32(info + 20, (uint32_t)lo);
+    hvd_put32(info + 24, (uint32_t)hi);
+    hvd_put32(info + 28, (uint32_t)index);
+    st = hvd_protect_hkdf(params->secret != NULL ? params->secret : "",
+                          (const uint8_t *)"", 0, info, sizeof(info), keys,
+                          sizeof(keys));
+    if (st != HVD_OK)
+        return st;
+    memcpy(params->rank == hi ? tx : rx, keys, HVD_PROTECT_KEY);
+    memcpy(params->rank == hi ? rx : tx, keys + HVD_PROTECT_KEY,
+           HVD_PROTECT_KEY);
+    return HVD_OK;
+}
+
 hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
                                   const int *fds, hvd_transport **out) {
     hvd_tcp_settings set;
@@ -115,7 +150,16 @@ hvd_status hvd_tcp_open_connected(const hvd_transport_params *params,
                 hvd_tcp_close(&tp->base);
                 return st;
             }
-            hvd_tcp_install(tp, p, k, fd);
+            uint8_t tx[HVD_PROTECT_KEY], rx[HVD_PROTECT_KEY];
+            st = connected_keys(params, p, k, tx, rx);
+            if (st == HVD_OK)
+                st = hvd_tcp_install(tp, p, k, fd, tx, rx);
+            else
+                close(fd);
+            if (st != HVD_OK) {
+                hvd_tcp_close(&tp->base);
+                return st;
+            }
         }
     }
     *out = &tp->base;
@@ -247,6 +291,10 @@ void hvd_tcp_close(hvd_transport *t) {
         tsock *s = &tp->socks[i];
         if (s->fd >= 0)
             close(s->fd);
+        hvd_aead_free(&s->tx_h);
+        hvd_aead_free(&s->tx_b);
+        hvd_aead_free(&s->rx_a);
+        free(s->stage);
         free(s->sendq.v);
         free(s->recvq.v);
         free(s->rx);
@@ -274,16 +322,17 @@ hvd_status hvd_tcp_shutdown(hvd_transport *t) {
     tp->shutting_down = 1;
     for (int i = 0; i < tp->size * tp->nconn; i++) {
         tsock *s = &tp->socks[i];
-        uint8_t hdr[HVD_FRAME_HDR_LEN];
-        hvd_frame f = {.type = HVD_FRAME_BYE, .seq = s->tx_seq};
-        size_t off = 0;
+        uint8_t hdr[HDR_MAX];
+        hvd_frame f = {.type = HVD_FRAME_BYE};
+        size_t off = 0, len;
 
         if (s->fd < 0)
             continue;
-        hvd_frame_encode(&f, hdr);
-        while (off < sizeof(hdr) && hvd_now_ns() < deadline) {
-            ssize_t n = send(s->fd, hdr + off, sizeof(hdr) - off,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* Unsealed (0 bytes): no goodbye, the peer sees a lost rank. */
+        len = hvd_tcp_seal_frame(s, &f, hdr);
+        while (off < len && hvd_now_ns() < deadline) {
+            ssize_t n =
+                send(s->fd, hdr + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n > 0) {
                 off += (size_t)n;
             } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -293,7 +342,6 @@ hvd_status hvd_tcp_shutdown(hvd_transport *t) {
                 break; /* the peer is already gone */
             }
         }
-        s->tx_seq++;
         shutdown(s->fd, SHUT_WR);
         if (!s->eof)
             open_socks++;

@@ -32,9 +32,13 @@ typedef struct hvd_tcp_settings {
     int64_t setup_ns;  /* HVD_TCP_SETUP_SECONDS: the bound on setting up
                           the mesh while another transport can take over */
     char iface[64];    /* HVD_IFACE: the interface to listen on, "": auto */
+    char protect[16];  /* HVD_TCP_PROTECT: none, integrity or encrypt */
 } hvd_tcp_settings;
 
-#define HVD_TCP_NSETTINGS 4
+#define HVD_TCP_NSETTINGS 5
+
+/* HVD_TCP_PROTECT's value when unset (see docs/reliability.md for why). */
+#define HVD_TCP_PROTECT_DEFAULT "integrity"
 extern const hvd_setting hvd_tcp_settings_table[HVD_TCP_NSETTINGS];
 
 /*

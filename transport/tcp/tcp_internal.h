@@ -28,6 +28,7 @@
 #include "transport/base/grow.h"
 #include "transport/bootstrap/failure.h"
 #include "transport/bootstrap/net.h"
+#include "transport/bootstrap/protect.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/tcp.h"
 #include "transport/transport.h"
@@ -41,6 +42,21 @@
 #define HANDSHAKE_NS (10 * 1000000000LL)
 /* How often stalled peers are looked for. */
 #define TIMEOUT_CHECK_NS (100 * 1000000LL)
+/* Most bytes of a frame header on the wire: the header and its tag. */
+#define HDR_MAX (HVD_FRAME_HDR_LEN + HVD_PROTECT_TAG)
+/* With protection, a frame whose payload has at most this many bytes is
+ * one record (header and payload, one tag): one seal and one open per
+ * small message. A larger payload is a record of its own after the
+ * header's, so that its header is checked before anything of it is
+ * acted on. */
+#define INLINE_MAX 4096
+/* HVD_TCP_PROTECT=encrypt: the ciphertext of what a socket sends is staged
+ * in a buffer of this size (set up once per socket, never per message). */
+#define TX_STAGE (256 * 1024)
+/* HVD_TCP_PROTECT=integrity: a payload is authenticated at most this far
+ * ahead of what the socket has sent, so the tag is computed in the pass
+ * that sends (the bytes are still in cache) rather than in one before. */
+#define MAC_AHEAD (256 * 1024)
 /* Time a failing rank spends telling its peers why, in all. */
 #define ABORT_NS (200 * 1000000LL)
 /* Most time between two heartbeats of a waiting rank. */
@@ -48,18 +64,35 @@
 /* How long a goodbye may take. */
 #define SHUTDOWN_NS (30 * 1000000000LL)
 
-_Static_assert(RX_CAP >= HVD_FRAME_HDR_LEN + HVD_FRAME_ABORT_MAX,
+_Static_assert(RX_CAP >= HVD_FRAME_HDR_LEN + INLINE_MAX + HVD_PROTECT_TAG &&
+                   INLINE_MAX >= HVD_FRAME_ABORT_MAX,
                "an ABORT frame must fit in the receive staging buffer");
 
-/* One frame of a request on one socket. */
+/*
+ * One frame of a request on one socket. On the wire (see frame.h): the
+ * header, its tag, the payload, the payload's tag (tags only when
+ * HVD_TCP_PROTECT is not none; the payload's only if there is one).
+ */
 typedef struct part {
     hvd_req *req; /* NULL for a heartbeat */
     uint8_t *buf;
     size_t len;  /* payload bytes */
     size_t done; /* payload bytes moved */
     uint64_t msg_len;
-    size_t hdr_done; /* send side: header bytes written */
-    uint8_t hdr[HVD_FRAME_HDR_LEN];
+    /* Send side. */
+    int sealed;      /* the header is sealed: seq and record numbers taken */
+    size_t hlen;     /* header bytes on the wire: 24, or 40 with a tag */
+    size_t hdr_done; /* header bytes written */
+    size_t ready;    /* payload bytes ready to go: authenticated
+                        (integrity) or encrypted into the stage (encrypt) */
+    size_t chunk;    /* encrypt: payload byte chunk is at stage[stage_pos] */
+    size_t stage_pos;
+    size_t tag_done;      /* bytes of the trailing tag written */
+    uint64_t seq0, ctr0;  /* the socket's counters before the header took
+                             its numbers (to give them back, see fail.c) */
+    uint64_t payload_ctr; /* a payload record's number (not inline) */
+    uint8_t hdr[HDR_MAX];
+    uint8_t tag[HVD_PROTECT_TAG];
 } part;
 
 /* FIFO of parts, a ring that grows by doubling (never per message in the
@@ -94,6 +127,22 @@ typedef struct tsock {
     int bye_rx;
     uint64_t
         scan_drop; /* failing: payload bytes hvd_tcp_scan_for_abort drops */
+    /* Frame protection (HVD_TCP_PROTECT; none: unused). */
+    hvd_aead tx_h;   /* whole records: headers, ABORT payloads */
+    hvd_aead tx_b;   /* the payload being sent, in pieces */
+    hvd_aead rx_a;   /* what arrives, one record at a time */
+    uint64_t tx_ctr; /* next record number sent */
+    uint64_t rx_ctr; /* next record number expected */
+    uint64_t rx_payload_ctr;
+    int hdr_begun;     /* the record of the header at rx_off is begun */
+    int cur_inline;    /* cur's payload was in its header's record */
+    uint8_t *stage;    /* encrypt: TX_STAGE bytes of ciphertext */
+    size_t st_used;    /* bytes of the stage handed out */
+    size_t st_pending; /* bytes of the stage not sent yet */
+    int have_hdr;      /* cur holds an opened header not acted on yet */
+    hvd_frame cur;
+    size_t tag_got; /* bytes of the payload's tag received */
+    uint8_t rx_tag[HVD_PROTECT_TAG];
 } tsock;
 
 typedef struct tpeer {
@@ -110,9 +159,11 @@ struct tcp {
     hvd_transport base;
     int rank;
     int size;
-    int nsocks; /* data sockets per peer */
-    int nconn;  /* sockets per peer: the data ones and one for control */
-    int wakefd; /* eventfd that makes a waiting progress return */
+    int nsocks;     /* data sockets per peer */
+    int nconn;      /* sockets per peer: the data ones and one for control */
+    int protect;    /* HVD_TCP_PROTECT (hvd_protect_mode) */
+    size_t tag_len; /* 0 (none) or HVD_PROTECT_TAG */
+    int wakefd;     /* eventfd that makes a waiting progress return */
     size_t stripe_min;
     int64_t timeout_ns;
     int epfd;
@@ -172,6 +223,17 @@ hvd_status hvd_tcp_fail_with(void *arg, hvd_status status, int culprit,
 
 /* stream.c: a socket's frames; a lost peer. */
 void hvd_tcp_set_events(tsock *s);
+/* Seals a whole frame of at most INLINE_MAX payload bytes as s's next
+ * one: buf holds its payload at HVD_FRAME_HDR_LEN, room for the header
+ * before and the tag after; f's seq is taken here. Returns the bytes to
+ * send, 0 if sealing failed. */
+size_t hvd_tcp_seal_frame(tsock *s, hvd_frame *f, uint8_t *buf);
+/* Failing: writes the rest of the frame at the head of s's send queue
+ * (until deadline), then gives back the numbers of the frames queued
+ * behind it, which will never be sent. 0 if the frame went out whole. */
+int hvd_tcp_finish_head(tsock *s, int64_t deadline);
+/* The failure of a frame that did not authenticate (HVD_ERR_PROTOCOL). */
+hvd_status hvd_tcp_auth_failed(tsock *s);
 hvd_status hvd_tcp_sock_send(tsock *s);
 hvd_status hvd_tcp_sock_recv(tsock *s);
 int hvd_tcp_scan_for_abort(tsock *s);
@@ -188,8 +250,11 @@ void hvd_tcp_wake(hvd_transport *t);
 hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms);
 
 /* connect.c: the mesh. */
-/* Takes fd over as the index-th socket to peer, watched by epoll. */
-void hvd_tcp_install(tcp *tp, int peer, int index, int fd);
+/* Takes fd over as the index-th socket to peer, watched by epoll, its
+ * frames protected with these keys (HVD_PROTECT_KEY bytes each; unused
+ * when HVD_TCP_PROTECT=none). */
+hvd_status hvd_tcp_install(tcp *tp, int peer, int index, int fd,
+                           const uint8_t *tx_key, const uint8_t *rx_key);
 /* Connects to every lower rank and accepts every higher one on lfd,
  * bounded by params->connect_timeout_ns. */
 hvd_status hvd_tcp_connect_mesh(tcp *tp, const hvd_transport_params *params,
