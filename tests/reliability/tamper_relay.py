@@ -26,7 +26,7 @@ payload), it applies the attack there, once in all
   reorder   swap the --chunk bytes from O with the --chunk bytes after
   truncate  forward up to O, then close both sides of the connection
   droptail  leave out the last --chunk bytes of such a read when nothing
-            follows them within 0.1 s: the end of what the sender sends
+            follows them within 0.5 s: the end of what the sender sends
             before it waits for the receiver, a gap that only the
             sender's heartbeats come to fill
   none      forward everything unchanged (the harness's own check)
@@ -55,7 +55,7 @@ SO_MARK = 36
 READ_MAX = 256 * 1024
 # droptail: how long a stream must stay quiet after a read for the read's
 # end to count as the end of what its sender sends before it waits.
-TAIL_QUIET_S = 0.1
+TAIL_QUIET_S = 0.5
 
 ATTACKS = ("flip", "replay", "drop", "reorder", "truncate", "droptail", "none")
 
