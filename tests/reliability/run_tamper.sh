@@ -266,6 +266,11 @@ if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     fail "the job did not end within $((limit_s + 10)) s"
 fi
 [ "$v0" != none ] && [ "$v1" != none ] || fail "a rank printed no verdict"
+# In the sanitizer builds a report does not always change a verdict.
+if grep -q 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' \
+    "$dir/out"; then
+    fail "a sanitizer reported an error"
+fi
 if [ $attack = clean ]; then
     [ "$v0" = OK ] && [ "$v1" = OK ] && [ $rc -eq 0 ] ||
         fail "a clean relay must change nothing"
