@@ -13,7 +13,8 @@
 #          everything unchanged (the harness's own check: every result
 #          exact); mangle: no relay, an nftables rule rewrites 4 bytes of
 #          the TCP payload of 1 in ~PERIOD large packets leaving namespace
-#          A (numgen random), as the attack of issue 31 did.
+#          A (numgen random), as the attack of issue 31 did; all: the six
+#          attacks one after the other, a job each.
 #
 # The job: hvdrun in namespace A with --network-interface hvdnet0, two
 # ranks, rank 0 in namespace B, rank 1 in A, each side a host of its own
@@ -48,7 +49,7 @@ set -u
 
 if [ $# -ne 5 ]; then
     echo "usage: $0 none|integrity|encrypt" \
-        "flip|replay|drop|reorder|truncate|droptail|mangle|clean HVDRUN" \
+        "flip|replay|drop|reorder|truncate|droptail|mangle|clean|all HVDRUN" \
         "TEST_TAMPER" \
         "RELAY" >&2
     exit 2
@@ -90,6 +91,17 @@ none | integrity | encrypt) ;;
     exit 2
     ;;
 esac
+# all: each of the six attacks in turn, one job each (for none: what each
+# does, printed, and that none of them hangs).
+if [ "$attack" = all ]; then
+    for a in flip replay drop reorder truncate mangle; do
+        sh "$0" "$mode" $a "$hvdrun" "$tamper" "$relay"
+        rc=$?
+        [ $rc -eq 0 ] || exit $rc
+    done
+    echo "run_tamper: PASS (all six attacks, $mode)"
+    exit 0
+fi
 case $attack in
 flip | replay | drop | reorder | truncate | droptail | clean) use_relay=1 ;;
 mangle) use_relay=0 ;;

@@ -23,13 +23,14 @@
  *     WRONG tamper rank R op K (NAME): element E is X, expected Y ...
  *
  * WRONG (a call returned HVD_OK with a wrong result) wins over FAILED: it
- * is what must never happen with frame protection on. After a failure a
- * rank posts nothing more, waits for what it has posted, and calls
- * hvd_shutdown. Each rank ignores SIGTERM, so that it gets to print its
- * verdict while the launcher tears the job down, and before it exits it
- * waits (at most VERDICT_WAIT_S) until every other rank has printed its
- * own (a file per rank in HVD_TEST_SYNC_DIR): its exit closes its
- * connections, which must not be what the others see first.
+ * is what must never happen with frame protection on. After a failure or
+ * a wrong result a rank posts nothing more, waits for what it has posted
+ * (a WRONG line for each wrong result), and calls hvd_shutdown. Each rank
+ * ignores SIGTERM, so that it gets to print its verdict while the launcher
+ * tears the job down, and before it exits it waits (at most VERDICT_WAIT_S)
+ * until every other rank has printed its own (a file per rank in
+ * HVD_TEST_SYNC_DIR): its exit closes its connections, which must not be what
+ * the others see first.
  *
  * Exit status: 0 OK, 3 FAILED, 4 WRONG, 5 hvd_init failed, 1 the test
  * itself failed (out of memory, --max-seconds passed), 2 bad usage.
@@ -200,9 +201,10 @@ static int run(slot *slots, int rank, int size, int ops, int max_s) {
     double start = now_s(), t_fail = 0;
     char text[1024] = "";
 
-    while (done < next || (next < ops && failed == HVD_OK)) {
+    while (done < next || (next < ops && failed == HVD_OK && !wrong)) {
         /* Post until INFLIGHT are out (slot k serves ops k, k+INFLIGHT...). */
-        while (next < ops && next - done < INFLIGHT && failed == HVD_OK) {
+        while (next < ops && next - done < INFLIGHT && failed == HVD_OK &&
+               !wrong) {
             hvd_status st = post(&slots[next % INFLIGHT], next, rank);
             if (st != HVD_OK) {
                 failed = st;
