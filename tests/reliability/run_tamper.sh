@@ -177,7 +177,7 @@ if [ $use_relay -eq 1 ]; then
         fi
         sleep 0.05
     done
-    ip netns exec "$ns_a" nft -f - <<EOF || fail "nft could not load the redirect"
+    ip netns exec "$ns_a" nft -f - <<EOF || {
 table ip hvd_tamper {
     chain out {
         type nat hook output priority -100; policy accept;
@@ -185,6 +185,9 @@ table ip hvd_tamper {
     }
 }
 EOF
+        echo "SKIP $name: nft cannot load a nat redirect here (no nf_nat?)"
+        exit 77
+    }
 else
     # Bytes 256-259 of the TCP segment (past any header with options) of
     # a large packet; in the output hook a packet can be a GSO
