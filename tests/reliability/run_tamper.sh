@@ -16,10 +16,11 @@
 #          A (numgen random), as the attack of issue 31 did; all: the six
 #          attacks one after the other, a job each.
 #
-# The job: hvdrun in namespace A with --network-interface hvdnet0, two
-# ranks, rank 0 in namespace B, rank 1 in A, each side a host of its own
-# (HVD_HOSTNAME), over TCP. Rank 1 connects to rank 0 (a rank connects to
-# each lower rank), so its data connections leave A towards B's address,
+# The job: hvdrun in namespace A with --network-interface hvdnet0,
+# HVD_TAMPER_NP ranks (default 2), the first half in namespace B, the
+# others in A, each side a host of its own (HVD_HOSTNAME), over TCP. A rank
+# connects to each lower rank, so the data connections between the sides
+# leave A towards B's address,
 # and a nat rule of A's output hook redirects them (only them: the
 # rendezvous is hvdrun's, on A's own address) to the relay on
 # 127.0.0.1:RELAY_PORT, except the relay's own connections, which carry
@@ -36,8 +37,8 @@
 # rank must fail within DETECT_S of the relay's strike. For flip,
 # replay, reorder and mangle every rank's sentence must say "failed
 # authentication"; for drop and truncate, which may end the stream, it may
-# instead be a lost-peer or protocol sentence; every sentence must name
-# the other rank. With none, what happens is printed (that is what
+# instead be a lost-peer or protocol sentence; every sentence must name a
+# rank across the link (the other rank, with two). With none, what happens is printed (that is what
 # docs/reliability.md reports): only that nothing hangs is checked. With
 # clean, every rank must print OK and hvdrun exit 0.
 #
@@ -65,6 +66,16 @@ addr_a=10.48.7.1
 addr_b=10.48.7.2
 relay_port=7433
 mark=0x4856
+# Ranks: the first half in namespace B, the rest in A.
+np=${HVD_TAMPER_NP:-2}
+case $np in
+2 | 4 | 6 | 8) ;;
+*)
+    echo "run_tamper: HVD_TAMPER_NP must be 2, 4, 6 or 8" >&2
+    exit 2
+    ;;
+esac
+half=$((np / 2))
 # One large packet in PERIOD is rewritten in the mangle mode.
 period=${HVD_TAMPER_PERIOD:-300}
 # The relay's chunk (bytes replayed, dropped, swapped). A drop is small by
@@ -159,15 +170,19 @@ netns_pair "$ns_a" "$ns_b" $ifname $ifname $addr_a/24 $addr_b/24 ||
     fail "could not make the namespaces"
 
 if [ $use_relay -eq 1 ]; then
+    arm_args=
+    r=0
+    while [ $r -lt $np ]; do
+        arm_args="$arm_args --arm-file $HVD_TEST_SYNC_DIR/ready.$r"
+        r=$((r + 1))
+    done
     relay_attack=$attack
     : >"$dir/relay"
     [ $attack = clean ] && relay_attack=none
     ip netns exec "$ns_a" timeout -k 2 $((limit_s + 20)) python3 "$relay" \
         --attack $relay_attack --port $relay_port --mark $mark --chunk $chunk \
         --seed "${HVD_FAULT_SEED:-$$}" --seconds $((limit_s + 10)) \
-        --arm-file "$HVD_TEST_SYNC_DIR/ready.0" \
-        --arm-file "$HVD_TEST_SYNC_DIR/ready.1" \
-        >"$dir/relay" 2>&1 &
+        $arm_args >"$dir/relay" 2>&1 &
     relay_pid=$!
     n=0
     until grep -q '^relay: listening' "$dir/relay"; do
@@ -205,16 +220,18 @@ EOF
     }
 fi
 
-# Rank 0 runs in namespace B, rank 1 in A; each side is a host of its own.
-wrapper='case $HVD_RANK in
-    0) ns=$1; shift; HVD_HOSTNAME=hvd-host-b exec ip netns exec "$ns" "$@";;
-    *) shift; HVD_HOSTNAME=hvd-host-a exec "$@";; esac'
+# Ranks below HALF run in namespace B, the others in A; each side is a
+# host of its own. (A rank connects to each lower rank: every connection
+# between the sides leaves A.)
+wrapper='if [ "$HVD_RANK" -lt '$half' ]; then
+    ns=$1; shift; HVD_HOSTNAME=hvd-host-b exec ip netns exec "$ns" "$@"
+    else shift; HVD_HOSTNAME=hvd-host-a exec "$@"; fi'
 ops=${HVD_TAMPER_OPS:-60}
 [ $attack = mangle ] && ops=${HVD_TAMPER_OPS:-200}
 
 start=$(date +%s.%N)
 ip netns exec "$ns_a" timeout -k 5 $((limit_s + 10)) "$hvdrun" \
-    --no-prefix --grace-seconds 3 --network-interface $ifname -np 2 -- \
+    --no-prefix --grace-seconds 3 --network-interface $ifname -np $np -- \
     sh -c "$wrapper" sh "$ns_b" "$tamper" --ops $ops --max-seconds $limit_s \
     >"$dir/out" 2>&1
 rc=$?
@@ -256,13 +273,23 @@ kind_of() {
     esac
 }
 
-v0=$(verdict 0)
-v1=$(verdict 1)
-s0=$(sentence 0)
-s1=$(sentence 1)
-echo "run_tamper: $name: hvdrun exited $rc after $elapsed s; rank 0 $v0" \
-    "${s0:+($(kind_of "$s0"): $s0)}; rank 1 $v1" \
-    "${s1:+($(kind_of "$s1"): $s1)}"
+# Every rank's verdict and sentence; how many of each verdict.
+summary=
+n_ok=0 n_failed=0 n_wrong=0 n_none=0
+r=0
+while [ $r -lt $np ]; do
+    v=$(verdict $r)
+    st=$(sentence $r)
+    summary="$summary; rank $r $v${st:+ ($(kind_of "$st"): $st)}"
+    case $v in
+    OK) n_ok=$((n_ok + 1)) ;;
+    FAILED) n_failed=$((n_failed + 1)) ;;
+    WRONG) n_wrong=$((n_wrong + 1)) ;;
+    *) n_none=$((n_none + 1)) ;;
+    esac
+    r=$((r + 1))
+done
+echo "run_tamper: $name: hvdrun exited $rc after $elapsed s$summary"
 attack_wall=$(sed -n 's/^relay: ATTACK .* wall \([0-9.]*\):.*/\1/p' \
     "$dir/relay" 2>/dev/null)
 detect=
@@ -280,14 +307,14 @@ fi
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     fail "the job did not end within $((limit_s + 10)) s"
 fi
-[ "$v0" != none ] && [ "$v1" != none ] || fail "a rank printed no verdict"
+[ $n_none -eq 0 ] || fail "a rank printed no verdict"
 # In the sanitizer builds a report does not always change a verdict.
 if grep -q 'WARNING: ThreadSanitizer\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' \
     "$dir/out"; then
     fail "a sanitizer reported an error"
 fi
 if [ $attack = clean ]; then
-    [ "$v0" = OK ] && [ "$v1" = OK ] && [ $rc -eq 0 ] ||
+    [ $n_ok -eq $np ] && [ $rc -eq 0 ] ||
         fail "a clean relay must change nothing"
     echo "run_tamper: PASS"
     exit 0
@@ -300,10 +327,9 @@ if [ $mode = none ]; then
     exit 0
 fi
 
-[ "$v0" != WRONG ] && [ "$v1" != WRONG ] ||
+[ $n_wrong -eq 0 ] ||
     fail "a call returned HVD_OK with a tampered result"
-[ "$v0" = FAILED ] && [ "$v1" = FAILED ] ||
-    fail "not every rank failed (rank 0 $v0, rank 1 $v1)"
+[ $n_failed -eq $np ] || fail "not every rank failed"
 [ $rc -ne 0 ] || fail "hvdrun exited 0"
 awk -v e="$elapsed" -v l=$limit_s 'BEGIN { exit !(e <= l) }' ||
     fail "the job took $elapsed s (limit $limit_s s)"
@@ -312,15 +338,27 @@ if [ -n "$detect" ]; then
         fail "the last rank failed $detect s after the strike (limit" \
             "$detect_s s)"
 fi
-for r in 0 1; do
-    if [ $r -eq 0 ]; then s=$s0 peer=1; else s=$s1 peer=0; fi
-    k=$(kind_of "$s")
+# 0 if sentence $1 names a rank of the side that rank $2 is not on (with
+# two ranks: the other rank).
+names_other_side() {
+    if [ "$2" -lt $half ]; then p=$half q=$np; else p=0 q=$half; fi
+    while [ $p -lt $q ]; do
+        echo "$1" | grep -Eq "rank $p([^0-9]|$)" && return 0
+        p=$((p + 1))
+    done
+    return 1
+}
+r=0
+while [ $r -lt $np ]; do
+    st=$(sentence $r)
+    k=$(kind_of "$st")
     case $attack:$k in
     *:auth | drop:lost | drop:protocol | truncate:lost | truncate:protocol) ;;
-    *) fail "rank $r's sentence is not the expected one ($k): $s" ;;
+    *) fail "rank $r's sentence is not the expected one ($k): $st" ;;
     esac
-    echo "$s" | grep -Eq "rank $peer([^0-9]|$)" ||
-        fail "rank $r's sentence does not name rank $peer: $s"
+    names_other_side "$st" $r ||
+        fail "rank $r's sentence names no rank across the link: $st"
+    r=$((r + 1))
 done
 echo "run_tamper: PASS"
 exit 0
