@@ -45,7 +45,10 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->nsocks = set->nsocks;
     tp->nconn = tp->nsocks + 1;
     tp->wakefd = -1;
-    st = hvd_protect_parse("HVD_TCP_PROTECT", set->protect,
+    /* Set but empty: the default, as when unset. */
+    st = hvd_protect_parse("HVD_TCP_PROTECT",
+                           set->protect[0] != '\0' ? set->protect
+                                                   : HVD_TCP_PROTECT_DEFAULT,
                            HVD_PROTECT_INTEGRITY, &tp->protect);
     if (st != HVD_OK) {
         free(tp);
