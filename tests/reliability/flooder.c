@@ -51,14 +51,17 @@ static void put32(uint8_t *p, uint32_t v) {
     p[3] = (uint8_t)(v >> 24);
 }
 
-/* The handshake's HELLO (transport/bootstrap/handshake.h): magic,
- * version, kind (rendezvous), job id, rank, socket index, nonce. */
-static int make_hello(const char *job_hex, long rank, uint8_t hello[64]) {
-    memset(hello, 0, 64);
+/* The handshake's HELLO (transport/bootstrap/handshake.h, version 2):
+ * magic, version, kind (rendezvous), job id, rank, socket index, nonce,
+ * frame protection (0 at the rendezvous). */
+#define HELLO_LEN 68
+static int make_hello(const char *job_hex, long rank,
+                      uint8_t hello[HELLO_LEN]) {
+    memset(hello, 0, HELLO_LEN);
     if (strlen(job_hex) != 32)
         return -1;
     put32(hello, 0x48564448u);
-    hello[4] = 1; /* version */
+    hello[4] = 2; /* version */
     hello[6] = 1; /* kind: rendezvous */
     for (int i = 0; i < 16; i++) {
         unsigned v;
@@ -89,7 +92,7 @@ int main(int argc, char **argv) {
     double seconds = 10, t0;
     long hold = 64, mark = 0;
     const char *mark_file = NULL, *stop_file = NULL;
-    uint8_t hello[64];
+    uint8_t hello[HELLO_LEN];
     int with_hello = 0, keep = 0;
     static int fds[MAX_HOLD];
     unsigned long n = 0, failed = 0;
