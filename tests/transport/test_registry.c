@@ -22,6 +22,7 @@
 #include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/shm/shm_internal.h"
+#include "transport/tcp/tcp.h"
 #include "transport/transport.h"
 
 /* Every hook a transport provides is reachable through the registry's
@@ -159,12 +160,37 @@ static void test_shm_settings(void **state) {
     assert_non_null(strstr(hvd_error_get(), "HVD_SHM_CMA"));
 }
 
+/* HVD_TCP_PROTECT, a choice: any case is taken and kept as the table
+ * writes it; another value fails the registry's check, which hvd_init
+ * makes whichever transports the job opens. */
+static void test_tcp_protect_setting(void **state) {
+    const hvd_transport_ops *tcp_ops = hvd_transport_find("tcp");
+    hvd_env_var upper[] = {{"HVD_TCP_PROTECT", "ENCRYPT"}, {NULL, NULL}};
+    hvd_env_var bad[] = {{"HVD_TCP_PROTECT", "tls"}, {NULL, NULL}};
+    hvd_transport_params params;
+    hvd_tcp_settings got;
+
+    (void)state;
+    assert_non_null(tcp_ops);
+    memset(&params, 0, sizeof(params));
+    params.env = hvd_env_vars_get;
+    params.env_ctx = upper;
+    assert_int_equal(hvd_transport_read_settings(tcp_ops, &params, &got),
+                     HVD_OK);
+    assert_string_equal(got.protect, "encrypt");
+    assert_int_equal(hvd_transport_check_settings(hvd_env_vars_get, bad),
+                     HVD_ERR_INVALID_ARG);
+    assert_string_equal(hvd_error_get(), "HVD_TCP_PROTECT=tls is not one of "
+                                         "none, integrity, encrypt");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_cleanup_job),
         cmocka_unit_test(test_bootstrap_without_mpi),
         cmocka_unit_test(test_shm_settings),
+        cmocka_unit_test(test_tcp_protect_setting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

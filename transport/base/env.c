@@ -170,6 +170,31 @@ static void format_bytes(long long v, char *out, size_t outlen) {
         snprintf(out, outlen, "%lld%c", v, units[u]);
 }
 
+/* Stores in at (size bytes) the entry of choices ("a|b|c") that text names
+ * in any case; HVD_ERR_INVALID_ARG listing them when none does. */
+static hvd_status store_choice(const char *name, const char *text,
+                               const char *choices, char *at, size_t size) {
+    char list[256] = "";
+    size_t used = 0;
+
+    for (const char *c = choices; *c != '\0';) {
+        size_t len = strcspn(c, "|");
+        if (strlen(text) == len && strncasecmp(c, text, len) == 0 &&
+            len < size) {
+            memcpy(at, c, len);
+            at[len] = '\0';
+            return HVD_OK;
+        }
+        int w = snprintf(list + used, sizeof(list) - used, "%s%.*s",
+                         used == 0 ? "" : ", ", (int)len, c);
+        if (w > 0 && (size_t)w < sizeof(list) - used)
+            used += (size_t)w;
+        c += len + (c[len] == '|');
+    }
+    return hvd_error_set(HVD_ERR_INVALID_ARG, "%s=%s is not one of %s", name,
+                         text, list);
+}
+
 /* Parses text for s (checking the range when check) and stores it in out.
  * name is the variable the text came from, for the message. */
 static hvd_status store(const hvd_setting *s, const char *name,
@@ -225,6 +250,8 @@ static hvd_status store(const hvd_setting *s, const char *name,
                                  text);
         *(int *)(void *)at = b;
         return HVD_OK;
+    case HVD_SETTING_CHOICE:
+        return store_choice(name, text, s->choices, at, s->size);
     }
     return hvd_error_set(HVD_ERR_INTERNAL, "%s: unknown kind of setting", name);
 }

@@ -65,6 +65,8 @@ typedef enum hvd_setting_kind {
                                 [min, max] */
     HVD_SETTING_TEXT,        /* char[size]: shorter than size; may be "" */
     HVD_SETTING_AUTO_ON_OFF, /* int: 2 auto, 1 on, 0 off ("" is the default) */
+    HVD_SETTING_CHOICE,      /* char[size]: one of choices (any case), kept
+                                as written in choices */
 } hvd_setting_kind;
 
 typedef struct hvd_setting {
@@ -79,6 +81,7 @@ typedef struct hvd_setting {
     long long min, max;   /* the range a user's value must be in (INT,
                              BYTES, SECONDS) */
     const char *help;     /* one line: what it sets */
+    const char *choices;  /* CHOICE: the accepted values, "a|b|c" */
 } hvd_setting;
 
 /* The offset and size members of an entry for member of struct owner. */

@@ -19,8 +19,9 @@ const hvd_setting hvd_tcp_settings_table[HVD_TCP_NSETTINGS] = {
      "take over"},
     {"HVD_IFACE", HVD_SETTING_TEXT, HVD_SETTING_AT(hvd_tcp_settings, iface), "",
      0, 0, "the network interface to listen on"},
-    {"HVD_TCP_PROTECT", HVD_SETTING_TEXT,
+    {"HVD_TCP_PROTECT", HVD_SETTING_CHOICE,
      HVD_SETTING_AT(hvd_tcp_settings, protect), HVD_TCP_PROTECT_DEFAULT, 0, 0,
      "protection of frames after the handshake: none, integrity (every "
-     "frame authenticated) or encrypt (encrypted and authenticated)"},
+     "frame authenticated) or encrypt (encrypted and authenticated)",
+     "none|integrity|encrypt"},
 };
