@@ -191,6 +191,37 @@ def frames():
           chunk(0, frame(DATA, 0, 1 << 62, 1 << 62)))
     write("frame", "bad-seq", bytes([0x04]) + struct.pack("<H", 100) +
           chunk(0, frame(DATA, 5, 100, 100) + payload))
+    # HVD_TCP_PROTECT=integrity (byte 0 bit 7): a chunk whose socket byte
+    # has bit 7 set is a frame in the clear that the harness seals as the
+    # peer would; other chunks go as they are (forged).
+    SEAL = 0x80
+    write("frame", "integrity-data", bytes([0x80]) + struct.pack("<H", 100) +
+          chunk(SEAL | 0, one))
+    write("frame", "integrity-heartbeat-data-bye", bytes([0x84]) +
+          struct.pack("<H", 100) + chunk(SEAL | 0, frame(HEARTBEAT, 0, 0, 0)) +
+          chunk(SEAL | 0, frame(DATA, 1, 100, 100) + payload) +
+          chunk(SEAL | 0, frame(BYE, 2, 0, 0)))
+    big = bytes(i * 7 & 0xFF for i in range(5000))
+    write("frame", "integrity-large", bytes([0x80]) + struct.pack("<H", 5000) +
+          chunk(SEAL | 0, frame(DATA, 0, 5000, 5000) + big))
+    write("frame", "integrity-large-cut", bytes([0x84]) +
+          struct.pack("<H", 5000) +
+          chunk(SEAL | 0, frame(DATA, 0, 5000, 5000) + big[:3000]))
+    write("frame", "integrity-striped", bytes([0x81]) +
+          struct.pack("<H", 200) +
+          chunk(SEAL | 0, frame(DATA, 0, 200, 64) + p[:64]) +
+          chunk(SEAL | 1, frame(DATA, 0, 200, 136) + p[64:]))
+    write("frame", "integrity-abort", bytes([0x80]) + struct.pack("<H", 100) +
+          chunk(SEAL | 0, frame(ABORT, 0, 0, len(abort)) + abort))
+    write("frame", "integrity-control", bytes([0xC0]) +
+          struct.pack("<H", 100) + chunk(SEAL | 0, one) +
+          chunk(SEAL | 1, frame(DATA, 0, 16, 16) + bytes(16)))
+    write("frame", "integrity-forged", bytes([0x80]) + struct.pack("<H", 100) +
+          chunk(0, one + bytes(16)))
+    write("frame", "integrity-seq-repeated", bytes([0x90]) +
+          struct.pack("<HH", 10, 10) +
+          chunk(SEAL | 0, frame(DATA, 0, 10, 10) + bytes(10)) +
+          chunk(SEAL | 0, frame(DATA, 0, 10, 10) + bytes(10)))
 
 
 # ---- handshake ----
