@@ -214,15 +214,22 @@ static void send_heartbeats(tcp *tp) {
 }
 
 /*
- * A stream stalls mid-frame when, while this rank waits on its peer, the
- * frame under way neither completes nor gets LIFE_BYTES more for the
- * timeout (stream.c's rx_got). The peer's other connections may be lively
- * (its heartbeats), and a trickle may keep this one from falling silent:
- * an attacker who cut the end of a burst, or who forwards a byte now and
- * then, would otherwise hold the job for as long as they like.
+ * A stream stalls mid-frame when, while this rank waits on its peer and
+ * the peer shows life, the frame under way neither completes nor gets
+ * LIFE_BYTES more for the timeout (stream.c's rx_got). The peer's other
+ * connections may be lively (its heartbeats), and a trickle may keep this
+ * one from falling silent: an attacker who cut the end of a burst, or who
+ * forwards a byte now and then, would otherwise hold the job for as long
+ * as they like.
  */
 static hvd_status check_frames(tcp *tp, int p, int64_t now) {
     tpeer *peer = &tp->peers[p];
+
+    /* A peer from which nothing at all comes any more (no heartbeat
+     * either) is stopped or gone, not trickling: the silence timer names
+     * it as such. */
+    if (now - peer->last_active > 2 * tp->heartbeat_ns + TIMEOUT_CHECK_NS)
+        return HVD_OK;
 
     for (int k = 0; k < tp->nconn; k++) {
         tsock *s = &peer->socks[k];
