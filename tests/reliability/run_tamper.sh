@@ -37,7 +37,10 @@
 # rank must fail within DETECT_S of the relay's strike. For flip,
 # replay, reorder and mangle every rank's sentence must say "failed
 # authentication"; for drop and truncate, which may end the stream, it may
-# instead be a lost-peer or protocol sentence; every sentence must name a
+# instead be a lost-peer or protocol sentence; for droptail, which leaves
+# the receiver mid-frame, the HVD_ERR_TIMEOUT one ("sent only N bytes in T
+# s in the middle of a frame"), or the authentication one if the sender
+# went on; every sentence must name a
 # rank across the link (the other rank, with two). With none, what happens is printed (that is what
 # docs/reliability.md reports): only that nothing hangs is checked. With
 # clean, every rank must print OK and hvdrun exit 0.
