@@ -17,9 +17,19 @@
  *            bit 3: also post a send to the peer
  *            bits 4-5: data receives posted - 1 (1 to 4)
  *            bit 6: post a control-channel receive of 16 bytes
+ *            bit 7: HVD_TCP_PROTECT=integrity (else none)
  *   then     2 bytes (little-endian) per data receive: its length
- *   then     chunks: 1 byte socket index (mod sockets), 2 bytes length,
- *            that many bytes written to that socket by the peer
+ *   then     chunks: 1 byte socket index (mod sockets; with integrity,
+ *            bit 7 set: "seal", see below), 2 bytes length, that many
+ *            bytes written to that socket by the peer
+ *
+ * With integrity, a chunk whose socket byte has bit 7 set is one frame in
+ * the clear (a header and what follows of its payload) that the harness
+ * seals as the peer's transport would, with the keys the transport
+ * derives for connected sockets (setup.c, connected_keys): the header's
+ * record, the payload in it when the header claims at most 4096 bytes
+ * (one tag after both), else the header's tag and the payload as a record
+ * of its own. Other chunks go as they are (forged records).
  *
  * progress() then runs until every request is done or 32 rounds pass.
  * Whatever the bytes, the transport must fail cleanly or complete the
@@ -33,11 +43,72 @@
 #include <unistd.h>
 
 #include "transport/base/log.h"
+#include "transport/base/wire.h"
+#include "transport/bootstrap/protect.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/tcp.h"
 
 #define MAX_RECVS 4
 #define MAX_SOCKS 3
+/* transport/tcp/tcp_internal.h's INLINE_MAX: a payload of at most this
+ * many bytes shares its header's record. */
+#define SEAL_INLINE_MAX 4096
+
+/* The peer's sealing state for each of its sockets. */
+typedef struct sealer {
+    hvd_aead a[MAX_SOCKS + 1];
+    uint64_t ctr[MAX_SOCKS + 1];
+    int ready[MAX_SOCKS + 1];
+} sealer;
+
+/* The peer's (rank 1's) sending key for socket index, as
+ * hvd_tcp_open_connected derives it with no secret: rank 1 is the higher
+ * rank and sends with the first key. 0 on success. */
+static int sealer_init(sealer *sl, int index) {
+    uint8_t info[32] = "hvd tcp connected v1";
+    uint8_t keys[2 * HVD_PROTECT_KEY];
+
+    if (sl->ready[index])
+        return 0;
+    hvd_put32(info + 20, 0);
+    hvd_put32(info + 24, 1);
+    hvd_put32(info + 28, (uint32_t)index);
+    if (hvd_protect_hkdf("", (const uint8_t *)"", 0, info, sizeof(info), keys,
+                         sizeof(keys)) != HVD_OK ||
+        hvd_aead_init(&sl->a[index], HVD_PROTECT_INTEGRITY, 1, keys) != HVD_OK)
+        return -1;
+    sl->ready[index] = 1;
+    return 0;
+}
+
+/* Seals frame b (n bytes: a header and what follows of its payload) as the
+ * peer's next one on socket index into out (n + 2 tags of room). Returns
+ * the bytes to write; n unchanged when it cannot be sealed. */
+static size_t seal_chunk(sealer *sl, int index, const uint8_t *b, size_t n,
+                         uint8_t *out) {
+    hvd_aead *a = &sl->a[index];
+    size_t pay, k;
+
+    memcpy(out, b, n);
+    if (n < HVD_FRAME_HDR_LEN || sealer_init(sl, index) != 0)
+        return n;
+    pay = n - HVD_FRAME_HDR_LEN;
+    if (hvd_get64(b + 16) <= SEAL_INLINE_MAX) {
+        if (hvd_aead_seal(a, sl->ctr[index]++, out, n, out + n) != 0)
+            return n;
+        return n + HVD_PROTECT_TAG;
+    }
+    k = HVD_FRAME_HDR_LEN;
+    if (hvd_aead_seal(a, sl->ctr[index], out, k, out + k) != 0)
+        return n;
+    k += HVD_PROTECT_TAG;
+    memcpy(out + k, b + HVD_FRAME_HDR_LEN, pay);
+    if (pay > 0 &&
+        hvd_aead_seal(a, sl->ctr[index] + 1, out + k, pay, out + k + pay) != 0)
+        return n;
+    sl->ctr[index] += 2;
+    return k + pay + (pay > 0 ? HVD_PROTECT_TAG : 0);
+}
 
 static void codec(const uint8_t *data, size_t size) {
     size_t off = 0;
@@ -98,7 +169,10 @@ static void transport(const uint8_t *data, size_t size) {
     uint8_t ctrl[16], out[100] = {0};
     int nsocks, nconn, nrecv, nreq = 0, npairs = 0;
     uint8_t flags;
+    static sealer sl;
+    static uint8_t sealed[65536 + 2 * HVD_PROTECT_TAG];
 
+    memset(&sl, 0, sizeof(sl));
     if (left < 1)
         return;
     flags = *p++;
@@ -112,10 +186,11 @@ static void transport(const uint8_t *data, size_t size) {
     params.size = 2;
     char nsocks_text[16];
     snprintf(nsocks_text, sizeof(nsocks_text), "%d", nsocks);
-    hvd_env_var settings[] = {{"HVD_TCP_NSOCKS", nsocks_text},
-                              {"HVD_TCP_STRIPE_MIN", "64"},
-                              {"HVD_TCP_PROTECT", "none"},
-                              {NULL, NULL}};
+    hvd_env_var settings[] = {
+        {"HVD_TCP_NSOCKS", nsocks_text},
+        {"HVD_TCP_STRIPE_MIN", "64"},
+        {"HVD_TCP_PROTECT", (flags & 0x80) ? "integrity" : "none"},
+        {NULL, NULL}};
     params.env = hvd_env_vars_get;
     params.env_ctx = settings;
     params.timeout_ns = 3600 * 1000000000LL;
@@ -155,13 +230,20 @@ static void transport(const uint8_t *data, size_t size) {
 
     /* The peer's bytes. */
     while (left >= 3) {
-        int k = p[0] % nconn;
+        int k = (p[0] & 0x7f) % nconn;
+        int seal = (flags & 0x80) && (p[0] & 0x80);
         size_t len = (size_t)(p[1] | p[2] << 8);
         p += 3;
         left -= 3;
         if (len > left)
             len = left;
-        if (len > 0 && write(sv[k][1], p, len) < 0)
+        const uint8_t *w = p;
+        size_t wlen = len;
+        if (seal) {
+            wlen = seal_chunk(&sl, k, p, len, sealed);
+            w = sealed;
+        }
+        if (wlen > 0 && write(sv[k][1], w, wlen) < 0)
             break; /* the socket buffer is full: enough */
         p += len;
         left -= len;
@@ -195,6 +277,9 @@ out:
             close(sv[k][1]);
     for (int i = 0; i < MAX_RECVS; i++)
         free(bufs[i]);
+    for (int k = 0; k <= MAX_SOCKS; k++)
+        if (sl.ready[k])
+            hvd_aead_free(&sl.a[k]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -191,6 +191,37 @@ def frames():
           chunk(0, frame(DATA, 0, 1 << 62, 1 << 62)))
     write("frame", "bad-seq", bytes([0x04]) + struct.pack("<H", 100) +
           chunk(0, frame(DATA, 5, 100, 100) + payload))
+    # HVD_TCP_PROTECT=integrity (byte 0 bit 7): a chunk whose socket byte
+    # has bit 7 set is a frame in the clear that the harness seals as the
+    # peer would; other chunks go as they are (forged).
+    SEAL = 0x80
+    write("frame", "integrity-data", bytes([0x80]) + struct.pack("<H", 100) +
+          chunk(SEAL | 0, one))
+    write("frame", "integrity-heartbeat-data-bye", bytes([0x84]) +
+          struct.pack("<H", 100) + chunk(SEAL | 0, frame(HEARTBEAT, 0, 0, 0)) +
+          chunk(SEAL | 0, frame(DATA, 1, 100, 100) + payload) +
+          chunk(SEAL | 0, frame(BYE, 2, 0, 0)))
+    big = bytes(i * 7 & 0xFF for i in range(5000))
+    write("frame", "integrity-large", bytes([0x80]) + struct.pack("<H", 5000) +
+          chunk(SEAL | 0, frame(DATA, 0, 5000, 5000) + big))
+    write("frame", "integrity-large-cut", bytes([0x84]) +
+          struct.pack("<H", 5000) +
+          chunk(SEAL | 0, frame(DATA, 0, 5000, 5000) + big[:3000]))
+    write("frame", "integrity-striped", bytes([0x81]) +
+          struct.pack("<H", 200) +
+          chunk(SEAL | 0, frame(DATA, 0, 200, 64) + p[:64]) +
+          chunk(SEAL | 1, frame(DATA, 0, 200, 136) + p[64:]))
+    write("frame", "integrity-abort", bytes([0x80]) + struct.pack("<H", 100) +
+          chunk(SEAL | 0, frame(ABORT, 0, 0, len(abort)) + abort))
+    write("frame", "integrity-control", bytes([0xC0]) +
+          struct.pack("<H", 100) + chunk(SEAL | 0, one) +
+          chunk(SEAL | 1, frame(DATA, 0, 16, 16) + bytes(16)))
+    write("frame", "integrity-forged", bytes([0x80]) + struct.pack("<H", 100) +
+          chunk(0, one + bytes(16)))
+    write("frame", "integrity-seq-repeated", bytes([0x90]) +
+          struct.pack("<HH", 10, 10) +
+          chunk(SEAL | 0, frame(DATA, 0, 10, 10) + bytes(10)) +
+          chunk(SEAL | 0, frame(DATA, 0, 10, 10) + bytes(10)))
 
 
 # ---- handshake ----
@@ -200,19 +231,31 @@ JOB = bytes([0x6a, 0x6f, 0x62, 0x2d, 0x69, 0x64, 0x2d, 0x66, 0x6f, 0x72,
              0x2d, 0x66, 0x75, 0x7a, 0x7a, 0x21])
 
 
-def hello(kind=2, rank=1, index=0, job=JOB):
-    return struct.pack("<IHH", MAGIC, 1, kind) + job + \
+NONE, INTEGRITY, ENCRYPT = 0, 1, 2
+
+
+def hello(kind=2, rank=1, index=0, job=JOB, protect=NONE, version=2):
+    """A HELLO: version 2 (68 bytes, the frame protection at offset 64);
+    version=1 gives the old 64-byte one, refused for its version."""
+    h = struct.pack("<IHH", MAGIC, version, kind) + job + \
         struct.pack("<II", rank, index) + bytes(range(32))
+    if version >= 2:
+        h += struct.pack("<HH", protect, 0)
+    return h
 
 
-def challenge(code=0, rank=0):
-    return struct.pack("<IIII", MAGIC, code, rank, 0) + bytes(range(32)) + \
-        bytes(32)
+def challenge(code=0, rank=0, protect=NONE):
+    """A CHALLENGE (80 bytes): the server's frame protection at offset 12,
+    its nonce at 16, its proof at 48 (the harness's assist fills it)."""
+    return struct.pack("<IIIHH", MAGIC, code, rank, protect, 0) + \
+        bytes(range(32)) + bytes(32)
 
 
 def handshakes():
     resp = struct.pack("<II", MAGIC, 0) + bytes(32)
     result = struct.pack("<II", MAGIC, 0)
+    # Byte 0: bit 0 client, bit 1 assist, bit 2 expect rank 0, bit 3 over
+    # a socket, bit 4 this side protects frames with integrity.
     write("handshake", "server", bytes([0x00]) + hello() + resp)
     write("handshake", "server-assist", bytes([0x02]) + hello() + resp)
     write("handshake", "server-wrong-job", bytes([0x02]) +
@@ -221,14 +264,35 @@ def handshakes():
           resp)
     write("handshake", "server-wrong-kind", bytes([0x02]) + hello(kind=1) +
           resp)
+    write("handshake", "server-integrity", bytes([0x12]) +
+          hello(protect=INTEGRITY) + resp)
+    write("handshake", "server-encrypt", bytes([0x12]) +
+          hello(protect=ENCRYPT) + resp)
+    write("handshake", "server-protect-differs", bytes([0x02]) +
+          hello(protect=INTEGRITY) + resp)
+    write("handshake", "server-protect-unknown", bytes([0x02]) +
+          hello(protect=7) + resp)
+    # Version 1 (64-byte HELLO, no protection): refused for its version.
+    write("handshake", "server-version1", bytes([0x02]) +
+          hello(version=1) + resp)
+    write("handshake", "socket-server-version1", bytes([0x08]) +
+          hello(version=1))
     write("handshake", "client", bytes([0x01]) + challenge() + result)
     write("handshake", "client-assist", bytes([0x03]) + challenge() + result)
     write("handshake", "client-assist-rank0", bytes([0x07]) + challenge() +
           result)
+    write("handshake", "client-integrity", bytes([0x13]) +
+          challenge(protect=INTEGRITY) + result)
+    write("handshake", "client-protect-differs", bytes([0x03]) +
+          challenge(protect=ENCRYPT) + result)
+    write("handshake", "client-protect-differs-result", bytes([0x13]) +
+          challenge() + struct.pack("<II", MAGIC, 5))
     write("handshake", "client-refused", bytes([0x03]) + challenge(code=4))
     write("handshake", "client-result-refused", bytes([0x03]) + challenge() +
           struct.pack("<II", MAGIC, 4))
     write("handshake", "socket-server", bytes([0x08]) + hello() + resp)
+    write("handshake", "socket-server-integrity", bytes([0x18]) +
+          hello(protect=INTEGRITY) + resp)
     write("handshake", "socket-client", bytes([0x09]) + challenge() + result)
     write("handshake", "socket-half", bytes([0x08]) + hello()[:20])
 

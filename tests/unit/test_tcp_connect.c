@@ -14,11 +14,15 @@
  *     answers (its thread holds back until the other rank has given up)
  *     makes the other rank's open return HVD_ERR_TIMEOUT, whether the
  *     silent peer is the one that listens or the one that connects;
- *   - ranks that disagree on the sockets per pair get HVD_ERR_MISMATCH.
+ *   - ranks that disagree on the sockets per pair get HVD_ERR_MISMATCH;
+ *   - the mesh forms while a flooder keeps hundreds of idle connections
+ *     (no HELLO) coming at the listening rank, from the same address as
+ *     the real peer: strangers are dropped, the peer's connection is not.
  *
  * Every variable the transport reads comes from a table here, never from
  * the environment.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,13 +32,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "thread_bootstrap.h"
 #include "transport/base/env.h"
 #include "transport/base/error.h"
+#include "transport/bootstrap/net.h"
 #include "transport/transport.h"
 
 #define MAXR 3
@@ -65,7 +77,78 @@ typedef struct job_spec {
     uint8_t job_id_xor[MAXR]; /* flips the first byte of a rank's job id */
     int64_t timeout_ns;
     int silent; /* -1: none */
+    int flood;  /* flood rank 0's listener; rank `silent` waits for it */
 } job_spec;
+
+/* ---- a flooder ---- */
+
+/* What transport/tcp/setup.c publishes through the allgather (its
+ * listen_blob): where each rank listens. */
+typedef struct published {
+    char addr[HVD_ADDR_MAX];
+    uint32_t port;
+    uint32_t nsocks;
+} published;
+
+#define FLOOD_HELD 256 /* connections held open at once */
+#define FLOOD_FIRST 64 /* opened before the silent rank may connect */
+#define FLOOD_MAX_S 20 /* the flooder stops by itself after this */
+
+typedef struct flooder {
+    thread_bootstrap *tb;
+    atomic_int stop;
+    int opened;
+    int fds[FLOOD_HELD];
+} flooder;
+
+/* Opens one idle connection to port on loopback (it never sends). */
+static int flood_one(int port) {
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+        errno != EINPROGRESS) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Learns rank 0's port from the address exchange, opens FLOOD_FIRST idle
+ * connections to it, lets the silent rank go on, and keeps replacing its
+ * oldest connection by a new one until told to stop. */
+static void *flood_main(void *arg) {
+    flooder *f = arg;
+    thread_bootstrap *tb = f->tb;
+    time_t until = time(NULL) + FLOOD_MAX_S;
+    int port, k = 0;
+
+    pthread_mutex_lock(&tb->mu);
+    while (tb->round == 0)
+        pthread_cond_wait(&tb->cv, &tb->mu);
+    port = (int)((const published *)tb->slots[0][0])->port;
+    pthread_mutex_unlock(&tb->mu);
+    for (int i = 0; i < FLOOD_HELD; i++)
+        f->fds[i] = -1;
+    while (!atomic_load(&f->stop) && time(NULL) < until) {
+        if (f->fds[k] >= 0)
+            close(f->fds[k]);
+        f->fds[k] = flood_one(port);
+        f->opened += f->fds[k] >= 0;
+        k = (k + 1) % FLOOD_HELD;
+        if (f->opened == FLOOD_FIRST)
+            thread_bootstrap_release(tb);
+        if (k % 16 == 0)
+            poll(NULL, 0, 1); /* leave the ranks some of the CPU */
+    }
+    thread_bootstrap_release(tb);
+    for (int i = 0; i < FLOOD_HELD; i++)
+        if (f->fds[i] >= 0)
+            close(f->fds[i]);
+    return NULL;
+}
 
 static void exchange(rank_ctx *rc) {
     hvd_transport *tp = rc->tp;
@@ -166,10 +249,20 @@ static void run_job(const job_spec *spec, rank_ctx *ranks) {
         p->env_ctx = rc->env;
         p->launcher_addr = "127.0.0.1";
     }
+    flooder f = {.tb = &tb};
+    pthread_t fth;
     for (int r = 0; r < spec->size; r++)
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &ranks[r]), 0);
+    if (spec->flood)
+        assert_int_equal(pthread_create(&fth, NULL, flood_main, &f), 0);
     for (int r = 0; r < spec->size; r++)
         pthread_join(th[r], NULL);
+    if (spec->flood) {
+        atomic_store(&f.stop, 1);
+        pthread_join(fth, NULL);
+        printf("flooder: %d idle connections opened\n", f.opened);
+        assert_true(f.opened >= FLOOD_FIRST);
+    }
     for (int r = 0; r < spec->size; r++)
         if (ranks[r].open_status != HVD_OK)
             printf("rank %d: %s: %s\n", r,
@@ -310,6 +403,25 @@ static void sockets_per_pair_differ(void **state) {
     assert_non_null(strstr(ranks[0].open_error, "HVD_TCP_NSOCKS"));
 }
 
+/* Rank 1 connects only once rank 0's listener holds FLOOD_FIRST idle
+ * strangers, and more keep coming (from 127.0.0.1, as rank 1 does) while
+ * the mesh forms; rank 1's connections must get through and the mesh
+ * carry messages. */
+static void flooded_listener(void **state) {
+    job_spec s = spec_of(2);
+    rank_ctx ranks[MAXR];
+
+    (void)state;
+    s.silent = 1;
+    s.flood = 1;
+    s.nsocks[0] = s.nsocks[1] = 2;
+    run_job(&s, ranks);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(ranks[r].open_status, HVD_OK);
+        assert_true(ranks[r].exchanged);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(mesh_of_two),
@@ -322,6 +434,7 @@ int main(void) {
         cmocka_unit_test(silent_listener),
         cmocka_unit_test(silent_connector),
         cmocka_unit_test(sockets_per_pair_differ),
+        cmocka_unit_test(flooded_listener),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,14 @@
 
 #include <openssl/crypto.h>
 
+/* Connections a loop turn accepts at most, so that a flood cannot keep
+ * the mesh from moving the handshakes it holds (the rest wait in the
+ * listener's backlog for the next turn). */
+#define ACCEPT_BATCH 64
+/* Connections without a HELLO one address may hold before its own oldest
+ * is the one dropped for a newcomer from it. */
+#define PER_SOURCE 8
+
 /* Partial-write bookkeeping for the listen/handshake phase. */
 typedef struct pending_conn {
     int fd;
@@ -31,6 +39,9 @@ typedef struct pending_conn {
     int64_t deadline;
     int64_t retry_at; /* client: reconnect after a refusal at this time */
     int connected;    /* client: TCP connect finished */
+    int challenged;   /* server: its HELLO was valid and got a CHALLENGE */
+    int drops;        /* client: closed by the server mid-handshake */
+    int64_t since;    /* server: accepted at this time */
     char name[HVD_ADDR_MAX + 8];
     hvd_hs hs;
 } pending_conn;
@@ -142,6 +153,14 @@ static hvd_status timed_out(const mesh *m) {
         if (m->conns[i].client && m->conns[i].fd != -2) {
             char who[160];
             hvd_tcp_describe(tp, m->conns[i].peer, who, sizeof(who));
+            if (m->conns[i].drops > 0)
+                return hvd_error_set(
+                    HVD_ERR_TIMEOUT,
+                    "could not connect to %s at %s within the start "
+                    "timeout: its connection was closed %d times before "
+                    "the handshake finished -- it may be flooded by "
+                    "unauthenticated connections",
+                    who, m->conns[i].name, m->conns[i].drops);
             return hvd_error_set(HVD_ERR_TIMEOUT,
                                  "could not connect to %s at %s "
                                  "within the start timeout",
@@ -185,63 +204,108 @@ static hvd_log_limiter refused_log =
 static hvd_log_limiter dropped_log = HVD_LOG_LIMITER_INIT(
     "tcp", "dropped", "too many unauthenticated connections");
 
-/* A free entry for a connection just accepted, or NULL when the table is
- * full of strangers and the new one was dropped. */
-static pending_conn *server_slot(mesh *m, int fd) {
-    pending_conn *c = NULL;
+static hvd_status step(mesh *m, pending_conn *c, int64_t now);
 
+/* Whether two peer names ("ip:port") are of the same address. */
+static int same_host(const char *a, const char *b) {
+    const char *ca = strrchr(a, ':');
+    const char *cb = strrchr(b, ':');
+    size_t na = ca != NULL ? (size_t)(ca - a) : strlen(a);
+    size_t nb = cb != NULL ? (size_t)(cb - b) : strlen(b);
+
+    return na == nb && memcmp(a, b, na) == 0;
+}
+
+/* The server-side connection to drop for a newcomer from name: the oldest
+ * that has not sent a valid HELLO -- of name's address when that address
+ * holds PER_SOURCE or more, so that one flooding address does not push out
+ * another's. NULL when every one got its CHALLENGE (it named this job and
+ * a rank we expect: a rank, normally). */
+static pending_conn *victim(mesh *m, const char *name) {
+    pending_conn *oldest = NULL, *own = NULL;
+    int own_n = 0;
+
+    for (int i = 0; i < m->nconn; i++) {
+        pending_conn *c = &m->conns[i];
+        if (c->client || c->fd < 0 || c->challenged)
+            continue;
+        if (oldest == NULL || c->since < oldest->since)
+            oldest = c;
+        if (same_host(c->name, name)) {
+            own_n++;
+            if (own == NULL || c->since < own->since)
+                own = c;
+        }
+    }
+    return own_n >= PER_SOURCE ? own : oldest;
+}
+
+/* A free entry for a connection from name just accepted, made by dropping
+ * a stranger when the table is full (it has room for every expected
+ * connection and 16 more); NULL when none can be dropped. */
+static pending_conn *server_slot(mesh *m, const char *name, int64_t now) {
     for (int i = 0; i < m->nconn; i++)
         if (m->conns[i].fd == -1 && !m->conns[i].client)
-            c = &m->conns[i];
-    if (c == NULL && m->nconn < m->maxconn)
-        c = &m->conns[m->nconn++];
-    if (c != NULL)
-        return c;
-    /* Full of strangers (the table has room for every expected connection
-     * and 16 more): drop the one that has waited longest, so that
-     * strangers that connect and stay silent cannot keep a rank out. */
-    for (int i = 0; i < m->nconn; i++)
-        if (!m->conns[i].client && m->conns[i].fd >= 0 &&
-            (c == NULL || m->conns[i].deadline < c->deadline))
-            c = &m->conns[i];
-    if (c == NULL) {
-        char name[HVD_ADDR_MAX];
-        hvd_net_peer_name(fd, name, sizeof(name));
-        HVD_WARN_LIMITED(&dropped_log, name, "tcp",
-                         "dropped connection from %s: too many "
-                         "unauthenticated connections",
-                         name);
-        close(fd);
-        return NULL;
+            return &m->conns[i];
+    if (m->nconn < m->maxconn)
+        return &m->conns[m->nconn++];
+    for (int tries = 0; tries < m->nconn; tries++) {
+        pending_conn *v = victim(m, name);
+        if (v == NULL)
+            return NULL;
+        /* Its HELLO may be waiting unread (a rank sends it as soon as it
+         * is connected): read it before judging it silent. */
+        if (step(m, v, now) != HVD_OK)
+            return NULL; /* cannot happen for a server side before RESPONSE */
+        if (v->fd == -1)
+            return v;
+        if (v->challenged)
+            continue;
+        HVD_WARN_LIMITED(&dropped_log, v->name, "tcp",
+                         "dropped connection from %s: too many connections "
+                         "that have not sent a hello, and it waited longest",
+                         v->name);
+        close(v->fd);
+        v->fd = -1;
+        return v;
     }
-    HVD_WARN_LIMITED(&dropped_log, c->name, "tcp",
-                     "dropped connection from %s: too many connections "
-                     "that have not authenticated, and it waited "
-                     "longest",
-                     c->name);
-    close(c->fd);
-    return c;
+    return NULL;
 }
 
 /* Takes the new connections from higher ranks (or from strangers), each
- * to authenticate as a server. */
-static void accept_new(mesh *m, int64_t now) {
-    for (;;) {
+ * to authenticate as a server, ACCEPT_BATCH at most. A rank's HELLO is
+ * usually there already: answering it at once protects its connection
+ * from being dropped for newcomers. */
+static hvd_status accept_new(mesh *m, int64_t now) {
+    hvd_status st = HVD_OK;
+
+    for (int k = 0; k < ACCEPT_BATCH && st == HVD_OK; k++) {
         int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        char name[HVD_ADDR_MAX + 8];
         if (fd < 0)
             break;
-        pending_conn *c = server_slot(m, fd);
-        if (c == NULL)
+        hvd_net_peer_name(fd, name, sizeof(name));
+        pending_conn *c = server_slot(m, name, now);
+        if (c == NULL) {
+            HVD_WARN_LIMITED(&dropped_log, name, "tcp",
+                             "dropped connection from %s: too many "
+                             "connections that have not authenticated",
+                             name);
+            close(fd);
             continue;
+        }
         memset(c, 0, sizeof(*c));
         c->fd = fd;
         c->peer = -1;
+        c->since = now;
         c->deadline = now + HANDSHAKE_NS;
-        hvd_net_peer_name(fd, c->name, sizeof(c->name));
+        snprintf(c->name, sizeof(c->name), "%s", name);
         hvd_hs_server_init(&c->hs, m->params->job_id, m->params->secret,
                            HVD_HS_KIND_DATA, m->tp->rank, admit, m->tp);
         hvd_hs_set_protect(&c->hs, m->tp->protect);
+        st = step(m, c, now);
     }
+    return st;
 }
 
 /* Closes c to try it again a little later. */
@@ -314,11 +378,20 @@ static hvd_status handshake_done(mesh *m, pending_conn *c) {
  * server side is refused and the mesh carries on. */
 static hvd_status handshake_failed(mesh *m, pending_conn *c, int64_t now,
                                    hvd_status st) {
-    if (c->client && st == HVD_ERR_PEER_LOST && now < c->deadline) {
-        /* Dropped unanswered: the peer had too many strangers at once.
-         * Try again a little later. */
+    /* Dropped before its CHALLENGE (PEER_LOST), or after one that
+     * checked out: a server that proved it holds this job's secret shares
+     * ours, so it cannot refuse our proof; a close then is a server that
+     * dropped this connection for others (strangers filled its table).
+     * The client queues its RESPONSE only once the CHALLENGE checked out.
+     * Try again a little later, until the start timeout. */
+    int proved = c->client && c->hs.out_len == HVD_HS_RESPONSE_LEN;
+    if (c->client && now < c->deadline &&
+        (st == HVD_ERR_PEER_LOST ||
+         (proved && st != HVD_ERR_TIMEOUT && st != HVD_ERR_INTERNAL &&
+          st != HVD_ERR_MISMATCH))) {
         HVD_DEBUG("tcp", "connecting to %s: %s; trying again", c->name,
                   c->hs.err);
+        c->drops++;
         retry_later(c, now);
         return HVD_OK;
     }
@@ -362,6 +435,10 @@ static hvd_status step(mesh *m, pending_conn *c, int64_t now) {
     st = hvd_hs_io(&c->hs, c->fd, &want);
     if (st == HVD_OK && want == 0)
         return handshake_done(m, c);
+    /* Past its HELLO: it named this job and a rank we expect. */
+    if (st == HVD_OK && !c->client &&
+        hvd_hs_need(&c->hs) == HVD_HS_RESPONSE_LEN)
+        c->challenged = 1;
     if (st == HVD_OK && now > c->deadline && !c->client)
         st = hvd_error_set(HVD_ERR_TIMEOUT, "handshake timed out");
     if (st == HVD_OK)
@@ -413,7 +490,7 @@ hvd_status hvd_tcp_connect_mesh(tcp *tp, const hvd_transport_params *params,
         if (st != HVD_OK)
             break;
         int64_t now = hvd_now_ns();
-        accept_new(&m, now);
+        st = accept_new(&m, now);
         for (int i = 0; i < m.nconn && st == HVD_OK; i++)
             st = step(&m, &m.conns[i], now);
     }

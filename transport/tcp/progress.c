@@ -101,7 +101,7 @@ static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
     req->len = len;
     req->parts_left = nparts;
     if (pr->pending == 0)
-        pr->last_active = hvd_now_ns();
+        pr->last_active = pr->wait_since = hvd_now_ns();
     pr->pending += nparts;
 
     for (int i = 0; i < nparts; i++) {
@@ -214,6 +214,44 @@ static void send_heartbeats(tcp *tp) {
 }
 
 /*
+ * A stream stalls mid-frame when, while this rank waits on its peer and
+ * the peer shows life, the frame under way neither completes nor gets
+ * LIFE_BYTES more for the timeout (stream.c's rx_got). The peer's other
+ * connections may be lively (its heartbeats), and a trickle may keep this
+ * one from falling silent: an attacker who cut the end of a burst, or who
+ * forwards a byte now and then, would otherwise hold the job for as long
+ * as they like.
+ */
+static hvd_status check_frames(tcp *tp, int p, int64_t now) {
+    tpeer *peer = &tp->peers[p];
+
+    /* A peer from which nothing at all comes any more (no heartbeat
+     * either) is stopped or gone, not trickling: the silence timer names
+     * it as such. */
+    if (now - peer->last_active > 2 * tp->heartbeat_ns + TIMEOUT_CHECK_NS)
+        return HVD_OK;
+
+    for (int k = 0; k < tp->nconn; k++) {
+        tsock *s = &peer->socks[k];
+        int64_t since =
+            s->rx_mark > peer->wait_since ? s->rx_mark : peer->wait_since;
+        char who[160];
+
+        if (s->fd < 0 || !rx_mid_frame(s) || now - since <= tp->timeout_ns)
+            continue;
+        hvd_tcp_describe(tp, p, who, sizeof(who));
+        return hvd_tp_failf(hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_TIMEOUT, p,
+                            "%s sent only %llu bytes in %.0f s in the middle "
+                            "of a frame: the connection stalls or is being "
+                            "tampered with (HVD_TIMEOUT_SECONDS sets this "
+                            "limit)",
+                            who, (unsigned long long)s->rx_since,
+                            (double)(now - since) / 1e9);
+    }
+    return HVD_OK;
+}
+
+/*
  * A peer is stalled when this rank waits on it (a request in flight) and
  * nothing has arrived from it for the timeout. Ranks that wait send
  * heartbeats, so a peer that is alive but itself waiting on a third rank
@@ -241,6 +279,8 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
             return hvd_tp_fail_stalled(hvd_tcp_fail_with, tp, tp->rank, p, who,
                                        tp->timeout_ns);
         }
+        if (peer->pending > 0 && check_frames(tp, p, now) != HVD_OK)
+            return tp->failure.status;
     }
     return HVD_OK;
 }

@@ -286,9 +286,36 @@ int hvd_tcp_finish_head(tsock *s, int64_t deadline) {
     return ok ? 0 : -1;
 }
 
+/* n bytes of s's stream arrived; mid says whether a frame was under way
+ * before them. Every byte shows the peer alive (its last_active), but a
+ * frame under way is alive only while LIFE_BYTES come at a time or it
+ * completes (rx_frame_done): see check_stalls in progress.c. */
+static void rx_got(tsock *s, size_t n, int mid) {
+    int64_t now = hvd_now_ns();
+
+    s->tp->peers[s->peer].last_active = now;
+    if (!mid) {
+        s->rx_mark = now;
+        s->rx_since = 0;
+    }
+    s->rx_since += n;
+    if (s->rx_since >= LIFE_BYTES) {
+        s->rx_mark = now;
+        s->rx_since = 0;
+    }
+}
+
+/* A whole frame arrived on s: the stream is alive. */
+static void rx_frame_done(tsock *s) {
+    s->rx_mark = hvd_now_ns();
+    s->rx_since = 0;
+}
+
 /* Reads more bytes into the staging buffer. Returns 1 if bytes came, 0 if
  * none are there now, -1 on EOF (s->eof set) and a failure via *st. */
 static int rx_fill(tsock *s, hvd_status *st) {
+    int mid = rx_mid_frame(s);
+
     if (s->rx_off > 0) {
         memmove(s->rx, s->rx + s->rx_off, s->rx_end - s->rx_off);
         s->rx_end -= s->rx_off;
@@ -299,7 +326,7 @@ static int rx_fill(tsock *s, hvd_status *st) {
             recv(s->fd, s->rx + s->rx_end, RX_CAP - s->rx_end, MSG_DONTWAIT);
         if (n > 0) {
             s->rx_end += (size_t)n;
-            s->tp->peers[s->peer].last_active = hvd_now_ns();
+            rx_got(s, (size_t)n, mid);
             return 1;
         }
         if (n == 0) {
@@ -476,6 +503,7 @@ static int on_header(tsock *s, hvd_status *st) {
     if (f->type == HVD_FRAME_BYE || f->type == HVD_FRAME_HEARTBEAT) {
         s->have_hdr = 0;
         s->rx_off += tp->tag_len;
+        rx_frame_done(s);
         if (f->type == HVD_FRAME_BYE)
             s->bye_rx = 1;
         return 1;
@@ -595,6 +623,7 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
             return st;
         if (r == 1) {
             s->in_frame = 0;
+            rx_frame_done(s);
             part_done(tp, s, &s->recvq);
             continue;
         }
@@ -607,7 +636,7 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
                 if (absorb(s, p->buf + p->done, (size_t)n) != 0)
                     return hvd_tcp_auth_failed(s);
                 p->done += (size_t)n;
-                tp->peers[s->peer].last_active = hvd_now_ns();
+                rx_got(s, (size_t)n, 1);
                 continue;
             }
             if (n == 0)

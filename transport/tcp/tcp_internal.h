@@ -57,6 +57,12 @@
  * ahead of what the socket has sent, so the tag is computed in the pass
  * that sends (the bytes are still in cache) rather than in one before. */
 #define MAC_AHEAD (256 * 1024)
+/* Mid-frame, received bytes show that the sender is alive only in amounts
+ * a live sender produces: this many, or the rest of the frame. A trickle
+ * (heartbeats filling a gap an attacker cut, one byte every few seconds)
+ * keeps no stalled frame alive, while a slow link that keeps delivering
+ * (this much per HVD_TIMEOUT_SECONDS) still carries a frame of any size. */
+#define LIFE_BYTES (64 * 1024)
 /* Time a failing rank spends telling its peers why, in all. */
 #define ABORT_NS (200 * 1000000LL)
 /* Most time between two heartbeats of a waiting rank. */
@@ -143,6 +149,10 @@ typedef struct tsock {
     hvd_frame cur;
     size_t tag_got; /* bytes of the payload's tag received */
     uint8_t rx_tag[HVD_PROTECT_TAG];
+    /* The last sign of life on this stream (a frame begun or completed,
+     * or LIFE_BYTES more of one) and the bytes received since. */
+    int64_t rx_mark;
+    uint64_t rx_since;
 } tsock;
 
 typedef struct tpeer {
@@ -151,6 +161,7 @@ typedef struct tpeer {
     uint64_t rx_msgs;
     int pending; /* parts in flight */
     int64_t last_active;
+    int64_t wait_since; /* when pending last became nonzero */
     char addr[HVD_ADDR_MAX];
     int port;
 } tpeer;
@@ -211,6 +222,13 @@ static inline part *q_push(partq *q) {
 static inline void q_pop(partq *q) {
     q->head = (q->head + 1) & (q->cap - 1);
     q->count--;
+}
+
+/* s has part of a frame and waits on the wire for the rest (not on an
+ * irecv: a header for a receive not posted yet is not on the wire). */
+static inline int rx_mid_frame(const tsock *s) {
+    return !s->eof && !s->rx_blocked &&
+           (s->in_frame || s->have_hdr || s->rx_end > s->rx_off);
 }
 
 /* ------------------------------------------------------------------ */
