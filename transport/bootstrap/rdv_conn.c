@@ -167,12 +167,13 @@ void hvd_rdv_conn_flush(hvd_rdv_server *srv, rconn *c) {
         rresult *r = c->q[c->qhead];
         /* Each connection tags a shared Result with its own key and
          * counter, when it starts to send it. */
-        if (c->out_off == 0 &&
+        if (!c->out_sealed &&
             hvd_rdv_seal(&c->keys, r->data, r->len, c->out_tag) != 0) {
             HVD_ERROR("rdv", "could not tag a message to %s", c->name);
             hvd_rdv_conn_close(srv, c);
             return;
         }
+        c->out_sealed = 1;
         while (c->out_off < r->len + RDV_TAG) {
             const uint8_t *src = c->out_off < r->len
                                      ? r->data + c->out_off
@@ -203,6 +204,7 @@ void hvd_rdv_conn_flush(hvd_rdv_server *srv, rconn *c) {
         c->qhead = (c->qhead + 1) % OUT_QUEUE;
         c->qlen--;
         c->out_off = 0;
+        c->out_sealed = 0;
     }
     if (c->state == RC_CLOSING && !c->shut) {
         shutdown(c->fd, SHUT_WR);

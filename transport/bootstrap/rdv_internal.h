@@ -130,6 +130,9 @@ typedef struct rconn {
     int qhead, qlen;
     size_t out_off; /* of q[qhead]'s bytes, then of out_tag */
     uint8_t out_tag[RDV_TAG];
+    /* q[qhead] was tagged (with the next count): a send that would block
+     * before its first byte must not tag it again. */
+    int out_sealed;
     int notices;
     int shut;
 } rconn;
