@@ -1,17 +1,17 @@
 /*
  * The rendezvous messages after the handshake are authenticated: a relay
  * between one client and the server passes the handshake through and then
- * flips a byte of, replays or drops one message of one direction. A
- * message the client gets that fails its tag fails the client's round
- * with HVD_ERR_PROTOCOL and the sentence "a message from the rendezvous
- * at H:P failed authentication"; one the server gets makes it drop that
- * connection and count it in its rate-limited log. Through a clean relay
+ * flips a byte of, replays, drops or reorders one message of one
+ * direction. A message the client gets that fails its tag fails the
+ * client's round with HVD_ERR_PROTOCOL and the sentence "a message from the
+ * rendezvous at H:P failed authentication"; one the server gets makes it drop
+ * that connection and count it in its rate-limited log. Through a clean relay
  * the rounds pass, and a round's answer (one buffer the server shares
  * between connections) reaches a direct and a relayed client, each under
  * its own key. The fixed rendezvous and the elastic one (whose waiting
- * worker gets keepalives) are both covered. Everything runs on 127.0.0.1
- * in one process: the server driven by the test's thread, each client and
- * the relay in a thread of their own, every wait bounded.
+ * worker gets keepalives) are both covered. Everything runs on 127.0.0.1:
+ * the server is driven by the test's thread, the relay is a thread and
+ * each client a child process, every wait bounded.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -46,7 +46,9 @@ static const uint8_t job[HVD_JOB_ID_LEN] = {9, 8, 7, 6, 5, 4, 3, 2,
 
 /* ---- The relay ---- */
 
-enum { A_NONE = 0, A_FLIP, A_REPLAY, A_DROP };
+/* FLIP a byte of message at, REPLAY it (sent twice), DROP it, or REORDER
+ * it with the next (held back until that one is sent). */
+enum { A_NONE = 0, A_FLIP, A_REPLAY, A_DROP, A_REORDER };
 
 /* One direction: the handshake's bytes pass as they are, then each whole
  * message (length, body, tag) is passed, or changed at index at. */
@@ -57,6 +59,8 @@ typedef struct dir {
     int seen; /* messages after the handshake */
     uint8_t buf[BUF];
     size_t len;
+    uint8_t held[BUF]; /* REORDER: message at, sent after the next */
+    size_t held_len;
 } dir;
 
 typedef struct relay {
@@ -106,7 +110,15 @@ static int forward(relay *r, dir *d, int to) {
                 rc = send_all(to, m, unit);
                 if (rc == 0)
                     rc = send_all(to, m, unit);
+            } else if (d->action == A_REORDER) {
+                memcpy(d->held, m, unit);
+                d->held_len = unit;
             }
+        } else if (d->held_len > 0) {
+            rc = send_all(to, m, unit);
+            if (rc == 0)
+                rc = send_all(to, d->held, d->held_len);
+            d->held_len = 0;
         } else {
             rc = send_all(to, m, unit);
         }
@@ -450,6 +462,20 @@ static void elastic_drop_keepalive(void **state) {
     hvd_rdv_server_destroy(srv);
 }
 
+/* The first two keepalives arrive swapped: the first to arrive fails. */
+static void elastic_reorder_keepalives(void **state) {
+    client c;
+    relay *r;
+    hvd_rdv_server *srv;
+
+    (void)state;
+    elastic_run(A_NONE, A_REORDER, 0, &c, &r, &srv);
+    assert_true(atomic_load(&r->acted));
+    assert_sentence(&c, r->port);
+    relay_stop(r);
+    hvd_rdv_server_destroy(srv);
+}
+
 /* The join itself is changed: the server drops the worker and logs it. */
 static void elastic_flip_join(void **state) {
     client c;
@@ -474,6 +500,7 @@ int main(void) {
         cmocka_unit_test(fixed_flip_to_server),
         cmocka_unit_test(fixed_replay_to_server),
         cmocka_unit_test(elastic_drop_keepalive),
+        cmocka_unit_test(elastic_reorder_keepalives),
         cmocka_unit_test(elastic_flip_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
