@@ -289,7 +289,9 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
         hvd__rdv__result__free_unpacked(res, NULL);
         res = NULL;
     }
-    if (cl->elastic && res->error_status != 0) {
+    /* A fixed rendezvous sends an error only when it drops this rank
+     * (a message from it failed authentication there). */
+    if (res->error_status != 0) {
         st = server_error(cl, res);
         goto out;
     }

@@ -229,8 +229,8 @@ void hvd_rdv_conn_send(hvd_rdv_server *srv, rconn *c, rresult *r) {
     hvd_rdv_conn_flush(srv, c);
 }
 
-/* Elastic: sends c a last Result carrying status and sentence, then
- * closes it (RC_CLOSING). c no longer stands for its worker. */
+/* Sends c a last Result carrying status and sentence, then closes it
+ * (RC_CLOSING). c no longer stands for its worker or rank. */
 void hvd_rdv_conn_fail(hvd_rdv_server *srv, rconn *c, hvd_status status,
                        const char *sentence) {
     Hvd__Rdv__Result res = HVD__RDV__RESULT__INIT;

@@ -221,8 +221,9 @@ void hvd_rdv_conn_watch(hvd_rdv_server *srv, rconn *c, uint32_t events);
 void hvd_rdv_conn_flush(hvd_rdv_server *srv, rconn *c);
 /* Queues r (a reference is taken) on c and sends what it can. */
 void hvd_rdv_conn_send(hvd_rdv_server *srv, rconn *c, rresult *r);
-/* Elastic: sends c a last Result carrying status and sentence, then
- * closes it (RC_CLOSING). c no longer stands for its worker. */
+/* Sends c a last Result carrying status and sentence, then closes it
+ * (RC_CLOSING). c no longer stands for its worker or rank. Elastic, and
+ * a fixed rank whose message failed authentication. */
 void hvd_rdv_conn_fail(hvd_rdv_server *srv, rconn *c, hvd_status status,
                        const char *sentence);
 /* Elastic: reads and drops what a closing connection still sends, and

@@ -347,21 +347,28 @@ static void on_message(hvd_rdv_server *srv, rconn *c) {
 }
 
 /* Checks the tag of the message c just read; a message that fails it
- * was changed, replayed, reordered or follows a dropped one: c is closed
- * (so nothing of it is used) and 0 returned. */
+ * was changed, replayed, reordered or follows a dropped one: nothing of it
+ * is used, c is sent a last (authenticated) Result saying so and closed,
+ * and 0 returned. */
 static int authentic(hvd_rdv_server *srv, rconn *c) {
+    char why[256];
+
     if (hvd_rdv_open(&c->keys, c->lenbuf, c->body, c->body_len,
                      c->body + c->body_len) == 0)
         return 1;
+    snprintf(why, sizeof(why),
+             "the rendezvous server dropped %s %d: message %llu it got "
+             "from %s failed authentication (changed, replayed, reordered "
+             "or one before it lost on the way)",
+             srv->elastic ? "worker" : "rank",
+             srv->elastic ? c->worker : c->rank,
+             (unsigned long long)(c->keys.rx_n - 1), c->name);
     /* Anyone on the path can cause this at any rate: a bounded log. */
-    HVD_WARN_LIMITED(&srv->forged, c->name, "rdv",
-                     "dropped %s %d at %s: its message %llu failed "
-                     "authentication (changed, replayed, reordered or "
-                     "one before it lost on the way)",
-                     srv->elastic ? "worker" : "rank",
-                     srv->elastic ? c->worker : c->rank, c->name,
-                     (unsigned long long)(c->keys.rx_n - 1));
-    hvd_rdv_conn_close(srv, c);
+    HVD_WARN_LIMITED(&srv->forged, c->name, "rdv", "%s", why);
+    free(c->body);
+    c->body = NULL;
+    c->len_got = c->body_got = c->body_len = 0;
+    hvd_rdv_conn_fail(srv, c, HVD_ERR_PROTOCOL, why);
     return 0;
 }
 
@@ -562,6 +569,7 @@ static void sweep(hvd_rdv_server *srv) {
     }
     hvd_log_limit_flush(&srv->refused, 0);
     hvd_log_limit_flush(&srv->dropped, 0);
+    hvd_log_limit_flush(&srv->forged, 0);
     hvd_rdv_arm_timer(srv, pending > 0);
 }
 
