@@ -34,7 +34,13 @@ typedef struct rdv_client {
     int64_t timeout_ns;
     int notices; /* since the join */
     int broken;  /* the connection broke or the server ended it */
-    /* The Result being received: 4-byte length, then the body. */
+    int forged;  /* a message from the server failed its tag */
+    /* The server, for sentences. */
+    char addr[HVD_ADDR_MAX];
+    int port;
+    rdv_keys keys;
+    /* The Result being received: 4-byte length, then the body and its tag
+     * (body_len counts the body only). */
     uint8_t lenbuf[LEN_PREFIX];
     size_t len_got;
     uint8_t *body;
@@ -72,6 +78,55 @@ static hvd_status send_all(rdv_client *cl, const void *buf, size_t len) {
     return HVD_OK;
 }
 
+/* Sends one message: msg is its length prefix and body; its tag follows. */
+static hvd_status send_msg(rdv_client *cl, const uint8_t *msg, size_t len) {
+    uint8_t tag[RDV_TAG];
+    hvd_status st;
+
+    if (hvd_rdv_seal(&cl->keys, msg, len, tag) != 0)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "could not tag a message to the rendezvous "
+                             "server at %s:%d",
+                             cl->addr, cl->port);
+    st = send_all(cl, msg, len);
+    if (st == HVD_OK)
+        st = send_all(cl, tag, sizeof(tag));
+    return st;
+}
+
+/* Checks and unpacks the whole message in cl->body. A message that fails
+ * its tag is never unpacked: nothing of it is used, and the connection is
+ * broken. */
+static hvd_status open_result(rdv_client *cl, Hvd__Rdv__Result **res_out) {
+    Hvd__Rdv__Result *res = NULL;
+    int ok = hvd_rdv_open(&cl->keys, cl->lenbuf, cl->body, cl->body_len,
+                          cl->body + cl->body_len) == 0;
+
+    if (ok)
+        res = hvd__rdv__result__unpack(NULL, cl->body_len, cl->body);
+    free(cl->body);
+    cl->body = NULL;
+    cl->len_got = cl->body_len = cl->body_got = 0;
+    if (!ok) {
+        cl->broken = 1;
+        cl->forged = 1;
+        return hvd_error_set(HVD_ERR_PROTOCOL,
+                             "a message from the rendezvous at %s:%d failed "
+                             "authentication: it was changed, replayed or "
+                             "reordered on the way, or one before it was "
+                             "lost (message %llu from the server)",
+                             cl->addr, cl->port,
+                             (unsigned long long)(cl->keys.rx_n - 1));
+    }
+    if (res == NULL)
+        return hvd_error_set(HVD_ERR_PROTOCOL,
+                             "malformed answer from the rendezvous "
+                             "server for round %u",
+                             cl->round);
+    *res_out = res;
+    return HVD_OK;
+}
+
 /*
  * Receives the next Result into *res_out, waiting until cl->deadline if
  * block, else returning HVD_OK with *res_out = NULL when no whole Result
@@ -95,22 +150,10 @@ static hvd_status recv_result(rdv_client *cl, int block,
             want = LEN_PREFIX - cl->len_got;
         } else {
             dst = cl->body + cl->body_got;
-            want = cl->body_len - cl->body_got;
+            want = cl->body_len + RDV_TAG - cl->body_got;
         }
-        if (want == 0) {
-            Hvd__Rdv__Result *res =
-                hvd__rdv__result__unpack(NULL, cl->body_len, cl->body);
-            free(cl->body);
-            cl->body = NULL;
-            cl->len_got = cl->body_len = cl->body_got = 0;
-            if (res == NULL)
-                return hvd_error_set(HVD_ERR_PROTOCOL,
-                                     "malformed answer from the rendezvous "
-                                     "server for round %u",
-                                     cl->round);
-            *res_out = res;
-            return HVD_OK;
-        }
+        if (want == 0)
+            return open_result(cl, res_out);
         ssize_t n = recv(cl->fd, dst, want, MSG_DONTWAIT);
         if (n > 0) {
             if (cl->len_got < LEN_PREFIX) {
@@ -123,7 +166,7 @@ static hvd_status recv_result(rdv_client *cl, int block,
                                          "the rendezvous server sent a "
                                          "%zu-byte answer (at most %zu)",
                                          cl->body_len, max);
-                cl->body = malloc(cl->body_len ? cl->body_len : 1);
+                cl->body = malloc(cl->body_len + RDV_TAG);
                 if (cl->body == NULL)
                     return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
                 cl->body_got = 0;
@@ -182,7 +225,11 @@ static hvd_status unread_error(rdv_client *cl, hvd_status st) {
 
     snprintf(saved, sizeof(saved), "%s", hvd_error_get());
     for (int i = 0; i < 1024; i++) {
-        if (recv_result(cl, 0, &res) != HVD_OK || res == NULL)
+        hvd_status rst = recv_result(cl, 0, &res);
+        /* A forged message says more than the broken connection. */
+        if (rst == HVD_ERR_PROTOCOL && cl->forged)
+            return rst;
+        if (rst != HVD_OK || res == NULL)
             break;
         if (res->error_status != 0) {
             st = server_error(cl, res);
@@ -224,7 +271,7 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     hvd_put32(buf, (uint32_t)plen);
     hvd__rdv__contribute__pack(&msg, buf + LEN_PREFIX);
-    st = send_all(cl, buf, plen + LEN_PREFIX);
+    st = send_msg(cl, buf, plen + LEN_PREFIX);
     free(buf);
     if (st == HVD_ERR_PEER_LOST && cl->elastic)
         st = unread_error(cl, st);
@@ -242,7 +289,9 @@ static hvd_status client_allgather(hvd_bootstrap *bs, const void *mine,
         hvd__rdv__result__free_unpacked(res, NULL);
         res = NULL;
     }
-    if (cl->elastic && res->error_status != 0) {
+    /* A fixed rendezvous sends an error only when it drops this rank
+     * (a message from it failed authentication there). */
+    if (res->error_status != 0) {
         st = server_error(cl, res);
         goto out;
     }
@@ -355,7 +404,9 @@ static hvd_status handshake_once(rdv_client *cl, auth_try *t,
 
     if (st == HVD_OK)
         st = hvd_hs_run(&hs, cl->fd, cl->deadline);
-    if (st == HVD_OK || st == HVD_ERR_INTERNAL)
+    if (st == HVD_OK)
+        return hvd_rdv_keys_init(&cl->keys, &hs, 1);
+    if (st == HVD_ERR_INTERNAL)
         return st;
     /* Dropped before its CHALLENGE (PEER_LOST), or after it: a server
      * that proved it holds this job's secret shares ours, so it cannot
@@ -390,6 +441,8 @@ static hvd_status connect_auth(rdv_client *cl, const char *addr, int port,
     auth_try t = {.addr = addr, .port = port, .what = what, .id = id};
     hvd_status st;
 
+    snprintf(cl->addr, sizeof(cl->addr), "%s", addr);
+    cl->port = port;
     t.start = hvd_now_ns();
     /* The server is normally up before any rank starts; retry a refusal
      * anyway, for launchers that start it alongside the ranks, and a
@@ -519,7 +572,7 @@ hvd_status hvd_rdv_client_join(const char *addr, int port, int worker,
     plen = hvd__rdv__contribute__get_packed_size(&msg);
     hvd_put32(buf, (uint32_t)plen);
     hvd__rdv__contribute__pack(&msg, buf + LEN_PREFIX);
-    st = send_all(cl, buf, plen + LEN_PREFIX);
+    st = send_msg(cl, buf, plen + LEN_PREFIX);
     /* While this worker waits, the server sends a keepalive (a notice)
      * every second: the timeout is of the server's silence. */
     while (st == HVD_OK) {
@@ -619,6 +672,7 @@ void hvd_rdv_client_close(hvd_bootstrap *bs) {
     cl = bs->ctx;
     if (cl->fd >= 0)
         close(cl->fd);
+    hvd_rdv_keys_free(&cl->keys);
     free(cl->body);
     free(cl);
 }

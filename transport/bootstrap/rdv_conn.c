@@ -1,5 +1,6 @@
 /*
- * The rendezvous server's connections (rdv_internal.h): the shared,
+ * The tags of rendezvous messages (client and server), and the rendezvous
+ * server's connections (rdv_internal.h): the shared,
  * reference-counted Results, each connection's queue of them and its
  * sending, the last Result of an elastic connection that is refused, and
  * closing; and a round's answer, sent to every rank. It calls nothing of
@@ -16,10 +17,61 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/base/wire.h"
+
+hvd_status hvd_rdv_keys_init(rdv_keys *k, const hvd_hs *hs, int client) {
+    uint8_t c2s[HVD_PROTECT_KEY], s2c[HVD_PROTECT_KEY];
+    /* Its own label: the rendezvous and a data connection never share a
+     * key, even if a handshake's bytes were alike. */
+    hvd_status st = hvd_hs_keys(hs, "hvd rendezvous v1", c2s, s2c);
+
+    memset(k, 0, sizeof(*k));
+    if (st == HVD_OK)
+        st =
+            hvd_aead_init(&k->tx, HVD_PROTECT_INTEGRITY, 1, client ? c2s : s2c);
+    if (st == HVD_OK) {
+        st =
+            hvd_aead_init(&k->rx, HVD_PROTECT_INTEGRITY, 0, client ? s2c : c2s);
+        if (st != HVD_OK)
+            hvd_aead_free(&k->tx);
+    }
+    OPENSSL_cleanse(c2s, sizeof(c2s));
+    OPENSSL_cleanse(s2c, sizeof(s2c));
+    k->ready = st == HVD_OK;
+    return st;
+}
+
+void hvd_rdv_keys_free(rdv_keys *k) {
+    if (!k->ready)
+        return;
+    hvd_aead_free(&k->tx);
+    hvd_aead_free(&k->rx);
+    k->ready = 0;
+}
+
+int hvd_rdv_seal(rdv_keys *k, const uint8_t *msg, size_t len,
+                 uint8_t tag[RDV_TAG]) {
+    if (!k->ready || hvd_aead_begin(&k->tx, k->tx_n++) != 0 ||
+        hvd_aead_update(&k->tx, msg, NULL, len) != 0)
+        return -1;
+    return hvd_aead_seal_end(&k->tx, tag);
+}
+
+int hvd_rdv_open(rdv_keys *k, const uint8_t prefix[LEN_PREFIX],
+                 const uint8_t *body, size_t len, const uint8_t tag[RDV_TAG]) {
+    /* The counter moves on even for a message that fails: the connection
+     * is dropped then anyway. */
+    if (!k->ready || hvd_aead_begin(&k->rx, k->rx_n++) != 0 ||
+        hvd_aead_update(&k->rx, prefix, NULL, LEN_PREFIX) != 0 ||
+        hvd_aead_update(&k->rx, body, NULL, len) != 0)
+        return -1;
+    return hvd_aead_open_end(&k->rx, tag);
+}
 
 /* Packs res with its length prefix; one reference. NULL when out of
  * memory. */
@@ -85,6 +137,7 @@ void hvd_rdv_conn_close(hvd_rdv_server *srv, rconn *c) {
     for (int i = 0; i < c->qlen; i++)
         hvd_rdv_result_put(c->q[(c->qhead + i) % OUT_QUEUE]);
     free(c->body);
+    hvd_rdv_keys_free(&c->keys);
     memset(c, 0, sizeof(*c));
     c->fd = -1;
     c->rank = -1;
@@ -112,9 +165,22 @@ void hvd_rdv_conn_flush(hvd_rdv_server *srv, rconn *c) {
         if (c->qlen == 0)
             break;
         rresult *r = c->q[c->qhead];
-        while (c->out_off < r->len) {
-            ssize_t n = send(c->fd, r->data + c->out_off, r->len - c->out_off,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* Each connection tags a shared Result with its own key and
+         * counter, when it starts to send it. */
+        if (!c->out_sealed &&
+            hvd_rdv_seal(&c->keys, r->data, r->len, c->out_tag) != 0) {
+            HVD_ERROR("rdv", "could not tag a message to %s", c->name);
+            hvd_rdv_conn_close(srv, c);
+            return;
+        }
+        c->out_sealed = 1;
+        while (c->out_off < r->len + RDV_TAG) {
+            const uint8_t *src = c->out_off < r->len
+                                     ? r->data + c->out_off
+                                     : c->out_tag + (c->out_off - r->len);
+            size_t left = c->out_off < r->len ? r->len - c->out_off
+                                              : r->len + RDV_TAG - c->out_off;
+            ssize_t n = send(c->fd, src, left, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n > 0) {
                 c->out_off += (size_t)n;
             } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -138,6 +204,7 @@ void hvd_rdv_conn_flush(hvd_rdv_server *srv, rconn *c) {
         c->qhead = (c->qhead + 1) % OUT_QUEUE;
         c->qlen--;
         c->out_off = 0;
+        c->out_sealed = 0;
     }
     if (c->state == RC_CLOSING && !c->shut) {
         shutdown(c->fd, SHUT_WR);
@@ -162,8 +229,8 @@ void hvd_rdv_conn_send(hvd_rdv_server *srv, rconn *c, rresult *r) {
     hvd_rdv_conn_flush(srv, c);
 }
 
-/* Elastic: sends c a last Result carrying status and sentence, then
- * closes it (RC_CLOSING). c no longer stands for its worker. */
+/* Sends c a last Result carrying status and sentence, then closes it
+ * (RC_CLOSING). c no longer stands for its worker or rank. */
 void hvd_rdv_conn_fail(hvd_rdv_server *srv, rconn *c, hvd_status status,
                        const char *sentence) {
     Hvd__Rdv__Result res = HVD__RDV__RESULT__INIT;

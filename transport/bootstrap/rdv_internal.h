@@ -3,7 +3,15 @@
  *
  * Client and server frame every message the same way: its length as a
  * 4-byte little-endian integer, then the protobuf-c message
- * (rendezvous.proto).
+ * (rendezvous.proto), then a 16-byte AES-256-GCM tag (protect.h) over the
+ * length and the message. The tag is always there, whatever
+ * HVD_TCP_PROTECT says: the rendezvous is always authenticated
+ * (integrity: the message travels in the clear), with a key per
+ * connection and direction from hvd_hs_keys and the n-th message of a
+ * direction using n as its nonce, so a message that is changed, replayed,
+ * reordered or dropped fails the next tag. Encryption is not offered: a
+ * round's answer is one buffer shared by every rank's connection, and the
+ * blobs it carries are addresses and capabilities, not secrets.
  *
  * The server is three files whose calls go one way:
  *   rdv_server.c   creating and destroying the server, accepting,
@@ -28,11 +36,36 @@
 #include "transport/base/log.h"
 #include "transport/bootstrap/handshake.h"
 #include "transport/bootstrap/net.h"
+#include "transport/bootstrap/protect.h"
 #include "transport/bootstrap/rendezvous.h"
 #include "transport/bootstrap/rendezvous.pb-c.h"
 
 /* The length before every message. */
 #define LEN_PREFIX 4
+
+/* The tag after every message. */
+#define RDV_TAG HVD_PROTECT_TAG
+
+/* One connection's two directions, once its handshake is done. */
+typedef struct rdv_keys {
+    hvd_aead tx;
+    hvd_aead rx;
+    uint64_t tx_n; /* messages sealed */
+    uint64_t rx_n; /* messages opened */
+    int ready;
+} rdv_keys;
+
+/* Derives k from a finished handshake hs; client: this side sent the
+ * HELLO. */
+hvd_status hvd_rdv_keys_init(rdv_keys *k, const hvd_hs *hs, int client);
+void hvd_rdv_keys_free(rdv_keys *k);
+/* Tags the next message sent: msg is its length prefix and body. */
+int hvd_rdv_seal(rdv_keys *k, const uint8_t *msg, size_t len,
+                 uint8_t tag[RDV_TAG]);
+/* Checks the next message received: its prefix, body of len bytes and
+ * the tag after it. 0 if it is authentic. */
+int hvd_rdv_open(rdv_keys *k, const uint8_t prefix[LEN_PREFIX],
+                 const uint8_t *body, size_t len, const uint8_t tag[RDV_TAG]);
 
 /* ---- Server ---- */
 
@@ -81,7 +114,9 @@ typedef struct rconn {
     int64_t deadline;
     char name[HVD_ADDR_MAX];
     hvd_hs hs;
-    /* Incoming message: 4-byte length, then the body. */
+    rdv_keys keys;
+    /* Incoming message: 4-byte length, then the body and its tag (body_len
+     * counts the body only). */
     uint8_t lenbuf[LEN_PREFIX];
     size_t len_got;
     uint8_t *body;
@@ -93,7 +128,11 @@ typedef struct rconn {
      * is queued whenever the queue is empty (srv->notice). */
     struct rresult *q[OUT_QUEUE];
     int qhead, qlen;
-    size_t out_off;
+    size_t out_off; /* of q[qhead]'s bytes, then of out_tag */
+    uint8_t out_tag[RDV_TAG];
+    /* q[qhead] was tagged (with the next count): a send that would block
+     * before its first byte must not tag it again. */
+    int out_sealed;
     int notices;
     int shut;
 } rconn;
@@ -159,6 +198,9 @@ struct hvd_rdv_server {
      * authenticated: counted, and logged at a bounded rate. */
     hvd_log_limiter refused;
     hvd_log_limiter dropped;
+    /* Connections dropped because a message after their handshake failed
+     * its tag: logged at a bounded rate too. */
+    hvd_log_limiter forged;
 };
 
 /* rdv_conn.c: results and connections. */
@@ -179,8 +221,9 @@ void hvd_rdv_conn_watch(hvd_rdv_server *srv, rconn *c, uint32_t events);
 void hvd_rdv_conn_flush(hvd_rdv_server *srv, rconn *c);
 /* Queues r (a reference is taken) on c and sends what it can. */
 void hvd_rdv_conn_send(hvd_rdv_server *srv, rconn *c, rresult *r);
-/* Elastic: sends c a last Result carrying status and sentence, then
- * closes it (RC_CLOSING). c no longer stands for its worker. */
+/* Sends c a last Result carrying status and sentence, then closes it
+ * (RC_CLOSING). c no longer stands for its worker or rank. Elastic, and
+ * a fixed rank whose message failed authentication. */
 void hvd_rdv_conn_fail(hvd_rdv_server *srv, rconn *c, hvd_status status,
                        const char *sentence);
 /* Elastic: reads and drops what a closing connection still sends, and

@@ -64,6 +64,8 @@ static hvd_status server_new(const char *bind_addr, int port, int cap,
     hvd_log_limiter_init(&srv->refused, "rdv", "refused", "not authenticated");
     hvd_log_limiter_init(&srv->dropped, "rdv", "dropped",
                          "no handshake in time, or too many waiting");
+    hvd_log_limiter_init(&srv->forged, "rdv", "dropped",
+                         "a message failed authentication");
     srv->size = cap;
     memcpy(srv->job_id, job_id, HVD_JOB_ID_LEN);
     srv->secret = strdup(secret);
@@ -344,6 +346,32 @@ static void on_message(hvd_rdv_server *srv, rconn *c) {
         hvd_rdv_finish_round(srv);
 }
 
+/* Checks the tag of the message c just read; a message that fails it
+ * was changed, replayed, reordered or follows a dropped one: nothing of it
+ * is used, c is sent a last (authenticated) Result saying so and closed,
+ * and 0 returned. */
+static int authentic(hvd_rdv_server *srv, rconn *c) {
+    char why[256];
+
+    if (hvd_rdv_open(&c->keys, c->lenbuf, c->body, c->body_len,
+                     c->body + c->body_len) == 0)
+        return 1;
+    snprintf(why, sizeof(why),
+             "the rendezvous server dropped %s %d: message %llu it got "
+             "from %s failed authentication (changed, replayed, reordered "
+             "or one before it lost on the way)",
+             srv->elastic ? "worker" : "rank",
+             srv->elastic ? c->worker : c->rank,
+             (unsigned long long)(c->keys.rx_n - 1), c->name);
+    /* Anyone on the path can cause this at any rate: a bounded log. */
+    HVD_WARN_LIMITED(&srv->forged, c->name, "rdv", "%s", why);
+    free(c->body);
+    c->body = NULL;
+    c->len_got = c->body_got = c->body_len = 0;
+    hvd_rdv_conn_fail(srv, c, HVD_ERR_PROTOCOL, why);
+    return 0;
+}
+
 static void conn_read(hvd_rdv_server *srv, rconn *c) {
     for (;;) {
         uint8_t *dst;
@@ -354,7 +382,7 @@ static void conn_read(hvd_rdv_server *srv, rconn *c) {
             want = LEN_PREFIX - c->len_got;
         } else {
             dst = c->body + c->body_got;
-            want = c->body_len - c->body_got;
+            want = c->body_len + RDV_TAG - c->body_got;
         }
         ssize_t n = want ? recv(c->fd, dst, want, MSG_DONTWAIT) : 0;
         if (want && n == 0) {
@@ -403,7 +431,7 @@ static void conn_read(hvd_rdv_server *srv, rconn *c) {
                     hvd_rdv_conn_close(srv, c);
                     return;
                 }
-                c->body = malloc(c->body_len ? c->body_len : 1);
+                c->body = malloc(c->body_len + RDV_TAG);
                 c->body_got = 0;
                 if (c->body == NULL) {
                     hvd_rdv_conn_close(srv, c);
@@ -413,7 +441,9 @@ static void conn_read(hvd_rdv_server *srv, rconn *c) {
         } else {
             c->body_got += (size_t)n;
         }
-        if (c->len_got == LEN_PREFIX && c->body_got == c->body_len) {
+        if (c->len_got == LEN_PREFIX && c->body_got == c->body_len + RDV_TAG) {
+            if (!authentic(srv, c))
+                return;
             on_message(srv, c);
             if (c->state != RC_READY)
                 return;
@@ -444,6 +474,12 @@ static void handshake_event(hvd_rdv_server *srv, rconn *c) {
         if (hvd_hs_need(&c->hs) == HVD_HS_RESPONSE_LEN)
             c->challenged = 1;
         hvd_rdv_conn_watch(srv, c, want == POLLOUT ? EPOLLOUT : EPOLLIN);
+        return;
+    }
+    if (hvd_rdv_keys_init(&c->keys, &c->hs, 0) != HVD_OK) {
+        HVD_ERROR("rdv", "dropped the connection from %s: %s", c->name,
+                  hvd_error_get());
+        hvd_rdv_conn_close(srv, c);
         return;
     }
     if (srv->elastic) {
@@ -533,6 +569,7 @@ static void sweep(hvd_rdv_server *srv) {
     }
     hvd_log_limit_flush(&srv->refused, 0);
     hvd_log_limit_flush(&srv->dropped, 0);
+    hvd_log_limit_flush(&srv->forged, 0);
     hvd_rdv_arm_timer(srv, pending > 0);
 }
 
@@ -561,6 +598,7 @@ void hvd_rdv_server_destroy(hvd_rdv_server *srv) {
         return;
     hvd_log_limit_flush(&srv->refused, 1);
     hvd_log_limit_flush(&srv->dropped, 1);
+    hvd_log_limit_flush(&srv->forged, 1);
     uint64_t strangers =
         hvd_log_limit_total(&srv->refused) + hvd_log_limit_total(&srv->dropped);
     if (strangers > HVD_LOG_LIMIT_BURST)
@@ -571,6 +609,7 @@ void hvd_rdv_server_destroy(hvd_rdv_server *srv) {
                  (unsigned long long)strangers);
     hvd_log_limiter_destroy(&srv->refused);
     hvd_log_limiter_destroy(&srv->dropped);
+    hvd_log_limiter_destroy(&srv->forged);
     for (int i = 0; srv->conns != NULL && i < srv->nconns; i++)
         if (srv->conns[i].state != RC_FREE)
             hvd_rdv_conn_close(srv, &srv->conns[i]);
