@@ -285,6 +285,15 @@ hvd_status hvd_net_local_addr(int fd, char *out, size_t outlen) {
     return HVD_OK;
 }
 
+int hvd_net_same_address(const char *a, const char *b) {
+    const char *ca = strrchr(a, ':');
+    const char *cb = strrchr(b, ':');
+    size_t na = ca != NULL ? (size_t)(ca - a) : strlen(a);
+    size_t nb = cb != NULL ? (size_t)(cb - b) : strlen(b);
+
+    return na == nb && memcmp(a, b, na) == 0;
+}
+
 void hvd_net_peer_name(int fd, char *out, size_t outlen) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);

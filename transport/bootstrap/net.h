@@ -38,6 +38,10 @@ void hvd_net_format(const struct sockaddr *sa, char *out, size_t outlen);
 hvd_status hvd_net_local_addr(int fd, char *out, size_t outlen);
 void hvd_net_peer_name(int fd, char *out, size_t outlen);
 
+/* Whether two peer names of hvd_net_peer_name ("ip:port") are of the same
+ * address. */
+int hvd_net_same_address(const char *a, const char *b);
+
 /* The first IPv4 address of network interface ifname (else IPv6). */
 hvd_status hvd_net_iface_addr(const char *ifname, char *out, size_t outlen);
 

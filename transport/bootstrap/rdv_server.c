@@ -172,16 +172,6 @@ int hvd_rdv_server_fd(const hvd_rdv_server *srv) { return srv->epfd; }
 
 int hvd_rdv_server_joined(const hvd_rdv_server *srv) { return srv->joined; }
 
-/* Whether two peer names ("ip:port") are of the same address. */
-static int same_host(const char *a, const char *b) {
-    const char *ca = strrchr(a, ':');
-    const char *cb = strrchr(b, ':');
-    size_t na = ca != NULL ? (size_t)(ca - a) : strlen(a);
-    size_t nb = cb != NULL ? (size_t)(cb - b) : strlen(b);
-
-    return na == nb && memcmp(a, b, na) == 0;
-}
-
 static void handshake_event(hvd_rdv_server *srv, rconn *c);
 
 /*
@@ -207,7 +197,7 @@ static rconn *victim(hvd_rdv_server *srv, const char *name) {
             continue;
         if (oldest == NULL || c->since < oldest->since)
             oldest = c;
-        if (same_host(c->name, name)) {
+        if (hvd_net_same_address(c->name, name)) {
             own_n++;
             if (own == NULL || c->since < own->since)
                 own = c;

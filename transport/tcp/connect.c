@@ -206,16 +206,6 @@ static hvd_log_limiter dropped_log = HVD_LOG_LIMITER_INIT(
 
 static hvd_status step(mesh *m, pending_conn *c, int64_t now);
 
-/* Whether two peer names ("ip:port") are of the same address. */
-static int same_host(const char *a, const char *b) {
-    const char *ca = strrchr(a, ':');
-    const char *cb = strrchr(b, ':');
-    size_t na = ca != NULL ? (size_t)(ca - a) : strlen(a);
-    size_t nb = cb != NULL ? (size_t)(cb - b) : strlen(b);
-
-    return na == nb && memcmp(a, b, na) == 0;
-}
-
 /* The server-side connection to drop for a newcomer from name: the oldest
  * that has not sent a valid HELLO -- of name's address when that address
  * holds PER_SOURCE or more, so that one flooding address does not push out
@@ -231,7 +221,7 @@ static pending_conn *victim(mesh *m, const char *name) {
             continue;
         if (oldest == NULL || c->since < oldest->since)
             oldest = c;
-        if (same_host(c->name, name)) {
+        if (hvd_net_same_address(c->name, name)) {
             own_n++;
             if (own == NULL || c->since < own->since)
                 own = c;
