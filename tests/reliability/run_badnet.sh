@@ -244,9 +244,9 @@ if [ $mode = latency ]; then
                 $7 / r }'
     }
     start=$(date +%s)
-    latency_run "np 2, cached" 2 "$wrapper2" --ops 300
-    latency_run "np 2, a new name each" 2 "$wrapper2" --ops 150 --unique
-    latency_run "np 4, cached" 4 "$wrapper" --ops 200
+    latency_run "np 2, cached" 2 "$wrapper2" --ops 150
+    latency_run "np 2, a new name each" 2 "$wrapper2" --ops 80 --unique
+    latency_run "np 4, cached" 4 "$wrapper" --ops 100
     if [ $emulator = linkem ]; then
         kill $linkem_pid 2>/dev/null
         wait $linkem_pid
