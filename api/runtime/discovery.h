@@ -21,7 +21,8 @@
 #include "transport/transport.h"
 
 typedef struct hvd_procinfo {
-    const char *source; /* "hvdrun", "openmpi", "slurm", "pmi", "single" */
+    const char *source; /* "hvdrun", "openmpi", "torchrun", "slurm", "pmi",
+                           "single" */
     int rank;
     int size;
     int local_rank; /* -1: not given by the launcher */
@@ -35,6 +36,19 @@ typedef struct hvd_procinfo {
     char secret[256];
     uint8_t job_id[HVD_JOB_ID_LEN];
     int have_job_id;
+    /*
+     * A launcher that starts the ranks but gives them no channel to meet
+     * through (torchrun, Slurm's srun without MPI): rank 0 hosts the
+     * rendezvous itself, on rdv_addr (a name or address the other ranks
+     * resolve: MASTER_ADDR, the step's first node), on the first free port
+     * of [rdv_port, rdv_port + rdv_port_span); the others try the range.
+     * job_key names the job for its launcher (run id and restart count,
+     * Slurm job and step ids): the job id is derived from it, so a
+     * restarted job is a new job. hosted is 0 under every other launcher.
+     */
+    int hosted;
+    int rdv_port_span;
+    char job_key[160];
     /* An elastic job's worker (HVD_ELASTIC=1, HVD_ELASTIC_WORKER): rank,
      * size, local and cross ranks are -1 until the rendezvous places it
      * in a generation (hvd_setup_elastic_join). */
