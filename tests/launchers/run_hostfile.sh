@@ -69,7 +69,7 @@ else
          "import torch, or libhvd is a sanitizer build"
 fi
 if [ $have_torch = 1 ]; then
-    timeout 180 "$hvdrun" --hostfile "$dir/hostfile" \
+    timeout 180 "$hvdrun" --hostfile "$dir/hostfile" -x PATH \
         "$python" "${trainer[@]}" >"$dir/out" 2>&1
     rc=$?
     sed "s/^/[hvdrun trainer] /" "$dir/out"
@@ -93,8 +93,7 @@ if [ "$fmt" = slots ] && [ -n "$mpirun" ] &&
     check "mpirun --hostfile C" $?
     if [ $have_torch = 1 ]; then
         timeout 180 "$mpirun" --hostfile "$dir/hostfile" -np 2 --bind-to none \
-            -x HVD_SECRET -x PYTHONPATH -x HVD_LIBRARY \
-            "$python" "${trainer[@]}" >"$dir/out" 2>&1
+            -x HVD_SECRET -x PATH "$python" "${trainer[@]}" >"$dir/out" 2>&1
         rc=$?
         sed "s/^/[mpirun trainer] /" "$dir/out"
         if [ $rc -ne 0 ] || ! grep -q "Total img/sec on 2" "$dir/out"; then

@@ -115,23 +115,39 @@ nodes2)
     # host name as MASTER_ADDR.
     printf '127.0.0.1 localhost\n10.231.0.1 hvd-node-a\n10.231.0.2 hvd-node-b\n' \
         >"$dir/hosts"
-    pids=()
-    for node in 0 1; do
-        ns=$ns_a name=hvd-node-a
-        [ $node = 1 ] && ns=$ns_b name=hvd-node-b
-        ip netns exec "$ns" unshare --uts sh -c \
-            'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 &&
-             exec "$@"' sh "$name" "$dir/hosts" \
-            timeout 150 torchrun --nnodes 2 --nproc_per_node 1 \
-            --node_rank $node --rdzv-backend=c10d \
-            --rdzv-endpoint=hvd-node-a:29500 --rdzv-id=hvd-job \
-            "$here/torch_job.py" >"$dir/node$node" 2>&1 &
-        pids+=($!)
-    done
-    rc=0
-    for p in "${pids[@]}"; do
-        wait "$p" || rc=$?
-    done
+    # Runs torchrun on both nodes, as pytorchjob-torchrun.yaml does on
+    # each pod, with SCRIPT ARGS; node N's output in $dir/nodeN.
+    run_nodes() { # SCRIPT ARGS...
+        local node ns name p rc=0 pids=()
+        for node in 0 1; do
+            ns=$ns_a name=hvd-node-a
+            [ $node = 1 ] && ns=$ns_b name=hvd-node-b
+            ip netns exec "$ns" unshare --uts sh -c \
+                'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 &&
+                 exec "$@"' sh "$name" "$dir/hosts" \
+                timeout 120 torchrun --nnodes 2 --nproc_per_node 1 \
+                --node_rank $node --rdzv-backend=c10d \
+                --rdzv-endpoint=hvd-node-a:29500 --rdzv-id=hvd-job \
+                "$@" >"$dir/node$node" 2>&1 &
+            pids+=($!)
+        done
+        for p in "${pids[@]}"; do
+            wait "$p" || rc=$?
+        done
+        return $rc
+    }
+    # The example trainer with the manifest's arguments, then the script
+    # with exact results.
+    run_nodes "$src/examples/pytorch_synthetic.py" --batch-size 8 \
+        --num-warmup-batches 1 --num-batches-per-iter 2 --num-iters 2
+    rc=$?
+    cat "$dir/node0" "$dir/node1" | sed 's/^/[trainer] /'
+    if [ $rc -ne 0 ] || ! grep -q "Total img/sec on 2" "$dir/node0" "$dir/node1"; then
+        echo "FAIL: the trainer on two nodes: status $rc"
+        exit 1
+    fi
+    run_nodes "$here/torch_job.py"
+    rc=$?
     cat "$dir/node0" "$dir/node1" >"$out"
     verdict $rc 2 "launcher torchrun"
     ;;
