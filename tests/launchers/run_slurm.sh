@@ -51,8 +51,8 @@ if ! { ip link set lo up && ip link add hvd0 type veth peer name hvd1 &&
 fi
 mount -t tmpfs -o mode=0755 hvd-run /run || { echo "FAIL: tmpfs /run"; exit 1; }
 dir=/run/hvd-slurm
-mkdir -p -m 0700 "$dir" "$dir/ctld" "$dir/d" "$dir/tmp"
-mkdir -p -m 0755 /run/munge
+mkdir -m 0700 "$dir" && mkdir "$dir/ctld" "$dir/d" "$dir/tmp" &&
+    mkdir -m 0755 /run/munge || { echo "FAIL: mkdir in /run"; exit 1; }
 # slurmctld and munged find nothing of the system's: the configuration is
 # this one, in the tmpfs.
 export SLURM_CONF=$dir/slurm.conf

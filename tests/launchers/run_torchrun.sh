@@ -122,6 +122,7 @@ nodes2)
         for node in 0 1; do
             ns=$ns_a name=hvd-node-a
             [ $node = 1 ] && ns=$ns_b name=hvd-node-b
+            # shellcheck disable=SC2016 # expanded by that sh
             ip netns exec "$ns" unshare --uts sh -c \
                 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 &&
                  exec "$@"' sh "$name" "$dir/hosts" \
