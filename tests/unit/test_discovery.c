@@ -193,6 +193,179 @@ static void malformed(void **state) {
     expect_invalid(p, "SLURM_LOCALID=2");
 }
 
+/* torchrun on one node: ranks, the hosted rendezvous above torch's store
+ * and the job's key; GROUP_* are the node's. */
+static void torchrun_one_node(void **state) {
+    (void)state;
+    var v[] = {{"RANK", "1"},
+               {"WORLD_SIZE", "4"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "4"},
+               {"GROUP_RANK", "0"},
+               {"GROUP_WORLD_SIZE", "1"},
+               {"ROLE_RANK", "1"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "29500"},
+               {"TORCHELASTIC_RUN_ID", "none"},
+               {"TORCHELASTIC_RESTART_COUNT", "0"},
+               /* The srun that started torchrun does not count. */
+               {"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "1"},
+               {"SLURM_STEP_ID", "0"},
+               {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "torchrun");
+    assert_int_equal(pi.rank, 1);
+    assert_int_equal(pi.size, 4);
+    assert_int_equal(pi.local_rank, 1);
+    assert_int_equal(pi.local_size, 4);
+    assert_int_equal(pi.cross_rank, 0);
+    assert_int_equal(pi.cross_size, 1);
+    assert_true(pi.hosted);
+    assert_string_equal(pi.rdv_addr, "127.0.0.1");
+    assert_int_equal(pi.rdv_port, 29501);
+    assert_int_equal(pi.rdv_port_span, 32);
+    assert_string_equal(pi.job_key, "torchrun:none:0:127.0.0.1:29500");
+}
+
+/* torchrun on two nodes after a restart; a port near the top of the range
+ * shortens the span; HVD_RENDEZVOUS_* replace the address and first port;
+ * without LOCAL_*, GROUP_* the values are left to the host names. */
+static void torchrun_two_nodes(void **state) {
+    (void)state;
+    var v[] = {{"RANK", "5"},
+               {"WORLD_SIZE", "8"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "4"},
+               {"GROUP_RANK", "1"},
+               {"GROUP_WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "node-a.example"},
+               {"MASTER_PORT", "65520"},
+               {"TORCHELASTIC_RUN_ID", "job42"},
+               {"TORCHELASTIC_RESTART_COUNT", "3"},
+               {NULL, NULL}};
+    var bare[] = {{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "10.0.0.1"},
+                  {"MASTER_PORT", "1234"},
+                  {"HVD_RENDEZVOUS_ADDR", "10.1.0.1"},
+                  {"HVD_RENDEZVOUS_PORT", "4000"},
+                  {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "torchrun");
+    assert_int_equal(pi.rank, 5);
+    assert_int_equal(pi.size, 8);
+    assert_int_equal(pi.cross_rank, 1);
+    assert_int_equal(pi.cross_size, 2);
+    assert_string_equal(pi.rdv_addr, "node-a.example");
+    assert_int_equal(pi.rdv_port, 65521);
+    assert_int_equal(pi.rdv_port_span, 15);
+    assert_string_equal(pi.job_key, "torchrun:job42:3:node-a.example:65520");
+
+    assert_int_equal(discover(bare, &pi), HVD_OK);
+    assert_string_equal(pi.source, "torchrun");
+    assert_int_equal(pi.local_rank, -1);
+    assert_int_equal(pi.local_size, -1);
+    assert_int_equal(pi.cross_rank, -1);
+    assert_int_equal(pi.cross_size, -1);
+    assert_true(pi.hosted);
+    assert_string_equal(pi.rdv_addr, "10.1.0.1");
+    assert_int_equal(pi.rdv_port, 4000);
+    assert_int_equal(pi.rdv_port_span, 32);
+    assert_string_equal(pi.job_key, "torchrun:none:0:10.0.0.1:1234");
+}
+
+/* hvdrun started inside a torchrun job: its own variables win, and the job
+ * is not hosted. */
+static void hvdrun_inside_torchrun(void **state) {
+    (void)state;
+    var v[] = {{"HVD_RANK", "1"},
+               {"HVD_SIZE", "2"},
+               {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+               {"HVD_RENDEZVOUS_PORT", "4711"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "4"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "29500"},
+               {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "hvdrun");
+    assert_int_equal(pi.rank, 1);
+    assert_int_equal(pi.size, 2);
+    assert_false(pi.hosted);
+    assert_int_equal(pi.rdv_port, 4711);
+    assert_string_equal(pi.job_key, "");
+}
+
+/* torch's variables that do not fit together, each named. */
+static void torchrun_malformed(void **state) {
+    (void)state;
+#define TORCH(extra_rank, extra_size)                                          \
+    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},                    \
+        {"RANK", extra_rank}, {"WORLD_SIZE", extra_size}
+    var a[] = {TORCH("3", "2"), {NULL, NULL}};
+    var b[] = {{"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "1"},
+               {"RANK", "0"},
+               {NULL, NULL}};
+    var c[] = {TORCH("0", "2"),
+               {"LOCAL_RANK", "2"},
+               {"LOCAL_WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var d[] = {TORCH("0", "4"),
+               {"GROUP_RANK", "2"},
+               {"GROUP_WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var e[] = {TORCH("0", "6"),
+               {"LOCAL_WORLD_SIZE", "2"},
+               {"GROUP_WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var f[] = {{"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "http"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var g[] = {{"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "65535"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var h[] = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {NULL, NULL}};
+    var i[] = {
+        {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {NULL, NULL}};
+    var j[] = {TORCH("0", "2"), {"GROUP_WORLD_SIZE", "3"}, {NULL, NULL}};
+    var k[] = {{"MASTER_ADDR", ""},
+               {"MASTER_PORT", "1"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {NULL, NULL}};
+#undef TORCH
+    /* RANK alone is too common a name to mean torch. */
+    var alone[] = {{"RANK", "3"}, {NULL, NULL}};
+    hvd_procinfo pi;
+
+    expect_invalid(a, "RANK=3 is not below WORLD_SIZE=2");
+    expect_invalid(b, "RANK is set but WORLD_SIZE is not");
+    expect_invalid(c, "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2");
+    expect_invalid(d, "GROUP_RANK=2 is not below GROUP_WORLD_SIZE=2");
+    expect_invalid(
+        e, "WORLD_SIZE=6 is not LOCAL_WORLD_SIZE=2 times GROUP_WORLD_SIZE=2");
+    expect_invalid(f, "MASTER_PORT=http");
+    expect_invalid(g, "MASTER_PORT=65535 leaves no port");
+    expect_invalid(h, "MASTER_ADDR and MASTER_PORT are not");
+    expect_invalid(i, "MASTER_PORT is not");
+    expect_invalid(j, "GROUP_WORLD_SIZE=3");
+    expect_invalid(k, "MASTER_ADDR=");
+    assert_int_equal(discover(alone, &pi), HVD_OK);
+    assert_string_equal(pi.source, "single");
+}
+
 static void config_defaults_and_values(void **state) {
     (void)state;
     var none[] = {{NULL, NULL}};
@@ -385,6 +558,10 @@ int main(void) {
         cmocka_unit_test(openmpi),
         cmocka_unit_test(slurm_and_pmi),
         cmocka_unit_test(malformed),
+        cmocka_unit_test(torchrun_one_node),
+        cmocka_unit_test(torchrun_two_nodes),
+        cmocka_unit_test(hvdrun_inside_torchrun),
+        cmocka_unit_test(torchrun_malformed),
         cmocka_unit_test(config_defaults_and_values),
         cmocka_unit_test(config_malformed),
         cmocka_unit_test(horovod_aliases),
