@@ -1,8 +1,10 @@
 #include "api/runtime/discovery.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "api/runtime/slurm_nodes.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
 #include "transport/bootstrap/rendezvous.h"
@@ -326,17 +328,229 @@ static hvd_status from_openmpi(hvd_env_get_fn get, void *ctx, hvd_procinfo *pi,
     return st;
 }
 
+/* Slurm's step ids from SLURM_BATCH_SCRIPT up (slurm.h: the batch script,
+ * the extern step, pending steps) and the interactive step below it run
+ * no tasks of srun. */
+#define SLURM_FIRST_SPECIAL_STEP 0xfffffffaL
+
+/*
+ * Which step this process runs in. The batch script's environment has
+ * SLURM_PROCID=0 and SLURM_NTASKS of the whole allocation but no srun
+ * step: its SLURM_STEP_ID, where set, is a special id, and it has no
+ * SLURM_STEP_NUM_TASKS. *task_step tells an srun step; *step_id is its id
+ * (0 where srun gave none).
+ */
+static hvd_status slurm_step(hvd_env_get_fn get, void *ctx, long *step_id,
+                             int *task_step) {
+    const char *name =
+        get("SLURM_STEP_ID", ctx) != NULL ? "SLURM_STEP_ID" : "SLURM_STEPID";
+    const char *text = get(name, ctx);
+    long id = 0;
+
+    *step_id = 0;
+    *task_step = 0;
+    if (text == NULL) {
+        *task_step = get("SLURM_STEP_NUM_TASKS", ctx) != NULL;
+        return HVD_OK;
+    }
+    if (strcmp(text, "batch") == 0 || strcmp(text, "extern") == 0 ||
+        strcmp(text, "interactive") == 0)
+        return HVD_OK;
+    if (hvd_env_parse_long(name, text, 0, 0xffffffffL, &id) != HVD_OK)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "%s=%s is not a Slurm step id", name, text);
+    if (id >= SLURM_FIRST_SPECIAL_STEP)
+        return HVD_OK;
+    *step_id = id;
+    *task_step = 1;
+    return HVD_OK;
+}
+
+/* The first of the variables named that is set, or NULL. */
+static const char *first_set(hvd_env_get_fn get, void *ctx,
+                             const char *const *names, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (get(names[k], ctx) != NULL)
+            return names[k];
+    return NULL;
+}
+
+/*
+ * This node's index in the step's node list, from SLURMD_NODENAME (else
+ * SLURM_NODEID, the node's index in the step), and the number of tasks per
+ * node. Where only the allocation's lists are set (no srun step's), values
+ * that do not fit the step are left to the host names.
+ */
+static hvd_status slurm_layout(hvd_env_get_fn get, void *ctx, hvd_procinfo *pi,
+                               const char *list_name,
+                               const hvd_slurm_nodes *nodes) {
+    static const char *const tpn_names[] = {"SLURM_STEP_TASKS_PER_NODE",
+                                            "SLURM_TASKS_PER_NODE"};
+    const char *tpn_name = first_set(get, ctx, tpn_names, 2);
+    const char *host = get("SLURMD_NODENAME", ctx);
+    int strict = strcmp(list_name, "SLURM_STEP_NODELIST") == 0 &&
+                 tpn_name != NULL && tpn_name == tpn_names[0];
+    int *counts = NULL, index = -1;
+    size_t ncounts = 0;
+    long sum = 0;
+    hvd_status st = HVD_OK;
+
+    if (host != NULL) {
+        index = (int)hvd_slurm_nodes_find(nodes, host);
+        if (index < 0 && strict)
+            return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                 "SLURMD_NODENAME=%s is not in %s=%s", host,
+                                 list_name, get(list_name, ctx));
+    } else {
+        st = opt_int(get, ctx, "SLURM_NODEID", 0, MAX_RANKS, &index);
+        if (st != HVD_OK)
+            return st;
+        if (index >= (long)nodes->n) {
+            if (strict)
+                return hvd_error_set(HVD_ERR_INVALID_ARG,
+                                     "SLURM_NODEID=%d is not below the %zu "
+                                     "nodes of %s",
+                                     index, nodes->n, list_name);
+            index = -1;
+        }
+    }
+    if (tpn_name == NULL)
+        return HVD_OK;
+    st =
+        hvd_slurm_tasks_expand(tpn_name, get(tpn_name, ctx), &counts, &ncounts);
+    if (st != HVD_OK)
+        return st;
+    for (size_t k = 0; k < ncounts; k++)
+        sum += counts[k];
+    if (strict && ncounts != nodes->n)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s=%s counts %zu nodes but %s=%s names %zu",
+                           tpn_name, get(tpn_name, ctx), ncounts, list_name,
+                           get(list_name, ctx), nodes->n);
+    else if (strict && sum != pi->size)
+        st = hvd_error_set(HVD_ERR_INVALID_ARG,
+                           "%s=%s adds up to %ld tasks, not the step's %d",
+                           tpn_name, get(tpn_name, ctx), sum, pi->size);
+    else if (ncounts == nodes->n && sum == pi->size) {
+        pi->cross_size = (int)nodes->n;
+        if (index >= 0) {
+            pi->cross_rank = index;
+            pi->local_size = counts[index];
+        }
+        st = check_local(pi, "SLURM_LOCALID",
+                         "this node's count in SLURM_STEP_TASKS_PER_NODE");
+    }
+    free(counts);
+    return st;
+}
+
+/* srun without MPI: rank 0 hosts the rendezvous on the step's first node,
+ * on ports derived from the job and step ids (below the ephemeral range,
+ * so that two steps of a job, or two jobs on a node, rarely meet). */
+static hvd_status slurm_hosted(hvd_env_get_fn get, void *ctx, hvd_procinfo *pi,
+                               long step, const char *list_name,
+                               const hvd_slurm_nodes *nodes) {
+    const char *job_name =
+        get("SLURM_JOB_ID", ctx) != NULL ? "SLURM_JOB_ID" : "SLURM_JOBID";
+    const char *job_text = get(job_name, ctx);
+    const char *cluster = get("SLURM_CLUSTER_NAME", ctx);
+    long job;
+    int n;
+    hvd_status st;
+
+    if (job_text == NULL || list_name == NULL)
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "SLURM_PROCID is set (an srun step without MPI) "
+                             "but %s is not: hvd needs the job id and the "
+                             "step's nodes to find rank 0",
+                             job_text == NULL ? "SLURM_JOB_ID"
+                                              : "SLURM_STEP_NODELIST");
+    st = hvd_env_parse_long(job_name, job_text, 1, 0xffffffffL, &job);
+    if (st == HVD_OK)
+        st = set_rdv_addr(pi, list_name, nodes->names[0]);
+    if (st == HVD_OK)
+        st = hosted_ports(get, ctx, 10000 + (job * 131 + step * 17) % 22000,
+                          "SLURM_JOB_ID", pi);
+    if (st != HVD_OK)
+        return st;
+    n = snprintf(pi->job_key, sizeof(pi->job_key), "slurm:%s:%ld:%ld",
+                 cluster != NULL ? cluster : "", job, step);
+    if (n < 0 || (size_t)n >= sizeof(pi->job_key))
+        return hvd_error_set(HVD_ERR_INVALID_ARG,
+                             "SLURM_CLUSTER_NAME=%s is too long", cluster);
+    pi->hosted = 1;
+    return HVD_OK;
+}
+
+/* srun --mpi=pmi2 gives PMI_RANK equal to SLURM_PROCID; a PMI launcher
+ * that runs its proxies in a Slurm step (Hydra's mpiexec) gives its own
+ * ranks, and SLURM_PROCID is the proxy's. */
+static int pmi_differs(hvd_env_get_fn get, void *ctx, const hvd_procinfo *pi) {
+    long r, s;
+
+    return get("PMI_RANK", ctx) != NULL && get("PMI_SIZE", ctx) != NULL &&
+           hvd_env_parse_long("PMI_RANK", get("PMI_RANK", ctx), 0, MAX_RANKS,
+                              &r) == HVD_OK &&
+           hvd_env_parse_long("PMI_SIZE", get("PMI_SIZE", ctx), 1, MAX_RANKS,
+                              &s) == HVD_OK &&
+           (r != pi->rank || s != pi->size);
+}
+
+/*
+ * Slurm: srun's step variables. With PMIX_RANK, PMI_RANK or
+ * OMPI_COMM_WORLD_RANK also set (srun --mpi=pmix, pmi2) MPI bootstraps the
+ * job; without, rank 0 hosts the rendezvous. In the batch script no srun
+ * step runs: a job of one.
+ */
 static hvd_status from_slurm(hvd_env_get_fn get, void *ctx, hvd_procinfo *pi,
                              int *found) {
-    hvd_status st =
-        rank_size(get, ctx, "SLURM_PROCID", "SLURM_NTASKS", pi, found);
+    static const char *const list_names[] = {
+        "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+    const char *ntasks = get("SLURM_STEP_NUM_TASKS", ctx) != NULL
+                             ? "SLURM_STEP_NUM_TASKS"
+                             : "SLURM_NTASKS";
+    const char *list_name = first_set(get, ctx, list_names, 3);
+    int mpi = get("PMIX_RANK", ctx) != NULL || get("PMI_RANK", ctx) != NULL ||
+              get("OMPI_COMM_WORLD_RANK", ctx) != NULL;
+    hvd_slurm_nodes nodes = {NULL, 0};
+    int task_step;
+    long step;
+    hvd_status st;
 
+    *found = 0;
+    if (get("SLURM_PROCID", ctx) == NULL)
+        return HVD_OK;
+    st = slurm_step(get, ctx, &step, &task_step);
+    if (st != HVD_OK)
+        return st;
+    if (!task_step && !mpi) {
+        HVD_LOG(HVD_LOG_INFO, "init",
+                "Slurm's batch script, outside any srun step: a job of one "
+                "(start the ranks with srun to run several)");
+        pi->source = "slurm";
+        pi->rank = 0;
+        pi->size = 1;
+        *found = 1;
+        return HVD_OK;
+    }
+    st = rank_size(get, ctx, "SLURM_PROCID", ntasks, pi, found);
     if (st != HVD_OK || !*found)
         return st;
+    if (pmi_differs(get, ctx, pi)) {
+        *found = 0;
+        return HVD_OK;
+    }
     pi->source = "slurm";
     st = opt_int(get, ctx, "SLURM_LOCALID", 0, MAX_RANKS, &pi->local_rank);
     if (st == HVD_OK)
         st = check_local(pi, "SLURM_LOCALID", "(the local size)");
+    if (st == HVD_OK && list_name != NULL)
+        st = hvd_slurm_nodes_expand(list_name, get(list_name, ctx), &nodes);
+    if (st == HVD_OK && list_name != NULL)
+        st = slurm_layout(get, ctx, pi, list_name, &nodes);
+    if (st == HVD_OK && !mpi)
+        st = slurm_hosted(get, ctx, pi, step, list_name, &nodes);
+    hvd_slurm_nodes_free(&nodes);
     return st;
 }
 
