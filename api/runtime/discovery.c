@@ -336,8 +336,8 @@ static hvd_status from_openmpi(hvd_env_get_fn get, void *ctx, hvd_procinfo *pi,
 /*
  * Which step this process runs in. The batch script's environment has
  * SLURM_PROCID=0 and SLURM_NTASKS of the whole allocation but no srun
- * step: its SLURM_STEP_ID, where set, is a special id, and it has no
- * SLURM_STEP_NUM_TASKS. *task_step tells an srun step; *step_id is its id
+ * step: it has no SLURM_STEP_NUM_TASKS, and its SLURM_STEP_ID, where set,
+ * is a special id. *task_step tells an srun step; *step_id is its id
  * (0 where srun gave none).
  */
 static hvd_status slurm_step(hvd_env_get_fn get, void *ctx, long *step_id,
@@ -356,10 +356,13 @@ static hvd_status slurm_step(hvd_env_get_fn get, void *ctx, long *step_id,
     if (strcmp(text, "batch") == 0 || strcmp(text, "extern") == 0 ||
         strcmp(text, "interactive") == 0)
         return HVD_OK;
-    if (hvd_env_parse_long(name, text, 0, 0xffffffffL, &id) != HVD_OK)
+    /* Slurm 22.05 sets no step id in the batch script; later versions
+     * print the batch step's id as a signed number (-5). */
+    if (hvd_env_parse_long(name, text, -0x80000000L, 0xffffffffL, &id) !=
+        HVD_OK)
         return hvd_error_set(HVD_ERR_INVALID_ARG,
                              "%s=%s is not a Slurm step id", name, text);
-    if (id >= SLURM_FIRST_SPECIAL_STEP)
+    if (id < 0 || id >= SLURM_FIRST_SPECIAL_STEP)
         return HVD_OK;
     *step_id = id;
     *task_step = 1;

@@ -461,8 +461,10 @@ static void slurm_batch_step(void **state) {
                       {NULL, NULL}};
     var named[] = {BATCH, {"SLURM_STEP_ID", "batch"}, {NULL, NULL}};
     var ext[] = {BATCH, {"SLURM_STEP_ID", "4294967292"}, {NULL, NULL}};
+    /* Newer Slurm prints the batch step's id with %d. */
+    var signed_id[] = {BATCH, {"SLURM_STEP_ID", "-5"}, {NULL, NULL}};
 #undef BATCH
-    const var *cases[] = {none, batch_id, named, ext};
+    const var *cases[] = {none, batch_id, named, ext, signed_id};
     hvd_procinfo pi;
 
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
