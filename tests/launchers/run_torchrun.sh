@@ -115,6 +115,9 @@ nodes2)
     # host name as MASTER_ADDR.
     printf '127.0.0.1 localhost\n10.231.0.1 hvd-node-a\n10.231.0.2 hvd-node-b\n' \
         >"$dir/hosts"
+    # As the manifest's pods do: one secret, from outside, on every node.
+    HVD_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+    export HVD_SECRET
     # Runs torchrun on both nodes, as pytorchjob-torchrun.yaml does on
     # each pod, with SCRIPT ARGS; node N's output in $dir/nodeN.
     run_nodes() { # SCRIPT ARGS...
