@@ -136,8 +136,9 @@ echo "slurm: $(sinfo -V), node localhost idle"
 export HVD_START_TIMEOUT_SECONDS=30 HVD_STALL_SHUTDOWN_SECONDS=30
 fail=0
 out=$dir/out
-# Runs srun ARGS..., bounded; expects exit 0 and a PASS line of each of 2
-# ranks with size 2 (and PATTERN in it).
+# Runs srun ARGS..., bounded; expects exit 0, a PASS line of each of 2
+# ranks with size 2 (and PATTERN in it), and no warning that the job is
+# not authenticated.
 expect_pass() { # WHAT PATTERN SRUN-ARGS...
     local what=$1 pat=$2 r rc
     shift 2
@@ -156,6 +157,13 @@ expect_pass() { # WHAT PATTERN SRUN-ARGS...
             return
         fi
     done
+    # munged runs: rank 0 hands the secret out in munge credentials, and
+    # the job is authenticated.
+    if grep -q "not authenticated" "$out"; then
+        echo "FAIL $what: the job was not authenticated, with munged running"
+        fail=1
+        return
+    fi
     echo "ok: $what"
 }
 
