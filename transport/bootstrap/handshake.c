@@ -322,12 +322,17 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     uint32_t server_rank = hvd_get32(m + 8);
     int ok;
 
-    if (hvd_get32(m) != HVD_HS_MAGIC)
+    if (hvd_get32(m) != HVD_HS_MAGIC) {
+        hs->refusal = HVD_HS_NOT_HVD;
         return hs_fail(hs, HVD_ERR_AUTH,
                        "the peer is not an hvd process (bad handshake magic)");
-    if (code != HVD_HS_OK)
+    }
+    if (code != HVD_HS_OK) {
+        hs->refusal =
+            code <= HVD_HS_PROTECT_DIFFERS ? (int)code : HVD_HS_BAD_VERSION;
         return hs_fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
                        hvd_hs_code_text((hvd_hs_code)code));
+    }
     if (hs->peer_rank >= 0 && server_rank != (uint32_t)hs->peer_rank)
         return hs_fail(hs, HVD_ERR_AUTH,
                        "the process at this address is rank %u, not rank %d",
@@ -336,10 +341,12 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     server_mac(hs, server_rank, want, &ok);
     if (!ok)
         return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
-    if (CRYPTO_memcmp(want, m + 48, HVD_HS_MAC) != 0)
+    if (CRYPTO_memcmp(want, m + 48, HVD_HS_MAC) != 0) {
+        hs->refusal = HVD_HS_BAD_PROOF;
         return hs_fail(hs, HVD_ERR_AUTH,
                        "the peer's proof of the job secret is wrong (this rank "
                        "or the peer was started with a different HVD_SECRET)");
+    }
     memcpy(hs->mac_s, m + 48, HVD_HS_MAC);
     hs->peer_rank = (int)server_rank;
     hs->peer_protect = hvd_get16(m + 12);
@@ -356,8 +363,13 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
 static hvd_status client_result(hvd_hs *hs, const uint8_t *m) {
     uint32_t code = hvd_get32(m + 4);
 
-    if (hvd_get32(m) != HVD_HS_MAGIC)
+    if (hvd_get32(m) != HVD_HS_MAGIC) {
+        hs->refusal = HVD_HS_NOT_HVD;
         return hs_fail(hs, HVD_ERR_AUTH, "malformed handshake result");
+    }
+    if (code != HVD_HS_OK)
+        hs->refusal =
+            code <= HVD_HS_PROTECT_DIFFERS ? (int)code : HVD_HS_BAD_VERSION;
     if (code == HVD_HS_PROTECT_DIFFERS || hs->peer_protect != hs->protect)
         return hs_fail(hs, HVD_ERR_MISMATCH,
                        "it uses HVD_TCP_PROTECT=%s and this rank uses "

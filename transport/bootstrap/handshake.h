@@ -49,6 +49,9 @@
 #define HVD_HS_RESULT_LEN 8
 #define HVD_HS_MAX_MSG 80
 
+/* hvd_hs.refusal: the peer is not an hvd process (bad magic). */
+#define HVD_HS_NOT_HVD (-1)
+
 /* What a connection is for. */
 enum { HVD_HS_KIND_RENDEZVOUS = 1, HVD_HS_KIND_DATA = 2 };
 
@@ -87,6 +90,12 @@ typedef struct hvd_hs {
     int peer_index;
     int peer_kind;
     int peer_protect;
+    /* Client: why the server refused, as it said (hvd_hs_code; a wrong
+     * proof of the server counts as HVD_HS_BAD_PROOF), 0 when it did not;
+     * HVD_HS_NOT_HVD when the peer does not speak the handshake. A client
+     * trying several ports tells another job from a wrong secret from
+     * another program by it. */
+    int refusal;
 
     int protect; /* this side's frame protection (hvd_hs_set_protect) */
 

@@ -172,6 +172,15 @@ int hvd_rdv_server_fd(const hvd_rdv_server *srv) { return srv->epfd; }
 
 int hvd_rdv_server_joined(const hvd_rdv_server *srv) { return srv->joined; }
 
+int hvd_rdv_server_finished(const hvd_rdv_server *srv) {
+    if (srv->elastic || srv->round == 0 || srv->have != 0)
+        return 0;
+    for (int r = 0; r < srv->size; r++)
+        if (srv->rank_conn[r] >= 0)
+            return 0;
+    return 1;
+}
+
 static void handshake_event(hvd_rdv_server *srv, rconn *c);
 
 /*
