@@ -89,7 +89,7 @@ static hvd_status rendezvous(hvd_env_get_fn get, void *ctx,
             return hvd_error_set(HVD_ERR_INVALID_ARG,
                                  "HVD_RENDEZVOUS_ADDR is set but "
                                  "HVD_RENDEZVOUS_PORT is not");
-    } else {
+    } else if (!info->hosted) {
         info->rdv_port = 0;
     }
     if (secret != NULL) {
@@ -105,6 +105,49 @@ static hvd_status rendezvous(hvd_env_get_fn get, void *ctx,
                                  "HVD_JOB_ID=%s is not 32 hex digits", job);
         info->have_job_id = 1;
     }
+    return HVD_OK;
+}
+
+/* torch's env:// convention (torchrun): rank 0 hosts the rendezvous on
+ * MASTER_ADDR, from MASTER_PORT + 1 (torch's own store has MASTER_PORT). */
+static hvd_status torchrun(hvd_env_get_fn get, void *ctx, hvd_procinfo *info,
+                           int *found) {
+    const char *addr = get("MASTER_ADDR", ctx), *run, *restart;
+    int port;
+    hvd_status st;
+
+    *found = 0;
+    if (addr == NULL || get("MASTER_PORT", ctx) == NULL ||
+        get("RANK", ctx) == NULL)
+        return HVD_OK;
+    st = rank_size(get, ctx, "RANK", "WORLD_SIZE", info, found);
+    if (st == HVD_OK)
+        st = opt_int(get, ctx, "MASTER_PORT", 1, 65534, &port);
+    if (st == HVD_OK)
+        st = opt_int(get, ctx, "LOCAL_RANK", 0, MAX_RANKS, &info->local_rank);
+    if (st == HVD_OK)
+        st = opt_int(get, ctx, "LOCAL_WORLD_SIZE", 1, MAX_RANKS,
+                     &info->local_size);
+    if (st == HVD_OK)
+        st =
+            opt_int(get, ctx, "HVD_RENDEZVOUS_PORT", 1, 65535, &info->rdv_port);
+    if (st == HVD_OK)
+        st = check_local(info, "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+    if (st != HVD_OK || !*found)
+        return st;
+    if (strlen(addr) >= sizeof(info->rdv_addr))
+        return hvd_error_set(HVD_ERR_INVALID_ARG, "MASTER_ADDR is too long");
+    snprintf(info->rdv_addr, sizeof(info->rdv_addr), "%s", addr);
+    if (info->rdv_port < 0)
+        info->rdv_port = port + 1;
+    info->rdv_port_span = 32;
+    run = get("TORCHELASTIC_RUN_ID", ctx);
+    restart = get("TORCHELASTIC_RESTART_COUNT", ctx);
+    snprintf(info->job_key, sizeof(info->job_key), "torchrun|%.60s|%.12s|%s|%d",
+             run != NULL ? run : "none", restart != NULL ? restart : "0",
+             info->rdv_addr, port);
+    info->hosted = 1;
+    info->source = "torchrun";
     return HVD_OK;
 }
 
@@ -200,6 +243,9 @@ hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
                              "OMPI_COMM_WORLD_LOCAL_SIZE");
         goto out;
     }
+    st = torchrun(get, ctx, &pi, &found);
+    if (st != HVD_OK || found)
+        goto out;
     st = rank_size(get, ctx, "SLURM_PROCID", "SLURM_NTASKS", &pi, &found);
     if (st != HVD_OK)
         return st;
