@@ -726,6 +726,12 @@ out:
     free(all);
     free((void *)hosts);
     free(pids);
+    /* A failed init stops rank 0's hosted server first: the ranks leaving
+     * it then are not news. */
+    if (st != HVD_OK) {
+        hvd_rdv_host_stop(s->rdv_host);
+        s->rdv_host = NULL;
+    }
     close_bootstrap(s, bs, bs_by);
     return st;
 }
