@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "api/runtime/hosted.h"
 #include "collectives/coll.h"
 #include "gpu/gpu.h"
 #include "transport/base/error.h"
@@ -21,7 +22,6 @@
 #include "transport/transport.h"
 
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
 /* What each rank tells the others about itself at init. */
 typedef struct host_blob {
@@ -112,80 +112,6 @@ static hvd_status launcher_job_identity(hvd_bootstrap *bs, hvd_procinfo *info) {
     return st;
 }
 
-/* hvd_init calls of this process that hosted or joined a hosted
- * rendezvous: folded into the job id, so that a rank's next hvd_init
- * never joins a server of its last one (hvd_init holds its lock). */
-static uint32_t hosted_inits;
-
-/*
- * A hosted job's identity (info->hosted): the job id is the first 16
- * bytes of SHA-256(job_key), so a job its launcher restarts (the restart
- * count is in the key) is a new job, and a rank of the old one is
- * refused. The secret is HVD_SECRET when the user gives one; else it is
- * derived from job_key, which anyone who can reach the port may know:
- * rank 0 then warns, once, that the job is not authenticated.
- */
-static void hosted_identity(hvd_procinfo *info) {
-    uint8_t digest[SHA256_DIGEST_LENGTH];
-    char keyed[sizeof(info->job_key) + 32];
-
-    SHA256((const unsigned char *)info->job_key, strlen(info->job_key), digest);
-    hvd_job_id_of_generation(digest, hosted_inits++, info->job_id);
-    info->have_job_id = 1;
-    if (info->secret[0] != '\0')
-        return;
-    snprintf(keyed, sizeof(keyed), "hvd hosted secret|%s", info->job_key);
-    SHA256((const unsigned char *)keyed, strlen(keyed), digest);
-    for (size_t i = 0; i < sizeof(digest); i++)
-        snprintf(info->secret + 2 * i, 3, "%02x", digest[i]);
-    if (info->rank != 0)
-        return;
-    if (strcmp(info->source, "slurm") == 0)
-        HVD_WARN("api", "this job is not authenticated: srun gives no "
-                        "secret; export HVD_SECRET (the same on every rank) "
-                        "to authenticate it");
-    else
-        HVD_WARN("api",
-                 "this job is not authenticated: %s gives no secret, "
-                 "as torch's own c10d store is not; export HVD_SECRET "
-                 "(the same on every rank, e.g. from a Kubernetes "
-                 "Secret) to authenticate it",
-                 info->source);
-}
-
-/*
- * The rendezvous of a launcher that gives none (torchrun, srun without
- * MPI): rank 0 hosts it in a thread of its own on the first free port of
- * the range, and every rank, rank 0 too, joins it as a client.
- */
-static hvd_status open_hosted(hvd_setup *s, hvd_bootstrap **bs_out,
-                              char local_addr_out[64]) {
-    hvd_procinfo *info = &s->info;
-    char addr[64];
-    int port = info->rdv_port, span = info->rdv_port_span;
-    hvd_status st;
-
-    hosted_identity(info);
-    st = hvd_rdv_resolve(info->rdv_addr, addr);
-    if (st == HVD_OK && info->rank == 0) {
-        st = hvd_rdv_host_start(addr, port, span, info->size, info->job_id,
-                                info->secret, &s->rdv_host);
-        if (st == HVD_OK) {
-            port = hvd_rdv_host_port(s->rdv_host);
-            span = 1;
-        }
-    }
-    if (st == HVD_OK)
-        st = hvd_rdv_client_connect_range(
-            addr, port, span, info->rank, info->size, info->job_id,
-            info->secret, s->cfg.start_timeout_ns, bs_out, local_addr_out);
-    /* Rank 0's own server failing says more than the client's wait. */
-    if (st != HVD_OK && s->rdv_host != NULL &&
-        hvd_rdv_host_status(s->rdv_host) != HVD_OK)
-        st = hvd_rdv_host_status(s->rdv_host);
-    return st;
-}
-
 /* Under Slurm, MPI's word on the job's size is checked: srun without
  * --mpi=pmix starts every task as an MPI singleton, N jobs of one. */
 static hvd_status check_singletons(const hvd_procinfo *info,
@@ -225,7 +151,7 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
         return HVD_OK;
     }
     if (info->hosted)
-        return open_hosted(s, bs_out, local_addr_out);
+        return hvd_setup_open_hosted(s, bs_out, local_addr_out);
     if (info->rdv_port != 0) {
         if (info->secret[0] == '\0' || !info->have_job_id)
             return hvd_error_set(HVD_ERR_AUTH,

@@ -90,6 +90,10 @@ hvd_status hvd_rdv_client_try(const char *addr, int port, int rank, int size,
 
 /* ---- Server ---- */
 
+/* Hosted under srun: the server answers credential requests with what
+ * fn makes (before the first connection). */
+void hvd_rdv_server_set_cred(hvd_rdv_server *srv, hvd_hs_cred_fn fn, void *ctx);
+
 /* A waiting worker hears from the server this often (rdv_elastic.c). */
 #define KEEPALIVE_NS (1000000000LL)
 /* A connection that has not authenticated in this time is dropped. */
@@ -213,6 +217,11 @@ struct hvd_rdv_server {
     char dead_why[200];
     int ended;
     char end_why[256];
+
+    /* Hosted under srun: what answers credential requests (handshake.h);
+     * NULL: none. */
+    hvd_hs_cred_fn cred;
+    void *cred_ctx;
 
     /* Connections refused (their handshake failed, or no room) and
      * dropped (silent too long, or pushed out by newcomers) before they

@@ -87,6 +87,21 @@ void hvd_rdv_client_close(hvd_bootstrap *bs);
 typedef struct hvd_rdv_host hvd_rdv_host;
 
 /*
+ * Under srun, where munge works (transport/bootstrap/munge.h): rank 0
+ * makes a random secret of HVD_RDV_CRED_SECRET hex digits, and a rank
+ * learns it only from a munge credential the server makes for each
+ * connection (the job id, then the secret), which only this uid can
+ * decode, and which the rank checks was encoded by this uid for this
+ * job. socket: munged's (NULL: munge's default).
+ */
+typedef struct hvd_rdv_munge {
+    int on;
+    const char *socket;
+} hvd_rdv_munge;
+#define HVD_RDV_CRED_SECRET 64
+#define HVD_RDV_CRED_PAYLOAD (HVD_JOB_ID_LEN + HVD_RDV_CRED_SECRET)
+
+/*
  * Resolves name (a host name or numeric address) to a numeric address
  * for addr_out (64 bytes): the first of its IPv4 addresses, else IPv6.
  * HVD_ERR_INVALID_ARG with a sentence when it does not resolve.
@@ -99,11 +114,14 @@ hvd_status hvd_rdv_resolve(const char *name, char addr_out[64]);
  * host's addresses, else to the wildcard address, and its thread. The
  * thread ends by itself once the server has served its purpose
  * (hvd_rdv_server_finished), or at hvd_rdv_host_stop. Fails with a
- * sentence naming the range when no port of it is free.
+ * sentence naming the range when no port of it is free. munge (NULL: off)
+ * on: the server hands secret (HVD_RDV_CRED_SECRET characters) to the
+ * ranks in munge credentials.
  */
 hvd_status hvd_rdv_host_start(const char *addr, int port, int span, int size,
                               const uint8_t job_id[HVD_JOB_ID_LEN],
-                              const char *secret, hvd_rdv_host **out);
+                              const char *secret, const hvd_rdv_munge *munge,
+                              hvd_rdv_host **out);
 
 /* The port the hosted server listens on. */
 int hvd_rdv_host_port(const hvd_rdv_host *host);
@@ -122,13 +140,16 @@ void hvd_rdv_host_stop(hvd_rdv_host *host);
  * timeout_ns, skipping ports where nothing listens, where another job's
  * rendezvous refuses this one, or where another program listens. A
  * refusal by this job's rendezvous (a wrong secret) is final. On
- * success as hvd_rdv_client_connect.
+ * success as hvd_rdv_client_connect. With munge on (NULL: off), secret
+ * (secret_cap bytes) is not read but set: to the job secret the server's
+ * credential holds.
  */
 hvd_status hvd_rdv_client_connect_range(const char *addr, int port, int span,
                                         int rank, int size,
                                         const uint8_t job_id[HVD_JOB_ID_LEN],
-                                        const char *secret, int64_t timeout_ns,
-                                        hvd_bootstrap **out,
+                                        char *secret, size_t secret_cap,
+                                        const hvd_rdv_munge *munge,
+                                        int64_t timeout_ns, hvd_bootstrap **out,
                                         char local_addr_out[64]);
 
 /* ---- Elastic mode (docs/elastic.md) ----
