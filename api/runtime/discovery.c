@@ -1,6 +1,7 @@
 #include "api/runtime/discovery.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "transport/base/error.h"
@@ -151,6 +152,41 @@ static hvd_status torchrun(hvd_env_get_fn get, void *ctx, hvd_procinfo *info,
     return HVD_OK;
 }
 
+/* srun without MPI (no PMIx/PMI variables): rank 0 hosts the rendezvous
+ * on the step's first node. Minimal: a node list of plain names only. */
+static hvd_status slurm_hosted(hvd_env_get_fn get, void *ctx,
+                               hvd_procinfo *info) {
+    const char *nodes = get("SLURM_STEP_NODELIST", ctx);
+    const char *job = get("SLURM_JOB_ID", ctx),
+               *step = get("SLURM_STEP_ID", ctx);
+    size_t n;
+    hvd_status st;
+
+    if (get("PMIX_RANK", ctx) != NULL || get("PMI_RANK", ctx) != NULL ||
+        nodes == NULL || job == NULL || step == NULL ||
+        strchr(nodes, '[') != NULL)
+        return HVD_OK;
+    n = strcspn(nodes, ",");
+    if (n == 0 || n >= sizeof(info->rdv_addr))
+        return HVD_OK;
+    st = opt_int(get, ctx, "HVD_RENDEZVOUS_PORT", 1, 65535, &info->rdv_port);
+    if (st != HVD_OK)
+        return st;
+    if (info->rdv_port < 0)
+        info->rdv_port = 10000 + (int)((strtoul(job, NULL, 10) * 131 +
+                                        strtoul(step, NULL, 10) * 17) %
+                                       22000);
+    memcpy(info->rdv_addr, nodes, n);
+    info->rdv_addr[n] = '\0';
+    info->rdv_port_span = 32;
+    snprintf(info->job_key, sizeof(info->job_key), "slurm|%.40s|%.20s|%.20s",
+             get("SLURM_CLUSTER_NAME", ctx) ? get("SLURM_CLUSTER_NAME", ctx)
+                                            : "",
+             job, step);
+    info->hosted = 1;
+    return HVD_OK;
+}
+
 /* hvdrun's elastic worker: its id; the rendezvous gives the rest. */
 static hvd_status elastic_worker(hvd_env_get_fn get, void *ctx,
                                  hvd_procinfo *info, int *found) {
@@ -254,6 +290,8 @@ hvd_status hvd_discover(hvd_env_get_fn get, void *ctx, hvd_procinfo *info) {
         st = opt_int(get, ctx, "SLURM_LOCALID", 0, MAX_RANKS, &pi.local_rank);
         if (st == HVD_OK)
             st = check_local(&pi, "SLURM_LOCALID", "(the local size)");
+        if (st == HVD_OK && pi.size > 1)
+            st = slurm_hosted(get, ctx, &pi);
         goto out;
     }
     st = rank_size(get, ctx, "PMI_RANK", "PMI_SIZE", &pi, &found);

@@ -14,6 +14,10 @@
 #   taken        the range's first port is held by another program: passes
 #   twojobs      two jobs of 2 at once, other run ids, one MASTER_PORT:
 #                both pass
+#   slurm        srun's variables, munged out of reach: passes; one
+#                warning, naming why munge is not used
+#   munge        srun's variables and a munged the test starts: passes, the
+#                secret handed over in a munge credential; no warning
 #   restart      a job whose rank 1 died, its rank 0 still up, and the
 #                same job restarted (TORCHELASTIC_RESTART_COUNT=1): the
 #                restarted job passes
@@ -76,15 +80,27 @@ unset HVD_RANK HVD_SIZE HVD_RENDEZVOUS_ADDR HVD_RENDEZVOUS_PORT HVD_JOB_ID \
     SLURM_NTASKS PMI_RANK PMI_SIZE
 
 progargs=--quick
+launcher=torchrun
 # start NAME RANK SIZE RUNID RESTART [VAR=VALUE...]: one rank in the
-# background, its output in $dir/NAME.RANK.log, its pid in $dir/NAME.RANK.pid.
+# background with torchrun's variables (launcher=slurm: srun's, RUNID the
+# job id and RESTART the step id), its output in $dir/NAME.RANK.log, its
+# pid in $dir/NAME.RANK.pid.
 start() {
     name=$1 r=$2 n=$3 run=$4 restart=$5
     shift 5
-    env RANK="$r" WORLD_SIZE="$n" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$n" \
-        GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT="$master" \
-        TORCHELASTIC_RUN_ID="$run" TORCHELASTIC_RESTART_COUNT="$restart" \
-        "$@" timeout 90 "$prog" $progargs >"$dir/$name.$r.log" 2>&1 &
+    if [ "$launcher" = slurm ]; then
+        # srun's variables for step RESTART of job RUNID on this host.
+        set -- SLURM_PROCID="$r" SLURM_NTASKS="$n" SLURM_STEP_NUM_TASKS="$n" \
+            SLURM_LOCALID="$r" SLURM_NODEID=0 SLURM_STEP_NODELIST=localhost \
+            SLURM_STEP_TASKS_PER_NODE="$n" SLURM_JOB_ID="$run" \
+            SLURM_STEP_ID="$restart" HVD_RENDEZVOUS_PORT="$first" "$@"
+    else
+        set -- RANK="$r" WORLD_SIZE="$n" LOCAL_RANK="$r" \
+            LOCAL_WORLD_SIZE="$n" GROUP_RANK=0 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT="$master" TORCHELASTIC_RUN_ID="$run" \
+            TORCHELASTIC_RESTART_COUNT="$restart" "$@"
+    fi
+    env "$@" timeout 90 "$prog" $progargs >"$dir/$name.$r.log" 2>&1 &
     echo $! >"$dir/$name.$r.pid"
     pids="$pids $!"
 }
@@ -240,6 +256,51 @@ restart)
         ok=0
     fi
     kill -9 "$(cat "$dir/old.0.pid")" 2>/dev/null
+    ;;
+slurm)
+    # srun without MPI, munged out of reach: one warning, naming munge.
+    launcher=slurm
+    job a 2 4242 0 HVD_MUNGE_SOCKET="$dir/no-munged"
+    finish a 2
+    warnings a 2 1
+    if ! grep -q "munge cannot be used" "$dir/a.0.log"; then
+        echo "run_hosted: FAIL: the warning does not say why munge is not used"
+        ok=0
+    fi
+    ;;
+munge)
+    # srun without MPI, with a munged of the test's own: rank 0 hands the
+    # secret to rank 1 in a munge credential; the job is authenticated.
+    if ! command -v munged >/dev/null 2>&1; then
+        echo "SKIP: munged is not installed (Debian package munge)"
+        exit 77
+    fi
+    launcher=slurm
+    chmod 711 "$dir"
+    mkdir "$dir/m" && chmod 755 "$dir/m"
+    dd if=/dev/urandom of="$dir/munge.key" bs=128 count=1 2>/dev/null
+    chmod 600 "$dir/munge.key"
+    timeout 100 munged -F --socket="$dir/m/sock" --key-file="$dir/munge.key" \
+        --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
+        --seed-file="$dir/munged.seed" >"$dir/munged.out" 2>&1 &
+    pids="$pids $!"
+    i=0
+    while [ ! -S "$dir/m/sock" ] && [ "$i" -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if [ ! -S "$dir/m/sock" ]; then
+        cat "$dir/munged.out"
+        echo "SKIP: munged did not start here (see above)"
+        exit 77
+    fi
+    job a 2 4243 0 HVD_MUNGE_SOCKET="$dir/m/sock" HVD_LOG_LEVEL=info
+    finish a 2
+    warnings a 2 0
+    if ! grep -q "gave .* a munge credential" "$dir/a.0.log"; then
+        echo "run_hosted: FAIL: rank 0 gave no munge credential"
+        ok=0
+    fi
     ;;
 *)
     echo "run_hosted: unknown case $case" >&2
