@@ -18,6 +18,9 @@
 #                warning, naming why munge is not used
 #   munge        srun's variables and a munged the test starts: passes, the
 #                secret handed over in a munge credential; no warning
+#   singleton    (an MPI build) a task of srun --mpi=pmix that MPI sees
+#                as a job of 1 while Slurm started 4: hvd_init fails at
+#                once, naming the trap
 #   restart      a job whose rank 1 died, its rank 0 still up, and the
 #                same job restarted (TORCHELASTIC_RESTART_COUNT=1): the
 #                restarted job passes
@@ -299,6 +302,26 @@ munge)
     warnings a 2 0
     if ! grep -q "gave .* a munge credential" "$dir/a.0.log"; then
         echo "run_hosted: FAIL: rank 0 gave no munge credential"
+        ok=0
+    fi
+    ;;
+singleton)
+    # An MPI build under srun --mpi=pmix bootstraps through MPI; a task
+    # that MPI starts as a singleton (srun without PMIx) sees a job of 1
+    # where Slurm started 4: hvd_init fails at once naming the trap.
+    env PMIX_RANK=0 SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 \
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo \
+        OMPI_MCA_oob_tcp_if_include=lo \
+        timeout 60 "$prog" --quick >"$dir/s.log" 2>&1
+    rc=$?
+    cat "$dir/s.log"
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        echo "run_hosted: FAIL: exit $rc, expected a failure of hvd_init"
+        ok=0
+    fi
+    if ! grep -q "MPI sees a job of 1 rank but Slurm started 4" "$dir/s.log"; then
+        echo "run_hosted: FAIL: no sentence naming the singleton trap"
         ok=0
     fi
     ;;
