@@ -44,11 +44,12 @@ static void warn_unauthenticated(const hvd_procinfo *info, const char *why) {
  * others in munge credentials (*munge on; the others learn it when they
  * join); else one derived from job_key, which anyone who can reach the
  * port may know: rank 0 then warns, once, that the job is not
- * authenticated.
+ * authenticated. why gets why munge is not used (under srun).
  */
-static hvd_status hosted_identity(hvd_procinfo *info, hvd_rdv_munge *munge) {
+static hvd_status hosted_identity(hvd_procinfo *info, hvd_rdv_munge *munge,
+                                  char why[200]) {
     uint8_t digest[SHA256_DIGEST_LENGTH];
-    char keyed[sizeof(info->job_key) + 32], why[200] = "";
+    char keyed[sizeof(info->job_key) + 32];
 
     SHA256((const unsigned char *)info->job_key, strlen(info->job_key), digest);
     hvd_job_id_of_generation(digest, hosted_inits++, info->job_id);
@@ -58,7 +59,7 @@ static hvd_status hosted_identity(hvd_procinfo *info, hvd_rdv_munge *munge) {
     if (info->secret[0] != '\0')
         return HVD_OK;
     if (strcmp(info->source, "slurm") == 0 &&
-        hvd_munge_usable(munge->socket, why, sizeof(why))) {
+        hvd_munge_usable(munge->socket, why, 200)) {
         munge->on = 1;
         if (info->rank != 0)
             return HVD_OK;
@@ -85,9 +86,9 @@ hvd_status hvd_setup_open_hosted(hvd_setup *s, hvd_bootstrap **bs_out,
                                  char local_addr_out[64]) {
     hvd_procinfo *info = &s->info;
     hvd_rdv_munge munge;
-    char addr[64];
+    char addr[64], why[200] = "";
     int port = info->rdv_port, span = info->rdv_port_span;
-    hvd_status st = hosted_identity(info, &munge);
+    hvd_status st = hosted_identity(info, &munge, why);
 
     if (st == HVD_OK)
         st = hvd_rdv_resolve(info->rdv_addr, addr);
@@ -105,6 +106,16 @@ hvd_status hvd_setup_open_hosted(hvd_setup *s, hvd_bootstrap **bs_out,
             addr, port, span, info->rank, info->size, info->job_id,
             info->secret, sizeof(info->secret), &munge, s->cfg.start_timeout_ns,
             bs_out, local_addr_out);
+    /* Under srun, munge working on rank 0's node and not on this one
+     * gives two secrets: say so. */
+    if (st == HVD_ERR_AUTH && why[0] != '\0') {
+        char text[HVD_ERROR_MAX];
+        snprintf(text, sizeof(text), "%s", hvd_error_get());
+        st = hvd_error_set(st,
+                           "%s (this rank cannot use munge: %s; if rank 0's "
+                           "node can, it made another secret)",
+                           text, why);
+    }
     /* Rank 0's own server failing says more than the client's wait. */
     if (st != HVD_OK && s->rdv_host != NULL &&
         hvd_rdv_host_status(s->rdv_host) != HVD_OK)

@@ -18,6 +18,8 @@
 #                warning, naming why munge is not used
 #   munge        srun's variables and a munged the test starts: passes, the
 #                secret handed over in a munge credential; no warning
+#   mungemixed   munge works on one rank's node only, either way round:
+#                the rank that cannot join says why
 #   singleton    (an MPI build) a task of srun --mpi=pmix that MPI sees
 #                as a job of 1 while Slurm started 4: hvd_init fails at
 #                once, naming the trap
@@ -153,6 +155,33 @@ warnings() {
     fi
 }
 
+# start_munged: a munged of the test's own, on $dir/m/sock (skips the
+# test when munged is not installed or cannot start here).
+start_munged() {
+    if ! command -v munged >/dev/null 2>&1; then
+        echo "SKIP: munged is not installed (Debian package munge)"
+        exit 77
+    fi
+    chmod 711 "$dir"
+    mkdir "$dir/m" && chmod 755 "$dir/m"
+    dd if=/dev/urandom of="$dir/munge.key" bs=128 count=1 2>/dev/null
+    chmod 600 "$dir/munge.key"
+    timeout 100 munged -F --socket="$dir/m/sock" --key-file="$dir/munge.key" \
+        --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
+        --seed-file="$dir/munged.seed" >"$dir/munged.out" 2>&1 &
+    pids="$pids $!"
+    i=0
+    while [ ! -S "$dir/m/sock" ] && [ "$i" -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if [ ! -S "$dir/m/sock" ]; then
+        cat "$dir/munged.out"
+        echo "SKIP: munged did not start here (see above)"
+        exit 77
+    fi
+}
+
 # wait_log FILE TEXT: waits (bounded) until FILE holds TEXT.
 wait_log() {
     i=0
@@ -274,34 +303,46 @@ slurm)
 munge)
     # srun without MPI, with a munged of the test's own: rank 0 hands the
     # secret to rank 1 in a munge credential; the job is authenticated.
-    if ! command -v munged >/dev/null 2>&1; then
-        echo "SKIP: munged is not installed (Debian package munge)"
-        exit 77
-    fi
+    start_munged
     launcher=slurm
-    chmod 711 "$dir"
-    mkdir "$dir/m" && chmod 755 "$dir/m"
-    dd if=/dev/urandom of="$dir/munge.key" bs=128 count=1 2>/dev/null
-    chmod 600 "$dir/munge.key"
-    timeout 100 munged -F --socket="$dir/m/sock" --key-file="$dir/munge.key" \
-        --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
-        --seed-file="$dir/munged.seed" >"$dir/munged.out" 2>&1 &
-    pids="$pids $!"
-    i=0
-    while [ ! -S "$dir/m/sock" ] && [ "$i" -lt 100 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    if [ ! -S "$dir/m/sock" ]; then
-        cat "$dir/munged.out"
-        echo "SKIP: munged did not start here (see above)"
-        exit 77
-    fi
     job a 2 4243 0 HVD_MUNGE_SOCKET="$dir/m/sock" HVD_LOG_LEVEL=info
     finish a 2
     warnings a 2 0
     if ! grep -q "gave .* a munge credential" "$dir/a.0.log"; then
         echo "run_hosted: FAIL: rank 0 gave no munge credential"
+        ok=0
+    fi
+    ;;
+mungemixed)
+    # munge works on one rank's node and not on the other's: the rank
+    # that cannot join says why, in either order.
+    start_munged
+    launcher=slurm
+    start a 0 2 4244 0 HVD_MUNGE_SOCKET="$dir/m/sock" \
+        HVD_START_TIMEOUT_SECONDS=6
+    start a 1 2 4244 0 HVD_MUNGE_SOCKET="$dir/none" \
+        HVD_START_TIMEOUT_SECONDS=6
+    start b 0 2 4245 0 HVD_MUNGE_SOCKET="$dir/none" \
+        HVD_START_TIMEOUT_SECONDS=6 HVD_RENDEZVOUS_PORT=$((first + 4))
+    start b 1 2 4245 0 HVD_MUNGE_SOCKET="$dir/m/sock" \
+        HVD_START_TIMEOUT_SECONDS=6 HVD_RENDEZVOUS_PORT=$((first + 4))
+    for j in a.0 a.1 b.0 b.1; do
+        wait "$(cat "$dir/$j.pid")"
+        rc=$?
+        echo "--- $j (exit $rc)"
+        cat "$dir/$j.log"
+        if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+            echo "run_hosted: FAIL: $j exited $rc, expected a failure"
+            ok=0
+        fi
+    done
+    if ! grep -q "this rank cannot use munge" "$dir/a.1.log"; then
+        echo "run_hosted: FAIL: job a's rank 1 does not say munge is missing"
+        ok=0
+    fi
+    if ! grep -q "gives no munge credential" "$dir/b.1.log"; then
+        echo "run_hosted: FAIL: job b's rank 1 does not say rank 0 has no" \
+            "munge"
         ok=0
     fi
     ;;
