@@ -8,6 +8,8 @@
 #   np2, np3     a job of 2 or 3 passes; exactly one warning that it is
 #                not authenticated, from rank 0
 #   reinit       hvd_init again after hvd_shutdown (twice): passes
+#   norank0      rank 0 never starts: rank 1 fails at the start timeout,
+#                naming the address and ports it tried
 #   secret       HVD_SECRET on every rank: passes, no warning
 #   badsecret    HVD_SECRET differs on rank 1: rank 1 is refused with a
 #                sentence naming HVD_SECRET, no rank hangs
@@ -209,6 +211,23 @@ reinit)
     progargs="--quick --restarts 2"
     job a 2 run-a 0
     finish a 2
+    ;;
+norank0)
+    # Rank 0 never comes: rank 1 gives up at the start timeout, saying
+    # where it looked.
+    start a 1 2 run-a 0 HVD_START_TIMEOUT_SECONDS=2
+    wait "$(cat "$dir/a.1.pid")"
+    rc=$?
+    cat "$dir/a.1.log"
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        echo "run_hosted: FAIL: rank 1 exited $rc, expected a failure"
+        ok=0
+    fi
+    want="no rendezvous of this job on 127.0.0.1 ports $first-$((first + 31))"
+    if ! grep -q "$want after [0-9]* s.*; rank 0 hosts it" "$dir/a.1.log"; then
+        echo "run_hosted: FAIL: rank 1 does not say where it looked"
+        ok=0
+    fi
     ;;
 secret)
     job a 2 run-a 0 HVD_SECRET=s3cret-from-a-kubernetes-secret
