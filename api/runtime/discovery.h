@@ -4,12 +4,18 @@
  * Sources, first match wins: hvdrun (HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK,
  * HVD_LOCAL_SIZE, HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR,
  * HVD_RENDEZVOUS_PORT, HVD_SECRET, HVD_JOB_ID), Open MPI
- * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), Slurm (SLURM_PROCID,
- * SLURM_NTASKS, SLURM_LOCALID), PMI (PMI_RANK, PMI_SIZE); with none of
- * them, a job of one. An elastic worker of hvdrun (HVD_ELASTIC=1,
- * HVD_ELASTIC_WORKER) learns its rank and size from the rendezvous. Values a
- * source does not give are -1 and are computed from the host names the ranks
- * exchange at init.
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), torch's env://
+ * variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RUN_ID,
+ * TORCHELASTIC_RESTART_COUNT), Slurm (SLURM_PROCID, SLURM_STEP_NUM_TASKS
+ * or SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST, SLURMD_NODENAME,
+ * SLURM_STEP_TASKS_PER_NODE, SLURM_JOB_ID, SLURM_STEP_ID; Slurm's batch
+ * script, outside any srun step, is a job of one), PMI (PMI_RANK,
+ * PMI_SIZE); with none of them, a job of one (but RANK and WORLD_SIZE
+ * without MASTER_ADDR/MASTER_PORT are an error, not a job of one). An elastic
+ * worker of hvdrun (HVD_ELASTIC=1, HVD_ELASTIC_WORKER) learns its rank and size
+ * from the rendezvous. Values a source does not give are -1 and are computed
+ * from the host names the ranks exchange at init.
  */
 #ifndef HVD_API_DISCOVERY_H
 #define HVD_API_DISCOVERY_H

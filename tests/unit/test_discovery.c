@@ -104,9 +104,10 @@ static void openmpi(void **state) {
 
 static void slurm_and_pmi(void **state) {
     (void)state;
+    /* srun --mpi=pmi2: PMI_RANK is SLURM_PROCID. */
     var s[] = {{"SLURM_PROCID", "5"},  {"SLURM_NTASKS", "8"},
-               {"SLURM_LOCALID", "1"}, {"PMI_RANK", "0"},
-               {"PMI_SIZE", "2"},      {NULL, NULL}};
+               {"SLURM_LOCALID", "1"}, {"PMI_RANK", "5"},
+               {"PMI_SIZE", "8"},      {NULL, NULL}};
     var p[] = {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {NULL, NULL}};
     hvd_procinfo pi;
 
@@ -186,11 +187,355 @@ static void malformed(void **state) {
                {NULL, NULL}};
     var p[] = {{"SLURM_PROCID", "0"},
                {"SLURM_NTASKS", "2"},
+               {"SLURM_STEP_ID", "0"},
                {"SLURM_LOCALID", "2"},
                {NULL, NULL}};
     expect_invalid(n, "HVD_CROSS_RANK=5");
     expect_invalid(o, "HVD_LOCAL_RANK=3");
     expect_invalid(p, "SLURM_LOCALID=2");
+}
+
+/* torchrun on one node: ranks, the hosted rendezvous above torch's store
+ * and the job's key; GROUP_* are the node's. */
+static void torchrun_one_node(void **state) {
+    (void)state;
+    var v[] = {{"RANK", "1"},
+               {"WORLD_SIZE", "4"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "4"},
+               {"GROUP_RANK", "0"},
+               {"GROUP_WORLD_SIZE", "1"},
+               {"ROLE_RANK", "1"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "29500"},
+               {"TORCHELASTIC_RUN_ID", "none"},
+               {"TORCHELASTIC_RESTART_COUNT", "0"},
+               /* The srun that started torchrun does not count. */
+               {"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "1"},
+               {"SLURM_STEP_ID", "0"},
+               {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "torchrun");
+    assert_int_equal(pi.rank, 1);
+    assert_int_equal(pi.size, 4);
+    assert_int_equal(pi.local_rank, 1);
+    assert_int_equal(pi.local_size, 4);
+    assert_int_equal(pi.cross_rank, 0);
+    assert_int_equal(pi.cross_size, 1);
+    assert_true(pi.hosted);
+    assert_string_equal(pi.rdv_addr, "127.0.0.1");
+    assert_int_equal(pi.rdv_port, 29501);
+    assert_int_equal(pi.rdv_port_span, 32);
+    assert_string_equal(pi.job_key, "torchrun:none:0:127.0.0.1:29500");
+}
+
+/* torchrun on two nodes after a restart; a port near the top of the range
+ * shortens the span; HVD_RENDEZVOUS_* replace the address and first port;
+ * without LOCAL_*, GROUP_* the values are left to the host names. */
+static void torchrun_two_nodes(void **state) {
+    (void)state;
+    var v[] = {{"RANK", "5"},
+               {"WORLD_SIZE", "8"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "4"},
+               {"GROUP_RANK", "1"},
+               {"GROUP_WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "node-a.example"},
+               {"MASTER_PORT", "65520"},
+               {"TORCHELASTIC_RUN_ID", "job42"},
+               {"TORCHELASTIC_RESTART_COUNT", "3"},
+               {NULL, NULL}};
+    var bare[] = {{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "10.0.0.1"},
+                  {"MASTER_PORT", "1234"},
+                  {"HVD_RENDEZVOUS_ADDR", "10.1.0.1"},
+                  {"HVD_RENDEZVOUS_PORT", "4000"},
+                  {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "torchrun");
+    assert_int_equal(pi.rank, 5);
+    assert_int_equal(pi.size, 8);
+    assert_int_equal(pi.cross_rank, 1);
+    assert_int_equal(pi.cross_size, 2);
+    assert_string_equal(pi.rdv_addr, "node-a.example");
+    assert_int_equal(pi.rdv_port, 65521);
+    assert_int_equal(pi.rdv_port_span, 15);
+    assert_string_equal(pi.job_key, "torchrun:job42:3:node-a.example:65520");
+
+    assert_int_equal(discover(bare, &pi), HVD_OK);
+    assert_string_equal(pi.source, "torchrun");
+    assert_int_equal(pi.local_rank, -1);
+    assert_int_equal(pi.local_size, -1);
+    assert_int_equal(pi.cross_rank, -1);
+    assert_int_equal(pi.cross_size, -1);
+    assert_true(pi.hosted);
+    assert_string_equal(pi.rdv_addr, "10.1.0.1");
+    assert_int_equal(pi.rdv_port, 4000);
+    assert_int_equal(pi.rdv_port_span, 32);
+    assert_string_equal(pi.job_key, "torchrun:none:0:10.0.0.1:1234");
+}
+
+/* hvdrun started inside a torchrun job: its own variables win, and the job
+ * is not hosted. */
+static void hvdrun_inside_torchrun(void **state) {
+    (void)state;
+    var v[] = {{"HVD_RANK", "1"},
+               {"HVD_SIZE", "2"},
+               {"HVD_RENDEZVOUS_ADDR", "127.0.0.1"},
+               {"HVD_RENDEZVOUS_PORT", "4711"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "4"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "29500"},
+               {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "hvdrun");
+    assert_int_equal(pi.rank, 1);
+    assert_int_equal(pi.size, 2);
+    assert_false(pi.hosted);
+    assert_int_equal(pi.rdv_port, 4711);
+    assert_string_equal(pi.job_key, "");
+}
+
+/* torch's variables that do not fit together, each named. */
+static void torchrun_malformed(void **state) {
+    (void)state;
+#define TORCH(extra_rank, extra_size)                                          \
+    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},                    \
+        {"RANK", extra_rank}, {"WORLD_SIZE", extra_size}
+    var a[] = {TORCH("3", "2"), {NULL, NULL}};
+    var b[] = {{"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "1"},
+               {"RANK", "0"},
+               {NULL, NULL}};
+    var c[] = {TORCH("0", "2"),
+               {"LOCAL_RANK", "2"},
+               {"LOCAL_WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var d[] = {TORCH("0", "4"),
+               {"GROUP_RANK", "2"},
+               {"GROUP_WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var e[] = {TORCH("0", "6"),
+               {"LOCAL_WORLD_SIZE", "2"},
+               {"GROUP_WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var f[] = {{"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "http"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var g[] = {{"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "65535"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {NULL, NULL}};
+    var h[] = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {NULL, NULL}};
+    var i[] = {
+        {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {NULL, NULL}};
+    var j[] = {TORCH("0", "2"), {"GROUP_WORLD_SIZE", "3"}, {NULL, NULL}};
+    var k[] = {{"MASTER_ADDR", ""},
+               {"MASTER_PORT", "1"},
+               {"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {NULL, NULL}};
+#undef TORCH
+    /* RANK alone is too common a name to mean torch. */
+    var alone[] = {{"RANK", "3"}, {NULL, NULL}};
+    hvd_procinfo pi;
+
+    expect_invalid(a, "RANK=3 is not below WORLD_SIZE=2");
+    expect_invalid(b, "RANK is set but WORLD_SIZE is not");
+    expect_invalid(c, "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2");
+    expect_invalid(d, "GROUP_RANK=2 is not below GROUP_WORLD_SIZE=2");
+    expect_invalid(
+        e, "WORLD_SIZE=6 is not LOCAL_WORLD_SIZE=2 times GROUP_WORLD_SIZE=2");
+    expect_invalid(f, "MASTER_PORT=http");
+    expect_invalid(g, "MASTER_PORT=65535 leaves no port");
+    expect_invalid(h, "MASTER_ADDR and MASTER_PORT are not");
+    expect_invalid(i, "MASTER_PORT is not");
+    expect_invalid(j, "GROUP_WORLD_SIZE=3");
+    expect_invalid(k, "MASTER_ADDR=");
+    assert_int_equal(discover(alone, &pi), HVD_OK);
+    assert_string_equal(pi.source, "single");
+}
+
+/* The variables srun gives task 3 of a step of 4 tasks on two nodes, in a
+ * job of three nodes. */
+#define SRUN_STEP                                                              \
+    {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"},                              \
+        {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_LOCALID", "1"},                 \
+        {"SLURM_STEP_ID", "0"}, {"SLURM_STEPID", "0"},                         \
+        {"SLURM_JOB_ID", "1234"}, {"SLURM_JOBID", "1234"},                     \
+        {"SLURM_STEP_NODELIST", "node[1-2]"},                                  \
+        {"SLURM_JOB_NODELIST", "node[1-3]"}, {"SLURM_NODELIST", "node[1-3]"},  \
+        {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},                                \
+        {"SLURM_TASKS_PER_NODE", "2(x3)"}, {"SLURMD_NODENAME", "node2"},       \
+        {"SLURM_NODEID", "1"}, {                                               \
+        "SLURM_CLUSTER_NAME", "hpc"                                            \
+    }
+
+/* srun without MPI on two nodes: rank 0 hosts the rendezvous on the
+ * step's first node, on ports from the job and step ids. */
+static void srun_two_nodes(void **state) {
+    (void)state;
+    var v[] = {SRUN_STEP, {NULL, NULL}};
+    /* Two nodes of 2 and 1 tasks; only SLURM_NODEID and the allocation's
+     * lists, as an older srun gives them. */
+    var uneven[] = {{"SLURM_PROCID", "2"},
+                    {"SLURM_NTASKS", "3"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_STEPID", "3"},
+                    {"SLURM_JOBID", "7"},
+                    {"SLURM_NODELIST", "n[08-09]"},
+                    {"SLURM_TASKS_PER_NODE", "2,1"},
+                    {"SLURM_NODEID", "1"},
+                    {"HVD_RENDEZVOUS_PORT", "5000"},
+                    {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "slurm");
+    assert_int_equal(pi.rank, 3);
+    assert_int_equal(pi.size, 4);
+    assert_int_equal(pi.local_rank, 1);
+    assert_int_equal(pi.local_size, 2);
+    assert_int_equal(pi.cross_rank, 1);
+    assert_int_equal(pi.cross_size, 2);
+    assert_true(pi.hosted);
+    assert_string_equal(pi.rdv_addr, "node1");
+    /* 10000 + (1234 * 131 + 0 * 17) % 22000 */
+    assert_int_equal(pi.rdv_port, 17654);
+    assert_int_equal(pi.rdv_port_span, 32);
+    assert_string_equal(pi.job_key, "slurm:hpc:1234:0");
+
+    assert_int_equal(discover(uneven, &pi), HVD_OK);
+    assert_string_equal(pi.source, "slurm");
+    assert_int_equal(pi.rank, 2);
+    assert_int_equal(pi.size, 3);
+    assert_int_equal(pi.local_size, 1);
+    assert_int_equal(pi.cross_rank, 1);
+    assert_int_equal(pi.cross_size, 2);
+    assert_string_equal(pi.rdv_addr, "n08");
+    assert_int_equal(pi.rdv_port, 5000);
+    assert_string_equal(pi.job_key, "slurm::7:3");
+}
+
+/* srun --mpi=pmix: MPI bootstraps the job; Slurm's values still count. */
+static void srun_pmix(void **state) {
+    (void)state;
+    var v[] = {SRUN_STEP, {"PMIX_RANK", "3"}, {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "slurm");
+    assert_int_equal(pi.rank, 3);
+    assert_int_equal(pi.size, 4);
+    assert_int_equal(pi.local_size, 2);
+    assert_int_equal(pi.cross_rank, 1);
+    assert_false(pi.hosted);
+    assert_int_equal(pi.rdv_port, 0);
+}
+
+/* The batch script: SLURM_PROCID=0 and the allocation's task count, but
+ * no srun step; a job of one, not one waiting for three more ranks. */
+static void slurm_batch_step(void **state) {
+    (void)state;
+#define BATCH                                                                  \
+    {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},      \
+        {"SLURM_NODEID", "0"}, {"SLURM_JOB_ID", "55"},                         \
+        {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "2(x2)"},   \
+        {"SLURMD_NODENAME", "n1"}
+    var none[] = {BATCH, {NULL, NULL}};
+    var batch_id[] = {BATCH,
+                      {"SLURM_STEP_ID", "4294967291"},
+                      {"SLURM_STEPID", "4294967291"},
+                      {NULL, NULL}};
+    var named[] = {BATCH, {"SLURM_STEP_ID", "batch"}, {NULL, NULL}};
+    var ext[] = {BATCH, {"SLURM_STEP_ID", "4294967292"}, {NULL, NULL}};
+    /* Newer Slurm prints the batch step's id with %d. */
+    var signed_id[] = {BATCH, {"SLURM_STEP_ID", "-5"}, {NULL, NULL}};
+#undef BATCH
+    const var *cases[] = {none, batch_id, named, ext, signed_id};
+    hvd_procinfo pi;
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        assert_int_equal(discover(cases[k], &pi), HVD_OK);
+        assert_string_equal(pi.source, "slurm");
+        assert_int_equal(pi.rank, 0);
+        assert_int_equal(pi.size, 1);
+        assert_int_equal(pi.local_size, 1);
+        assert_false(pi.hosted);
+    }
+}
+
+/* Hydra's mpiexec runs its proxies in a Slurm step: the ranks' PMI values
+ * differ from the proxy's SLURM_PROCID, and PMI names the job. */
+static void pmi_proxies_in_a_step(void **state) {
+    (void)state;
+    var v[] = {{"SLURM_PROCID", "1"},  {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_STEP_ID", "0"}, {"PMI_RANK", "5"},
+               {"PMI_SIZE", "8"},      {NULL, NULL}};
+    hvd_procinfo pi;
+
+    assert_int_equal(discover(v, &pi), HVD_OK);
+    assert_string_equal(pi.source, "pmi");
+    assert_int_equal(pi.rank, 5);
+    assert_int_equal(pi.size, 8);
+    assert_false(pi.hosted);
+}
+
+/* Slurm's variables that do not fit together, each named. */
+static void slurm_malformed(void **state) {
+    (void)state;
+    var a[] = {{"SLURMD_NODENAME", "node7"}, SRUN_STEP, {NULL, NULL}};
+    var b[] = {{"SLURM_STEP_TASKS_PER_NODE", "2(x3)"}, SRUN_STEP, {NULL, NULL}};
+    var c[] = {{"SLURM_STEP_TASKS_PER_NODE", "3,2"}, SRUN_STEP, {NULL, NULL}};
+    var d[] = {{"SLURM_LOCALID", "2"}, SRUN_STEP, {NULL, NULL}};
+    var e[] = {{"SLURM_STEP_NODELIST", "node[3-1]"}, SRUN_STEP, {NULL, NULL}};
+    var f[] = {{"SLURM_STEP_ID", "abc"}, SRUN_STEP, {NULL, NULL}};
+    var g[] = {{"SLURM_PROCID", "4"}, SRUN_STEP, {NULL, NULL}};
+    var h[] = {{"SLURM_STEP_TASKS_PER_NODE", "2(x"}, SRUN_STEP, {NULL, NULL}};
+    var i[] = {{"SLURM_PROCID", "0"},
+               {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_STEP_ID", "1"},
+               {"SLURM_STEP_NODELIST", "n[1-2]"},
+               {NULL, NULL}};
+    var j[] = {{"SLURM_PROCID", "0"},
+               {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_STEP_ID", "1"},
+               {"SLURM_JOB_ID", "9"},
+               {NULL, NULL}};
+    var k[] = {{"SLURM_STEP_NODELIST", "node[1-2]"},
+               {"SLURMD_NODENAME", "node1"},
+               {"SLURM_NODEID", "5"},
+               SRUN_STEP,
+               {NULL, NULL}};
+
+    /* The table's first entry wins: each case puts its bad value first. */
+    expect_invalid(a, "SLURMD_NODENAME=node7 is not in SLURM_STEP_NODELIST");
+    expect_invalid(b, "SLURM_STEP_TASKS_PER_NODE=2(x3) counts 3 nodes but "
+                      "SLURM_STEP_NODELIST=node[1-2] names 2");
+    expect_invalid(c, "SLURM_STEP_TASKS_PER_NODE=3,2 adds up to 5 tasks");
+    expect_invalid(d, "SLURM_LOCALID=2 is not below this node's count");
+    expect_invalid(e, "SLURM_STEP_NODELIST=node[3-1]");
+    expect_invalid(f, "SLURM_STEP_ID=abc");
+    expect_invalid(g, "SLURM_PROCID=4 is not below SLURM_STEP_NUM_TASKS=4");
+    expect_invalid(h, "SLURM_STEP_TASKS_PER_NODE=2(x");
+    expect_invalid(i, "SLURM_JOB_ID");
+    expect_invalid(j, "SLURM_STEP_NODELIST");
+    /* SLURMD_NODENAME, when set, is what places the node. */
+    hvd_procinfo pi;
+    assert_int_equal(discover(k, &pi), HVD_OK);
+    assert_int_equal(pi.cross_rank, 0);
 }
 
 static void config_defaults_and_values(void **state) {
@@ -385,6 +730,15 @@ int main(void) {
         cmocka_unit_test(openmpi),
         cmocka_unit_test(slurm_and_pmi),
         cmocka_unit_test(malformed),
+        cmocka_unit_test(torchrun_one_node),
+        cmocka_unit_test(torchrun_two_nodes),
+        cmocka_unit_test(hvdrun_inside_torchrun),
+        cmocka_unit_test(torchrun_malformed),
+        cmocka_unit_test(srun_two_nodes),
+        cmocka_unit_test(srun_pmix),
+        cmocka_unit_test(slurm_batch_step),
+        cmocka_unit_test(pmi_proxies_in_a_step),
+        cmocka_unit_test(slurm_malformed),
         cmocka_unit_test(config_defaults_and_values),
         cmocka_unit_test(config_malformed),
         cmocka_unit_test(horovod_aliases),

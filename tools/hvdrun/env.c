@@ -26,9 +26,13 @@ const char *const job_vars[] = {
     "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
     "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
 
-/* Variables of other launchers that the library would otherwise read. */
-const char *const foreign_vars[] = {"PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
-                                    "SLURM_NTASKS", "SLURM_LOCALID"};
+/* Variables of other launchers that the library would otherwise read.
+ * torch's MASTER_ADDR and MASTER_PORT stay: without RANK and WORLD_SIZE
+ * they name no job to hvd, and an application may use them itself. */
+const char *const foreign_vars[] = {
+    "PMI_RANK",         "PMI_SIZE",   "SLURM_PROCID",    "SLURM_NTASKS",
+    "SLURM_LOCALID",    "RANK",       "WORLD_SIZE",      "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE"};
 const char foreign_prefix[] = "OMPI_COMM_WORLD_";
 
 /* ---- environment ---- */

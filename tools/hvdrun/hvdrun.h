@@ -210,7 +210,7 @@ void free_options(struct options *opt);
 extern const char *const job_vars[16];
 
 /* Variables of other launchers that the library would otherwise read. */
-extern const char *const foreign_vars[5];
+extern const char *const foreign_vars[11];
 extern const char foreign_prefix[];
 
 ssize_t env_find(const struct env *e, const char *name, size_t len);
