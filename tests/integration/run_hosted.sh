@@ -46,9 +46,11 @@ done
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/hvd_hosted.XXXXXX") || exit 1
 pids=""
+# Each pid is a timeout(1) (or python3): SIGTERM reaches the program it
+# runs too, where SIGKILL would leave that program behind.
 cleanup() {
     for p in $pids; do
-        kill -9 "$p" 2>/dev/null
+        kill "$p" 2>/dev/null
     done
     rm -rf "$dir"
 }
@@ -107,7 +109,7 @@ start() {
             MASTER_PORT="$master" TORCHELASTIC_RUN_ID="$run" \
             TORCHELASTIC_RESTART_COUNT="$restart" "$@"
     fi
-    env "$@" timeout 90 "$prog" $progargs >"$dir/$name.$r.log" 2>&1 &
+    env "$@" timeout -k 5 90 "$prog" $progargs >"$dir/$name.$r.log" 2>&1 &
     echo $! >"$dir/$name.$r.pid"
     pids="$pids $!"
 }
@@ -168,7 +170,7 @@ start_munged() {
     mkdir "$dir/m" && chmod 755 "$dir/m"
     dd if=/dev/urandom of="$dir/munge.key" bs=128 count=1 2>/dev/null
     chmod 600 "$dir/munge.key"
-    timeout 100 munged -F --socket="$dir/m/sock" --key-file="$dir/munge.key" \
+    timeout -k 5 100 munged -F --socket="$dir/m/sock" --key-file="$dir/munge.key" \
         --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
         --seed-file="$dir/munged.seed" >"$dir/munged.out" 2>&1 &
     pids="$pids $!"
@@ -306,7 +308,7 @@ restart)
             "$((first + 1))"
         ok=0
     fi
-    kill -9 "$(cat "$dir/old.0.pid")" 2>/dev/null
+    kill "$(cat "$dir/old.0.pid")" 2>/dev/null
     ;;
 slurm)
     # srun without MPI, munged out of reach: one warning, naming munge.
