@@ -1,11 +1,13 @@
 #include "api/runtime/hosted.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include "transport/base/clock.h"
 #include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/base/log.h"
@@ -77,6 +79,27 @@ static hvd_status hosted_identity(hvd_procinfo *info, hvd_rdv_munge *munge,
     return HVD_OK;
 }
 
+/* Resolves name, again until deadline while it does not: a Kubernetes
+ * service's name (MASTER_ADDR of a PyTorchJob) may resolve only once its
+ * pod runs, after the other pods started. */
+static hvd_status resolve(const char *name, int64_t deadline, char addr[64]) {
+    hvd_status st = hvd_rdv_resolve(name, addr);
+
+    while (st == HVD_ERR_INVALID_ARG && hvd_now_ns() < deadline) {
+        poll(NULL, 0, 250);
+        st = hvd_rdv_resolve(name, addr);
+    }
+    if (st != HVD_OK) {
+        char text[HVD_ERROR_MAX];
+        snprintf(text, sizeof(text), "%s", hvd_error_get());
+        st = hvd_error_set(st,
+                           "%s (until the start timeout, "
+                           "HVD_START_TIMEOUT_SECONDS)",
+                           text);
+    }
+    return st;
+}
+
 /*
  * The rendezvous of a launcher that gives none (torchrun, srun without
  * MPI): rank 0 hosts it in a thread of its own on the first free port of
@@ -88,10 +111,11 @@ hvd_status hvd_setup_open_hosted(hvd_setup *s, hvd_bootstrap **bs_out,
     hvd_rdv_munge munge;
     char addr[64], why[200] = "";
     int port = info->rdv_port, span = info->rdv_port_span;
+    int64_t deadline = hvd_now_ns() + s->cfg.start_timeout_ns;
     hvd_status st = hosted_identity(info, &munge, why);
 
     if (st == HVD_OK)
-        st = hvd_rdv_resolve(info->rdv_addr, addr);
+        st = resolve(info->rdv_addr, deadline, addr);
     if (st == HVD_OK && info->rank == 0) {
         st = hvd_rdv_host_start(addr, port, span, info->size, info->job_id,
                                 info->secret, &munge, &s->rdv_host);
@@ -104,7 +128,7 @@ hvd_status hvd_setup_open_hosted(hvd_setup *s, hvd_bootstrap **bs_out,
     if (st == HVD_OK)
         st = hvd_rdv_client_connect_range(
             addr, port, span, info->rank, info->size, info->job_id,
-            info->secret, sizeof(info->secret), &munge, s->cfg.start_timeout_ns,
+            info->secret, sizeof(info->secret), &munge, deadline - hvd_now_ns(),
             bs_out, local_addr_out);
     /* Under srun, munge working on rank 0's node and not on this one
      * gives two secrets: say so. */

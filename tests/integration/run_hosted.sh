@@ -10,6 +10,8 @@
 #   reinit       hvd_init again after hvd_shutdown (twice): passes
 #   norank0      rank 0 never starts: rank 1 fails at the start timeout,
 #                naming the address and ports it tried
+#   unresolved   MASTER_ADDR does not resolve: tried until the start
+#                timeout, then a sentence naming it
 #   secret       HVD_SECRET on every rank: passes, no warning
 #   badsecret    HVD_SECRET differs on rank 1: rank 1 is refused with a
 #                sentence naming HVD_SECRET, no rank hangs
@@ -228,6 +230,24 @@ norank0)
     want="no rendezvous of this job on 127.0.0.1 ports $first-$((first + 31))"
     if ! grep -q "$want after [0-9]* s.*; rank 0 hosts it" "$dir/a.1.log"; then
         echo "run_hosted: FAIL: rank 1 does not say where it looked"
+        ok=0
+    fi
+    ;;
+unresolved)
+    # MASTER_ADDR does not resolve (yet: a Kubernetes service's name
+    # resolves once its pod runs): tried again until the start timeout.
+    env RANK=1 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid \
+        MASTER_PORT="$master" HVD_START_TIMEOUT_SECONDS=2 \
+        timeout -k 5 60 "$prog" --quick >"$dir/u.log" 2>&1
+    rc=$?
+    cat "$dir/u.log"
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        echo "run_hosted: FAIL: exit $rc, expected a failure of hvd_init"
+        ok=0
+    fi
+    if ! grep -q "no-such-host.invalid does not resolve.*until the start timeout" \
+        "$dir/u.log"; then
+        echo "run_hosted: FAIL: no sentence naming the host that does not resolve"
         ok=0
     fi
     ;;
