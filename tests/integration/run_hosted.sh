@@ -305,10 +305,12 @@ twojobs)
     wait_log "$dir/a.0.log" "listening on 127.0.0.1:$first"
     start b 0 2 run-b 0 HVD_LOG_LEVEL=info
     wait_log "$dir/b.0.log" "listening on 127.0.0.1:$((first + 1))"
+    # Job a cannot end before its rank 1 starts: its server is up while
+    # job b's rank 1 looks for its own.
     start b 1 2 run-b 0 HVD_LOG_LEVEL=debug
+    finish b 2
     start a 1 2 run-a 0 HVD_LOG_LEVEL=info
     finish a 2
-    finish b 2
     if ! grep -q "$first is another job's rendezvous" "$dir/b.1.log"; then
         echo "run_hosted: FAIL: job b's rank 1 did not skip job a's server"
         ok=0
