@@ -175,6 +175,41 @@ localhost omp=1"
 fi
 check "elastic, discovery with both forms" "$want" "$out"
 
+# A CPU quota (a container's CPU limit) caps the threads: 1 CPU of quota
+# with 2 CPUs in the mask gives 1 thread, here and on a "remote" host.
+# Needs root, 2 CPUs and a writable cgroup hierarchy with the cpu
+# controller (v1 or v2); else this part is skipped (said).
+cg=
+if [ "$(id -u)" = 0 ] && [ -n "$b" ]; then
+    if [ -w /sys/fs/cgroup/cpu ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+        cg=/sys/fs/cgroup/cpu/hvd-binding-$$
+        mkdir "$cg" 2>/dev/null && echo 100000 >"$cg/cpu.cfs_period_us" &&
+            echo 100000 >"$cg/cpu.cfs_quota_us" || cg=
+    elif grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+        cg=/sys/fs/cgroup/hvd-binding-$$
+        mkdir "$cg" 2>/dev/null && echo "100000 100000" >"$cg/cpu.max" || cg=
+    fi
+fi
+if [ -n "$cg" ]; then
+    trap 'rm -rf "$dir"; rmdir "$cg" 2>/dev/null' EXIT
+    in_cg() { # runs the rest in the cgroup
+        sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@"
+    }
+    out=$(in_cg env -u OMP_NUM_THREADS -u MKL_NUM_THREADS \
+        -u OPENBLAS_NUM_THREADS timeout 60 taskset -c "$a,$b" "$hvdrun" \
+        -np 1 "$dir/show" 2>/dev/null | sed "s/cpus=$a,$b/cpus=$a-$b/")
+    check "cpu quota 1, 2 cpus" "[0] cpus=$a-$b omp=1 mkl=1 ob=1" "$out"
+    out=$(in_cg env -u OMP_NUM_THREADS -u MKL_NUM_THREADS \
+        -u OPENBLAS_NUM_THREADS PATH="$dir/bin:$PATH" timeout 60 \
+        taskset -c "$a,$b" "$hvdrun" -H hvd-test-remote.invalid:1 \
+        --network-interface lo -np 1 "$dir/show" 2>/dev/null |
+        sed "s/cpus=$a,$b/cpus=$a-$b/")
+    check "remote, cpu quota 1, 2 cpus" "[0] cpus=$a-$b omp=1 mkl=1 ob=1" "$out"
+    rmdir "$cg" 2>/dev/null
+else
+    echo "skip cpu quota: needs root, 2 CPUs and a writable cgroup cpu controller"
+fi
+
 # --mpi: mpirun gets --bind-to and the thread variables with -x.
 cat >"$dir/bin/mpirun" <<'EOF'
 #!/bin/sh

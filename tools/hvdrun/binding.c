@@ -66,6 +66,105 @@ static int cpu_socket(int cpu) {
     return id;
 }
 
+/* The CPU quota in dir (a cgroup's directory) in whole CPUs, at least 1;
+ * 0 for none. v2: cpu.max "QUOTA PERIOD" or "max PERIOD"; v1:
+ * cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us. */
+static long quota_in(const char *dir, int v2) {
+    char path[PATH_MAX + 32];
+    long quota = -1, period = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir,
+             v2 ? "cpu.max" : "cpu.cfs_quota_us");
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    if (v2) {
+        char q[32];
+        if (fscanf(f, "%31s %ld", q, &period) != 2 || strcmp(q, "max") == 0)
+            quota = -1;
+        else
+            quota = strtol(q, NULL, 10);
+    } else if (fscanf(f, "%ld", &quota) != 1) {
+        quota = -1;
+    }
+    fclose(f);
+    if (!v2) {
+        snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
+        if ((f = fopen(path, "r")) == NULL)
+            return 0;
+        if (fscanf(f, "%ld", &period) != 1)
+            period = 0;
+        fclose(f);
+    }
+    if (quota <= 0 || period <= 0)
+        return 0;
+    return quota / period > 0 ? quota / period : 1;
+}
+
+/* The smallest quota of cgroup path (from /proc/self/cgroup) and of its
+ * parents, under each place the hierarchy may be mounted. */
+static long quota_of_path(const char *path, int v2) {
+    static const char *const v2_roots[] = {"/sys/fs/cgroup",
+                                           "/sys/fs/cgroup/unified"};
+    static const char *const v1_roots[] = {"/sys/fs/cgroup/cpu",
+                                           "/sys/fs/cgroup/cpu,cpuacct"};
+    const char *const *roots = v2 ? v2_roots : v1_roots;
+    long best = 0;
+
+    for (size_t r = 0; r < 2; r++) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s%s", roots[r], path);
+        for (;;) {
+            long q = quota_in(dir, v2);
+            if (q > 0 && (best == 0 || q < best))
+                best = q;
+            char *slash = strrchr(dir, '/');
+            if (slash == NULL || (size_t)(slash - dir) < strlen(roots[r]))
+                break;
+            *slash = '\0';
+        }
+    }
+    return best;
+}
+
+/*
+ * The CPU quota of hvdrun's cgroup and its parents, in whole CPUs (0:
+ * none). A container's CPU limit (Kubernetes' resources.limits.cpu, docker
+ * --cpus) is such a quota and leaves the affinity mask whole: without it
+ * every rank of a pod limited to 4 CPUs on a 64-CPU node would count 64.
+ */
+static long cgroup_quota(void) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[PATH_MAX + 64];
+    long best = 0;
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+        if (c2 == NULL)
+            continue;
+        *c2 = '\0';
+        c2[1 + strcspn(c2 + 1, "\n")] = '\0';
+        const char *ctl = c1 + 1;
+        int v2 = *ctl == '\0';
+        int cpu = v2;
+        for (const char *p = ctl; !cpu && *p != '\0';) {
+            size_t n = strcspn(p, ",");
+            cpu = n == 3 && strncmp(p, "cpu", 3) == 0;
+            p += n + (p[n] == ',');
+        }
+        if (!cpu)
+            continue;
+        long q = quota_of_path(strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1, v2);
+        if (q > 0 && (best == 0 || q < best))
+            best = q;
+    }
+    fclose(f);
+    return best;
+}
+
 /* Reads hvdrun's affinity mask and the sockets of its CPUs into b. */
 static int read_cpus(struct binding *b) {
     size_t size = CPU_ALLOC_SIZE(CPU_SETSIZE);
@@ -110,6 +209,12 @@ int binding_setup(struct job *job) {
         say("out of memory");
         return -1;
     }
+    b->quota = (int)cgroup_quota();
+    if (b->quota > 0)
+        HVD_INFO("hvdrun",
+                 "this machine: %d CPUs in the affinity mask, a CPU "
+                 "quota of %d",
+                 b->ncpus, b->quota);
     b->set = CPU_ALLOC(CPU_SETSIZE);
     if (b->set == NULL) {
         say("out of memory");
@@ -190,6 +295,10 @@ int binding_place(struct binding *b, enum bind_to how, int slot, int nslots) {
             CPU_SET_S(b->cpus[slot * per + k], size, b->set);
         threads = per;
     }
+    /* A CPU quota caps the threads, not the binding: the rank may run on
+     * any of its CPUs, but only so many at a time without throttling. */
+    if (b->quota > 0 && threads > b->quota / nslots)
+        threads = b->quota / nslots;
     return threads > 0 ? threads : 1;
 }
 
@@ -233,6 +342,7 @@ void binding_report(struct job *job, const char *host, int remote, int nranks) {
     char vars[512];
     int threads = 0;
     int cores = job->bind.ncpus;
+    char quota[48] = "";
 
     if (!job->opt->verbose)
         return;
@@ -243,16 +353,18 @@ void binding_report(struct job *job, const char *host, int remote, int nranks) {
         job->bind.bound = 0;
     }
     thread_text(job, threads, vars, sizeof(vars));
+    if (job->bind.quota > 0)
+        snprintf(quota, sizeof(quota), " (CPU quota %d)", job->bind.quota);
     if (remote)
         say("host %s: %d rank%s, its cores counted there (nproc), bound "
             "there: %s:%s (set them, or -x them, to override)",
             host, nranks, nranks == 1 ? "" : "s", bind_name(job->opt->bind_to),
             vars);
     else
-        say("host %s: %d rank%s, %d core%s, --bind-to %s:%s (set them, or "
-            "-x them, to override)",
+        say("host %s: %d rank%s, %d core%s%s, --bind-to %s:%s (set them, "
+            "or -x them, to override)",
             host, nranks, nranks == 1 ? "" : "s", cores, cores == 1 ? "" : "s",
-            bind_name(job->opt->bind_to), vars);
+            quota, bind_name(job->opt->bind_to), vars);
 }
 
 /*
@@ -303,6 +415,23 @@ void binding_remote(struct sbuf *s, const struct job *job, const struct rank *r,
                     "\"$hvd_f\" ] && [ \"$hvd_i\" -lt $((hvd_f + hvd_t)) ] && "
                     "hvd_l=\"$hvd_l,$hvd_q\"; hvd_i=$((hvd_i+1)); done;");
     }
+    /* A CPU quota there (its own cgroup's, v2 or v1) caps hvd_t. */
+    sbuf_add(s, " hvd_g2=$(sed -n 's/^0:://p' /proc/self/cgroup 2>/dev/null);"
+                " hvd_g1=$(sed -n 's/^[0-9]*:\\(cpu,cpuacct\\|cpuacct,cpu\\|"
+                "cpu\\)://p' /proc/self/cgroup 2>/dev/null); hvd_qc=0;"
+                " for hvd_f in \"/sys/fs/cgroup${hvd_g2%/}/cpu.max\""
+                " /sys/fs/cgroup/cpu.max; do set -- $(cat \"$hvd_f\""
+                " 2>/dev/null); if [ $# = 2 ] && [ \"$1\" != max ] &&"
+                " [ \"$2\" -gt 0 ]; then hvd_qc=$(($1 / $2)); break; fi; done;"
+                " for hvd_f in \"/sys/fs/cgroup/cpu${hvd_g1%/}\""
+                " \"/sys/fs/cgroup/cpu,cpuacct${hvd_g1%/}\" /sys/fs/cgroup/cpu;"
+                " do [ \"$hvd_qc\" = 0 ] || break; hvd_q=$(cat"
+                " \"$hvd_f/cpu.cfs_quota_us\" 2>/dev/null); hvd_r=$(cat"
+                " \"$hvd_f/cpu.cfs_period_us\" 2>/dev/null); if [ -n \"$hvd_q\""
+                " ] && [ \"$hvd_q\" -gt 0 ] && [ \"${hvd_r:-0}\" -gt 0 ]; then"
+                " hvd_qc=$((hvd_q / hvd_r)); [ $hvd_qc -ge 1 ] || hvd_qc=1; fi;"
+                " done; if [ \"$hvd_qc\" -gt 0 ] && [ \"$hvd_t\" -gt"
+                " $((hvd_qc / hvd_n)) ]; then hvd_t=$((hvd_qc / hvd_n)); fi;");
     sbuf_add(s, " [ \"$hvd_t\" -ge 1 ] || hvd_t=1; hvd_b=;");
     if (how != BIND_NONE) {
         sbuf_add(s, " if command -v taskset >/dev/null 2>&1; then "

@@ -156,6 +156,7 @@ struct binding {
     int *cpus;    /* hvdrun's affinity mask, ascending */
     int *sockets; /* the socket of each */
     int ncpus;
+    int quota;         /* its cgroup's CPU quota in CPUs; 0: none */
     unsigned user_set; /* bit k: thread_vars[k] set by the user */
     int said_shared;   /* warned of more ranks than cores */
     /* The CPUs of the rank about to be forked, when bound. */
