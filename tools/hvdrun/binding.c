@@ -270,6 +270,7 @@ int binding_place(struct binding *b, enum bind_to how, int slot, int nslots) {
 
     if (nslots < 1)
         nslots = 1;
+    slot %= nslots; /* a slot is below its host's slots; kept in range */
     b->bound = how != BIND_NONE;
     CPU_ZERO_S(size, b->set);
     if (how == BIND_SOCKET) {

@@ -179,25 +179,21 @@ static int parse_long(const char *name, const char *text, long min, long max,
  * only "--bind-to X" (or -bind-to, --bind-to=X) from them. */
 static int parse_binding_args(const char *text, enum bind_to *out) {
     char buf[128];
-    char *save = NULL, *word, *value = NULL;
+    char *save = NULL, *word = NULL, *value = NULL;
 
-    if (strlen(text) >= sizeof(buf))
-        goto unknown;
-    snprintf(buf, sizeof(buf), "%s", text);
-    word = strtok_r(buf, " \t", &save);
-    if (word == NULL)
-        goto unknown;
-    if (strncmp(word, "--bind-to=", 10) == 0 ||
-        strncmp(word, "-bind-to=", 9) == 0)
+    if (strlen(text) < sizeof(buf)) {
+        snprintf(buf, sizeof(buf), "%s", text);
+        word = strtok_r(buf, " \t", &save);
+    }
+    if (word != NULL && (strncmp(word, "--bind-to=", 10) == 0 ||
+                         strncmp(word, "-bind-to=", 9) == 0))
         value = strchr(word, '=') + 1;
-    else if (strcmp(word, "--bind-to") == 0 || strcmp(word, "-bind-to") == 0)
+    else if (word != NULL &&
+             (strcmp(word, "--bind-to") == 0 || strcmp(word, "-bind-to") == 0))
         value = strtok_r(NULL, " \t", &save);
-    if (value == NULL || strtok_r(NULL, " \t", &save) != NULL ||
-        bind_parse(value, out) != 0)
-        goto unknown;
-    return 0;
-
-unknown:
+    if (value != NULL && strtok_r(NULL, " \t", &save) == NULL &&
+        bind_parse(value, out) == 0)
+        return 0;
     usage_error("--binding-args \"%s\": hvdrun takes only \"--bind-to "
                 "none|core|socket\" there; for other mpirun binding options "
                 "run mpirun yourself",
