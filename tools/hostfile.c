@@ -90,9 +90,11 @@ static int parse_slots(const char *text, size_t len, const char *where,
 }
 
 /* One host spec of len bytes. slots > 0 is a hostfile's "slots=N", which
- * excludes ":N". */
+ * excludes ":N"; max_slots > 0 its "max_slots=M", which the slots may not
+ * exceed. */
 static int parse_spec(hvd_hostlist *list, const char *spec, size_t len,
-                      long slots, const char *where, char *err, size_t errlen) {
+                      long slots, long max_slots, const char *where, char *err,
+                      size_t errlen) {
     const char *name = spec;
     size_t name_len = len;
     const char *count = NULL;
@@ -131,6 +133,10 @@ static int parse_spec(hvd_hostlist *list, const char *spec, size_t len,
                          where, (int)len, spec);
         n = slots;
     }
+    if (max_slots > 0 && n > max_slots)
+        return error(err, errlen,
+                     "%s: max_slots=%ld is less than the %ld slots", where,
+                     max_slots, n);
     return add_host(list, name, name_len, n, where, err, errlen);
 }
 
@@ -142,7 +148,7 @@ int hvd_hostlist_parse_list(hvd_hostlist *list, const char *text, char *err,
         return error(err, errlen, "-H needs a host list");
     for (;;) {
         size_t len = strcspn(p, ",");
-        if (parse_spec(list, p, len, 0, "-H", err, errlen) != 0)
+        if (parse_spec(list, p, len, 0, 0, "-H", err, errlen) != 0)
             return -1;
         if (p[len] == '\0')
             return 0;
@@ -150,27 +156,38 @@ int hvd_hostlist_parse_list(hvd_hostlist *list, const char *text, char *err,
     }
 }
 
-/* One line (NUL-terminated, modified in place). */
+/* One line (NUL-terminated, modified in place). Open MPI's max_slots=N
+ * (or max-slots=N) caps what its mpirun oversubscribes; hvdrun places
+ * ranks by slots alone, so it is checked (at least the slots) and then
+ * ignored. */
 static int parse_line(hvd_hostlist *list, char *line, const char *where,
                       char *err, size_t errlen) {
     char *save = NULL;
-    long slots = 0;
+    long slots = 0, max_slots = 0;
 
     line[strcspn(line, "#")] = '\0';
     char *spec = strtok_r(line, " \t\r\n\v\f", &save);
     if (spec == NULL)
         return 0;
     for (char *tok; (tok = strtok_r(NULL, " \t\r\n\v\f", &save)) != NULL;) {
-        if (strncmp(tok, "slots=", 6) != 0)
+        long *field = &slots;
+        size_t skip = 6;
+        if (strncmp(tok, "max_slots=", 10) == 0 ||
+            strncmp(tok, "max-slots=", 10) == 0) {
+            field = &max_slots;
+            skip = 10;
+        } else if (strncmp(tok, "slots=", 6) != 0) {
             return error(err, errlen,
                          "%s: unknown field '%s' (lines are HOST, HOST:SLOTS "
-                         "or HOST slots=SLOTS)",
+                         "or HOST slots=SLOTS [max_slots=MAX])",
                          where, tok);
-        if (parse_slots(tok + 6, strlen(tok + 6), where, &slots, err, errlen) !=
-            0)
+        }
+        if (parse_slots(tok + skip, strlen(tok + skip), where, field, err,
+                        errlen) != 0)
             return -1;
     }
-    return parse_spec(list, spec, strlen(spec), slots, where, err, errlen);
+    return parse_spec(list, spec, strlen(spec), slots, max_slots, where, err,
+                      errlen);
 }
 
 int hvd_hostlist_parse_text(hvd_hostlist *list, const char *text, size_t len,

@@ -6,9 +6,12 @@
  *
  * Syntax: a host is "host", "host:N", "[v6 address]" or "[v6 address]:N";
  * an unbracketed name with several colons is an IPv6 address of one slot.
- * A hostfile has one host a line, as above or as "host slots=N"; # starts
- * a comment to the end of the line; blank lines are skipped. A host named
- * again gets the sum of its slots (as with mpirun). Slots are 1 to
+ * A hostfile has one host a line, as above or as "host slots=N" (Open
+ * MPI's form, which may add max_slots=M, checked and ignored); # starts a
+ * comment to the end of the line; blank lines are skipped; spaces, tabs
+ * and a CR before the newline separate fields. Kubeflow's MPI Operator
+ * writes "host slots=N" for Open MPI and "host:N" for MPICH and Intel MPI. A
+ * host named again gets the sum of its slots (as with mpirun). Slots are 1 to
  * HVD_HOST_MAX_SLOTS per entry and per host. Host names must be what ssh
  * accepts as one argument: no spaces, controls, quotes or commas, and no
  * leading '-'.

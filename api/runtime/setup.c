@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "api/runtime/hosted.h"
 #include "collectives/coll.h"
 #include "gpu/gpu.h"
 #include "transport/base/error.h"
@@ -111,6 +112,22 @@ static hvd_status launcher_job_identity(hvd_bootstrap *bs, hvd_procinfo *info) {
     return st;
 }
 
+/* Under Slurm, MPI's word on the job's size is checked: srun without
+ * --mpi=pmix starts every task as an MPI singleton, N jobs of one. */
+static hvd_status check_singletons(const hvd_procinfo *info,
+                                   const hvd_bootstrap *bs) {
+    if (info->source == NULL || strcmp(info->source, "slurm") != 0 ||
+        bs->size == info->size)
+        return HVD_OK;
+    return hvd_error_set(HVD_ERR_MISMATCH,
+                         "MPI sees a job of %d rank%s but Slurm started %d "
+                         "(SLURM_NTASKS): srun without --mpi=pmix starts each "
+                         "task as an MPI singleton (Open MPI 5 needs PMIx); "
+                         "use srun --mpi=pmix, or leave HVD_TRANSPORT at "
+                         "auto/tcp and hvd finds its peers by itself",
+                         bs->size, bs->size == 1 ? "" : "s", info->size);
+}
+
 /*
  * The bootstrap: hvdrun's rendezvous when it is given, else the launcher's
  * through a transport that can bootstrap the job (MPI under mpirun or
@@ -133,6 +150,8 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
         *bs_out = s->elastic_bs;
         return HVD_OK;
     }
+    if (info->hosted)
+        return hvd_setup_open_hosted(s, bs_out, local_addr_out);
     if (info->rdv_port != 0) {
         if (info->secret[0] == '\0' || !info->have_job_id)
             return hvd_error_set(HVD_ERR_AUTH,
@@ -151,9 +170,16 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
                                       bs_out, by_out);
     if (st != HVD_OK)
         return st;
+    st = check_singletons(info, *bs_out);
+    if (st != HVD_OK) {
+        hvd_transport_bootstrap_close(*by_out, *bs_out);
+        *bs_out = NULL;
+        *by_out = NULL;
+        return st;
+    }
     if ((*bs_out)->size != info->size || (*bs_out)->rank != info->rank) {
         /* The launcher is the authority on who is who when it launched
-         * the job. */
+         * the job (under Slurm, on the size only: checked above). */
         HVD_DEBUG("api", "%s says rank %d of %d (%s said %d of %d)",
                   (*by_out)->title, (*bs_out)->rank, (*bs_out)->size,
                   info->source, info->rank, info->size);
@@ -464,6 +490,8 @@ void hvd_setup_close(hvd_setup *s) {
     hvd_transport_choice_close(&s->tps);
     hvd_rdv_client_close(s->elastic_bs);
     s->elastic_bs = NULL;
+    hvd_rdv_host_stop(s->rdv_host);
+    s->rdv_host = NULL;
 }
 
 void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
@@ -624,6 +652,12 @@ out:
     free(all);
     free((void *)hosts);
     free(pids);
+    /* A failed init stops rank 0's hosted server first: the ranks leaving
+     * it then are not news. */
+    if (st != HVD_OK) {
+        hvd_rdv_host_stop(s->rdv_host);
+        s->rdv_host = NULL;
+    }
     close_bootstrap(s, bs, bs_by);
     return st;
 }

@@ -15,6 +15,7 @@
 #include "api/runtime/discovery.h"
 #include "api/runtime/engine.h"
 #include "collectives/select.h"
+#include "transport/bootstrap/rendezvous.h"
 #include "transport/choose.h"
 
 typedef struct hvd_setup {
@@ -38,6 +39,10 @@ typedef struct hvd_setup {
     uint8_t elastic_job_id[HVD_JOB_ID_LEN];
     int have_elastic_job_id;
     uint32_t generation;
+    /* Rank 0 of a job whose launcher gives no rendezvous (info.hosted):
+     * the one it hosts, until its thread ends and hvd_setup_close joins
+     * it. */
+    hvd_rdv_host *rdv_host;
 } hvd_setup;
 
 /*
@@ -71,7 +76,8 @@ int hvd_setup_elastic_updates(hvd_setup *s);
  * stopped). */
 hvd_status hvd_setup_goodbye(hvd_setup *s);
 
-/* Frees the paths and closes every transport (after the engine stopped). */
+/* Frees the paths, closes every transport (after the engine stopped) and
+ * stops the rendezvous rank 0 hosts. */
 void hvd_setup_close(hvd_setup *s);
 
 #endif

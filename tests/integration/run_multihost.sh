@@ -198,6 +198,21 @@ check "remote environment and directory" \
     "[0] 0/2 0/2 0/1 1 it's \"quoted\" \$x $dir hvd-host-b
 [1] 1/2 1/2 0/1 1 it's \"quoted\" \$x $dir hvd-host-b" "$out"
 
+# ---- thread variables and --bind-to core on a remote host ----
+# Host B's wrapper counts its cores as hvdrun counts this machine's (the
+# same CPUs and cgroup here), and binds the two ranks to different cores.
+show='echo "$OMP_NUM_THREADS $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+here=$(in_a timeout 60 "$hvdrun" -np 2 --bind-to core sh -c "$show" |
+    cut -d' ' -f2 | sort -u | tr '\n' ' ')
+out=$(in_a timeout 60 "$hvdrun" -H $addr_b:2 --bind-to core $ssh_opts \
+    sh -c "$show" | sort)
+check "remote thread variables as here" "$here" \
+    "$(echo "$out" | cut -d' ' -f2 | sort -u | tr '\n' ' ')"
+if [ "$(nproc)" -ge 2 ]; then
+    check "remote --bind-to core: the ranks on different cores" 2 \
+        "$(echo "$out" | cut -d' ' -f3 | sort -u | wc -l)"
+fi
+
 # ---- the secret is on no command line, on either host ----
 # printf is a shell builtin: the secret reaches grep on its stdin only.
 # Each rank looks while the other is surely running: both say they have

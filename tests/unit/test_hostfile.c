@@ -78,11 +78,48 @@ static void hostfile_text(void **state) {
     hvd_hostlist_free(&l);
 }
 
+/* Every form Kubeflow's MPI Operator and people write: Open MPI's "host
+ * slots=N" (with max_slots), MPICH's and Intel MPI's "host:N", a bare
+ * host, tabs, trailing blanks, CRLF, comments after entries. */
+static void hostfile_kubeflow(void **state) {
+    (void)state;
+    hvd_hostlist l = {0};
+    const char text[] =
+        "job-worker-0.job-worker.ns.svc slots=2\r\n"
+        "job-worker-1.job-worker.ns.svc slots=2 max_slots=4 # a comment\r\n"
+        "job-worker-2.job-worker.ns.svc:3   \r\n"
+        "\tjob-worker-3.job-worker.ns.svc\tslots=1\tmax-slots=1\t\n"
+        "job-worker-4.job-worker.ns.svc#bare\n"
+        "   \r\n"
+        "localhost max_slots=8\n";
+    const char *names[] = {
+        "job-worker-0.job-worker.ns.svc", "job-worker-1.job-worker.ns.svc",
+        "job-worker-2.job-worker.ns.svc", "job-worker-3.job-worker.ns.svc",
+        "job-worker-4.job-worker.ns.svc", "localhost"};
+    const int slots[] = {2, 2, 3, 1, 1, 1};
+
+    assert_int_equal(hvd_hostlist_parse_text(&l, text, sizeof(text) - 1, "hf",
+                                             err, sizeof(err)),
+                     0);
+    expect_hosts(&l, 6, names, slots);
+    hvd_hostlist_free(&l);
+}
+
 static void hostfile_errors(void **state) {
     (void)state;
     static const char *const bad[] = {
-        "",          "# nothing\n\n", "a foo\n",    "a slots=\n", "a:2 slots=2",
-        "a slots=0", "a\nb:x\n",      "a slots=2x",
+        "",
+        "# nothing\n\n",
+        "a foo\n",
+        "a slots=\n",
+        "a:2 slots=2",
+        "a slots=0",
+        "a\nb:x\n",
+        "a slots=2x",
+        "a slots=4 max_slots=2",
+        "a max_slots=0",
+        "a max_slots=",
+        "a:2 max_slots=1",
     };
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -138,9 +175,13 @@ static void hostfile_from_disk(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(host_list),     cmocka_unit_test(host_list_errors),
-        cmocka_unit_test(hostfile_text), cmocka_unit_test(hostfile_errors),
-        cmocka_unit_test(embedded_nul),  cmocka_unit_test(hostfile_from_disk),
+        cmocka_unit_test(host_list),
+        cmocka_unit_test(host_list_errors),
+        cmocka_unit_test(hostfile_text),
+        cmocka_unit_test(hostfile_errors),
+        cmocka_unit_test(embedded_nul),
+        cmocka_unit_test(hostfile_from_disk),
+        cmocka_unit_test(hostfile_kubeflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,7 +77,7 @@ static int setup_env(struct job *job) {
         say("out of memory");
         return -1;
     }
-    return 0;
+    return binding_setup(job);
 }
 
 /* The first host list: the discovery script's, else -H/--hostfile's, else

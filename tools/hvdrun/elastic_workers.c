@@ -80,6 +80,8 @@ int start_worker(struct job *job, struct ehost *eh, int slot) {
     w->r.stdin_fd = -1;
     w->r.out.fd = w->r.err.fd = -1;
     w->r.local_rank = w->r.cross_rank = -1;
+    w->r.slot = slot;
+    w->r.nslots = eh->h.slots;
     if (job->opt->prefix || w->r.remote) {
         if (stream_setup(&w->r.out, id, STDOUT_FILENO, job->opt->prefix) != 0 ||
             stream_setup(&w->r.err, id, STDERR_FILENO, job->opt->prefix) != 0) {

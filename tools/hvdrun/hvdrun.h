@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,6 +66,13 @@ struct host {
     int logging_in; /* its ssh processes not yet past the login */
 };
 
+/* --bind-to: how each rank is bound to CPUs (binding.c). */
+enum bind_to { BIND_NONE, BIND_CORE, BIND_SOCKET };
+
+/* The default of --bind-to: none measured fastest with the thread
+ * defaults (docs/benchmarks.md, "Issue 32"). */
+#define DEFAULT_BIND_TO BIND_NONE
+
 struct options {
     int np;     /* 0 until given or taken from the slots */
     int prefix; /* 0 with --no-prefix */
@@ -97,7 +105,8 @@ struct options {
     long reset_limit;             /* -1: unlimited */
     int have_cooldown;            /* --blacklist-cooldown-range given */
     long cooldown_min_s, cooldown_max_s;
-    int host_failures; /* default 3 */
+    int host_failures;    /* default 3 */
+    enum bind_to bind_to; /* --bind-to, default DEFAULT_BIND_TO */
 };
 
 /* An environment under construction: "NAME=VALUE" strings, owned, and a
@@ -128,6 +137,9 @@ enum rank_state { RANK_UNSTARTED, RANK_RUNNING, RANK_EXITED };
 struct rank {
     int index;
     int local_rank, local_size; /* among the ranks of its host */
+    /* Its place for threads and binding: the local rank and size, or an
+     * elastic worker's slot and its host's slots. */
+    int slot, nslots;
     int cross_rank, cross_size; /* its host among the job's hosts */
     struct host *host;          /* NULL without -H or --hostfile */
     int remote;                 /* started over ssh; pid is ssh's */
@@ -137,6 +149,19 @@ struct rank {
     int wstatus; /* from waitpid(), once exited */
     struct stream out;
     struct stream err;
+};
+
+/* This machine's CPUs and the thread variables the user set (binding.c). */
+struct binding {
+    int *cpus;    /* hvdrun's affinity mask, ascending */
+    int *sockets; /* the socket of each */
+    int ncpus;
+    int quota;         /* its cgroup's CPU quota in CPUs; 0: none */
+    unsigned user_set; /* bit k: thread_vars[k] set by the user */
+    int said_shared;   /* warned of more ranks than cores */
+    /* The CPUs of the rank about to be forked, when bound. */
+    cpu_set_t *set;
+    int bound;
 };
 
 enum job_phase {
@@ -154,6 +179,7 @@ struct job {
     int live;    /* ranks started and not yet reaped */
     int pending; /* ranks not started yet (remote ones wait for a login) */
     struct env env;
+    struct binding bind;
     hvd_rdv_server *srv;
     char bind_addr[HVD_ADDR_MAX];
     char secret[2 * SECRET_BYTES + 1];
@@ -292,6 +318,32 @@ void kill_ranks(struct job *job);
  * after the grace period. Called again while stopping: SIGKILL now. */
 void stop_job(struct job *job, int sig);
 void read_signals(struct job *job);
+
+/* ---- binding.c: the ranks' thread variables and CPU binding ---- */
+
+/* OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS. */
+extern const char *const thread_vars[3];
+
+const char *bind_name(enum bind_to b);
+/* "none", "core" or "socket"; -1 for anything else. */
+int bind_parse(const char *text, enum bind_to *out);
+/* After env_build(): notes the thread variables the user set and reads
+ * this machine's CPUs. Says why not. */
+int binding_setup(struct job *job);
+void binding_free(struct binding *b);
+/* The CPUs of slot of nslots of this machine into b->set (b->bound: not
+ * none); returns its cores, the thread count (at least 1). */
+int binding_place(struct binding *b, enum bind_to how, int slot, int nslots);
+/* Sets the thread variables the user did not set to threads. */
+int binding_thread_env(struct job *job, int threads);
+/* In the child before exec: binds it to b->set when bound. */
+void binding_apply(const struct binding *b);
+/* --verbose: "host X: N ranks, C cores, --bind-to B: OMP_NUM_THREADS=T...". */
+void binding_report(struct job *job, const char *host, int remote, int nranks);
+/* A remote wrapper's sh: computes the cores there, exports the thread
+ * variables and leaves in $hvd_b the taskset command that binds it. */
+void binding_remote(struct sbuf *s, const struct job *job, const struct rank *r,
+                    int slot, int nslots);
 
 /* ---- loop.c: the event loop ---- */
 

@@ -67,6 +67,7 @@ static void exec_rank(const struct job *job, const struct rank *r, int out_w,
     const char *prog = job->opt->prog_argv[0];
 
     child_reset(hvdrun_pid);
+    binding_apply(&job->bind);
     if (r->index != 0 || !job->stdin_to_rank0)
         dup2(job->null_fd, STDIN_FILENO);
     if (out_w >= 0) {
@@ -136,6 +137,8 @@ static void export_var(struct sbuf *b, const char *var) {
  *  - reads the job secret, the first line of its stdin, into HVD_SECRET;
  *  - goes to hvdrun's working directory and exports the rank's HVD_*
  *    variables (the secret excepted) and the -x variables;
+ *  - counts the cores there and exports the thread variables, and with
+ *    --bind-to picks the CPUs taskset binds the program to (binding.c);
  *  - checks that the program is there, then writes start_marker on
  *    stderr: ssh's status 255 before that line means ssh failed;
  *  - starts the program in the background, in its own session when
@@ -197,8 +200,10 @@ static char *remote_script(const struct job *job, const struct rank *r) {
         sbuf_add(&b, " ");
         sbuf_add(&b, foreign_vars[k]);
     }
+    sbuf_add(&b, ";");
+    binding_remote(&b, job, r, r->slot, r->nslots);
 
-    sbuf_add(&b, "; hvd_p=");
+    sbuf_add(&b, " hvd_p=");
     sbuf_quote(&b, opt->prog_argv[0]);
     sbuf_add(&b,
              "; case $hvd_p in */*) test -f \"$hvd_p\" && test -x \"$hvd_p\";; "
@@ -210,7 +215,7 @@ static char *remote_script(const struct job *job, const struct rank *r) {
     sbuf_add(&b, "; exit 127; }; exec 3<&0 </dev/null; ");
     sbuf_say(&b, start_marker);
     sbuf_add(&b, "; hvd_s=; command -v setsid >/dev/null 2>&1 && hvd_s=setsid; "
-                 "( trap - INT QUIT; exec $hvd_s");
+                 "( trap - INT QUIT; exec $hvd_s $hvd_b");
     for (char **a = opt->prog_argv; *a != NULL; a++) {
         sbuf_add(&b, " ");
         sbuf_quote(&b, *a);
@@ -353,6 +358,24 @@ close_pipes:
     return -1;
 }
 
+/* Starts rank r on this machine, with its thread variables and, with
+ * --bind-to, its CPUs (binding.c). */
+static int launch_here(struct job *job, struct rank *r) {
+    int threads =
+        binding_place(&job->bind, job->opt->bind_to, r->slot, r->nslots);
+    int rc;
+
+    if (binding_thread_env(job, threads) != 0) {
+        say("cannot start %s: out of memory", rank_label(job, r));
+        return -1;
+    }
+    HVD_DEBUG("hvdrun", "%s: %d thread%s, --bind-to %s", rank_label(job, r),
+              threads, threads == 1 ? "" : "s", bind_name(job->opt->bind_to));
+    rc = launch(job, r, NULL);
+    job->bind.bound = 0;
+    return rc;
+}
+
 int spawn_rank(struct job *job, struct rank *r) {
     struct strv args = {0};
     int rc;
@@ -370,8 +393,10 @@ int spawn_rank(struct job *job, struct rank *r) {
         say("cannot start rank %d: out of memory", r->index);
         return -1;
     }
+    r->slot = r->local_rank;
+    r->nslots = r->local_size;
     if (!r->remote)
-        return launch(job, r, NULL);
+        return launch_here(job, r);
     if (ssh_argv(job, r, &args) != 0) {
         say("cannot start rank %d: out of memory", r->index);
         strv_free(&args);
@@ -422,7 +447,7 @@ int spawn_worker(struct job *job, struct rank *r, const char *hostname,
         return -1;
     }
     if (!r->remote)
-        return launch(job, r, NULL);
+        return launch_here(job, r);
     int drop_iface = job->opt->iface != NULL && !exported(job, "HVD_IFACE");
     if (drop_iface)
         env_unset(&job->env, "HVD_IFACE");

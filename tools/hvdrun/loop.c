@@ -214,6 +214,7 @@ void job_destroy(struct job *job) {
     hvd_rdv_server_destroy(job->srv);
     close_fd(&job->null_fd);
     env_free(&job->env);
+    binding_free(&job->bind);
     free(job->ranks);
     free(job->pfds);
     free(job->pfd_streams);

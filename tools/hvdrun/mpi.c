@@ -115,7 +115,7 @@ static void push_mpirun_options(struct strv *a, const struct options *opt,
     char num[32];
 
     strv_push(a, "--bind-to");
-    strv_push(a, "none");
+    strv_push(a, bind_name(opt->bind_to));
     if (opt->oversubscribe)
         strv_push(a, "--oversubscribe");
     if (geteuid() == 0)
@@ -135,6 +135,57 @@ static void push_mpirun_options(struct strv *a, const struct options *opt,
         strv_push(a, iface);
     }
     push_ssh_args(a, opt);
+}
+
+/* The most ranks mpirun puts on one host: the hosts filled in order up to
+ * their slots, the rest round-robin (as hvdrun places them). */
+static int most_ranks_per_host(const struct options *opt) {
+    int left = opt->np, most = 0;
+
+    if (opt->nhosts == 0)
+        return opt->np;
+    for (int h = 0; h < opt->nhosts && left > 0; h++) {
+        int n = opt->hosts[h].slots < left ? opt->hosts[h].slots : left;
+        left -= n;
+        most = n > most ? n : most;
+    }
+    if (left > 0) /* --oversubscribe */
+        most += (left + opt->nhosts - 1) / opt->nhosts;
+    return most;
+}
+
+/* -x NAME=T for each thread variable set neither in hvdrun's environment
+ * nor with -x: mpirun binds a rank to one core with --bind-to core, so T
+ * is 1 there; else this machine's cores (hvdrun's affinity mask) divided
+ * by the most ranks on a host, at least 1. mpirun passes one value to
+ * every host, so hosts with other core counts need -x. */
+static void push_thread_vars(struct strv *a, const struct options *opt) {
+    cpu_set_t set;
+    int threads = 1;
+
+    if (opt->bind_to != BIND_CORE &&
+        sched_getaffinity(0, sizeof(set), &set) == 0)
+        threads = CPU_COUNT(&set) / most_ranks_per_host(opt);
+    if (threads < 1)
+        threads = 1;
+    for (size_t k = 0; k < ARRAY_LEN(thread_vars); k++) {
+        size_t len = strlen(thread_vars[k]);
+        int given = getenv(thread_vars[k]) != NULL;
+        for (int x = 0; x < opt->nexports && !given; x++)
+            given =
+                strncmp(opt->exports[x], thread_vars[k], len) == 0 &&
+                (opt->exports[x][len] == '=' || opt->exports[x][len] == '\0');
+        if (given)
+            continue;
+        char *var;
+        if (asprintf(&var, "%s=%d", thread_vars[k], threads) < 0) {
+            a->failed = 1;
+            return;
+        }
+        strv_push(a, "-x");
+        strv_push(a, var);
+        free(var);
+    }
 }
 
 /* The -x variables: those given with -x, HVD_IFACE from
@@ -274,11 +325,12 @@ static int run_child(char **argv) {
 }
 
 /*
- * --mpi: runs mpirun -np N [-H host:slots,...] --bind-to none
+ * --mpi: runs mpirun -np N [-H host:slots,...] --bind-to B
  * [--oversubscribe] [--allow-run-as-root] [-x ...] program args. The ranks
  * bootstrap through MPI, so none of hvdrun's job variables is set (and any
  * in hvdrun's environment are removed); the -x variables and the HVD_*
- * variables of hvdrun's environment are passed with -x. Returns hvdrun's
+ * variables of hvdrun's environment are passed with -x, and so are the
+ * thread variables (push_thread_vars()). Returns hvdrun's
  * exit status: mpirun's (run_child()).
  */
 int run_mpirun(const struct options *opt) {
@@ -298,6 +350,7 @@ int run_mpirun(const struct options *opt) {
     }
     push_mpirun_options(&a, opt, iface);
     push_exports(&a, opt);
+    push_thread_vars(&a, opt);
     for (char **arg = opt->prog_argv; *arg != NULL; arg++)
         strv_push(&a, *arg);
     if (a.failed) {

@@ -57,6 +57,13 @@ static const char usage_text[] =
     "                     is stopped (default 3; 0: SIGKILL at once)\n"
     "  --no-prefix        pass the ranks' output through untouched instead\n"
     "                     of as \"[rank] line\"\n"
+    "  --bind-to none|core|socket\n"
+    "                     bind each rank to CPUs: core: the cores of its\n"
+    "                     host divided among its ranks, consecutive, in\n"
+    "                     local rank order; socket: one socket's cores,\n"
+    "                     round-robin; none: no binding (the default)\n"
+    "  --binding-args ARGS\n"
+    "                     horovodrun's spelling: only \"--bind-to X\"\n"
     "  --mpi              run mpirun with these ranks and hosts instead of\n"
     "                     starting them (hvd then bootstraps through MPI)\n"
     "  -v, --verbose      log what hvdrun does (info level)\n"
@@ -98,7 +105,11 @@ static const char usage_text[] =
     "HVD_SECRET and HVD_JOB_ID (fresh for each job), HOROVOD_RANK,\n"
     "HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HOROVOD_CROSS_RANK\n"
     "and HOROVOD_CROSS_SIZE (as horovodrun sets them), plus HVD_IFACE and\n"
-    "HVD_START_TIMEOUT_SECONDS from the options above. OMPI_COMM_WORLD_*,\n"
+    "HVD_START_TIMEOUT_SECONDS from the options above, and OMP_NUM_THREADS,\n"
+    "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS (each unless set, in hvdrun's\n"
+    "environment or with -x) = the cores of its host (the affinity mask\n"
+    "there, capped by a cgroup CPU quota) divided by the ranks there, at\n"
+    "least 1, or with --bind-to the cores it is bound to. OMPI_COMM_WORLD_*,\n"
     "PMI_RANK, PMI_SIZE, SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID are\n"
     "removed, so that an outer launcher's values do not count. HVD_LOG_LEVEL\n"
     "sets the log level of hvdrun and of the ranks.\n"
@@ -162,6 +173,32 @@ static int parse_long(const char *name, const char *text, long min, long max,
     }
     *value_out = v;
     return 0;
+}
+
+/* --binding-args ARGS: horovodrun passes them to mpirun; hvdrun takes
+ * only "--bind-to X" (or -bind-to, --bind-to=X) from them. */
+static int parse_binding_args(const char *text, enum bind_to *out) {
+    char buf[128];
+    char *save = NULL, *word = NULL, *value = NULL;
+
+    if (strlen(text) < sizeof(buf)) {
+        snprintf(buf, sizeof(buf), "%s", text);
+        word = strtok_r(buf, " \t", &save);
+    }
+    if (word != NULL && (strncmp(word, "--bind-to=", 10) == 0 ||
+                         strncmp(word, "-bind-to=", 9) == 0))
+        value = strchr(word, '=') + 1;
+    else if (word != NULL &&
+             (strcmp(word, "--bind-to") == 0 || strcmp(word, "-bind-to") == 0))
+        value = strtok_r(NULL, " \t", &save);
+    if (value != NULL && strtok_r(NULL, " \t", &save) == NULL &&
+        bind_parse(value, out) == 0)
+        return 0;
+    usage_error("--binding-args \"%s\": hvdrun takes only \"--bind-to "
+                "none|core|socket\" there; for other mpirun binding options "
+                "run mpirun yourself",
+                text);
+    return -1;
 }
 
 static int is_job_var(const char *name, size_t len) {
@@ -315,6 +352,7 @@ int parse_options(int argc, char **argv, struct options *opt) {
     opt->elastic_timeout_s = 600;
     opt->reset_limit = -1;
     opt->host_failures = 3;
+    opt->bind_to = DEFAULT_BIND_TO;
     opt->exports = malloc((size_t)argc * sizeof(*opt->exports));
     opt->ssh_opts = malloc((size_t)argc * sizeof(*opt->ssh_opts));
     if (opt->exports == NULL || opt->ssh_opts == NULL) {
@@ -460,6 +498,17 @@ int parse_options(int argc, char **argv, struct options *opt) {
                 return EXIT_USAGE;
             }
             opt->iface = val;
+        } else if ((m = value_option(argc, argv, &i, "--bind-to", &val)) != 0) {
+            if (m < 0)
+                return EXIT_USAGE;
+            if (bind_parse(val, &opt->bind_to) != 0) {
+                usage_error("--bind-to %s: expected none, core or socket", val);
+                return EXIT_USAGE;
+            }
+        } else if ((m = value_option(argc, argv, &i, "--binding-args", &val)) !=
+                   0) {
+            if (m < 0 || parse_binding_args(val, &opt->bind_to) != 0)
+                return EXIT_USAGE;
         } else if ((m = value_option(argc, argv, &i, "--config-file", &val)) !=
                    0) {
             if (m < 0)

@@ -354,6 +354,17 @@ int job_identity(struct job *job, char job_hex[2 * HVD_JOB_ID_LEN + 1]) {
     return 0;
 }
 
+/* --verbose: each host's ranks, cores and thread variables. */
+static void report_threads(struct job *job, const struct host *hosts,
+                           int nhosts) {
+    if (nhosts == 0)
+        binding_report(job, "localhost", 0, job->opt->np);
+    for (int h = 0; h < nhosts; h++)
+        if (hosts[h].nranks > 0)
+            binding_report(job, hosts[h].name, !hosts[h].local,
+                           hosts[h].nranks);
+}
+
 int job_setup(struct job *job, struct host *hosts, int nhosts) {
     const struct options *opt = job->opt;
     char job_hex[2 * HVD_JOB_ID_LEN + 1];
@@ -404,6 +415,9 @@ int job_setup(struct job *job, struct host *hosts, int nhosts) {
     default:
         goto no_memory;
     }
+    if (binding_setup(job) != 0)
+        return -1;
+    report_threads(job, hosts, nhosts);
     if (choose_bind_addr(job, env_get(&job->env, "HVD_IFACE")) != 0)
         return -1;
 

@@ -17,6 +17,9 @@
  *                  job's rounds, the sweep of stalled connections (run
  *                  by hvdrun)
  *   rdv_elastic.c  the elastic server's workers and generations
+ *   rdv_host.c     the rendezvous rank 0 hosts in a thread of its own
+ *                  (torchrun, srun without MPI) on the first free port of
+ *                  a range, and the client that tries the range
  *   rdv_conn.c     one server connection: its queue of answers, sending,
  *                  failing and closing it; a round's answer to every rank
  *   rdv_internal.h private: the framing client and server share, and the
@@ -27,7 +30,8 @@
  *   failure.c/h    how a transport fails for good: the first failure
  *                  wins, the stall sentence, how a peer is named
  *
- * Calls go one way: rdv_server.c calls rdv_elastic.c and rdv_conn.c,
+ * Calls go one way: rdv_host.c calls rdv_server.c and rdv_client.c;
+ * rdv_server.c calls rdv_elastic.c and rdv_conn.c,
  * rdv_elastic.c calls rdv_conn.c; the server and the client call
  * handshake.c and net.c; handshake.c, net.c, job_id.c and failure.c call
  * nothing of this folder.

@@ -41,6 +41,8 @@ const char *hvd_hs_code_text(hvd_hs_code code) {
         return "proof of the job secret does not match (HVD_SECRET differs)";
     case HVD_HS_PROTECT_DIFFERS:
         return "HVD_TCP_PROTECT differs";
+    case HVD_HS_NO_CRED:
+        return "this rendezvous gives no munge credential";
     }
     return "unknown refusal code";
 }
@@ -218,11 +220,42 @@ static void queue_refusal(hvd_hs *hs, hvd_hs_code code, size_t len) {
     queue(hs, msg, len);
 }
 
+/* A credential request (handshake.h): answered, and the handshake ends
+ * without a refusal (cred_served). */
+static hvd_status server_cred(hvd_hs *hs, const uint8_t *m) {
+    uint8_t reply[HVD_HS_MAX_OUT];
+    uint32_t code = HVD_HS_OK;
+    int len = 0;
+
+    if (hvd_get16(m + 4) != HVD_HS_VERSION)
+        code = HVD_HS_BAD_VERSION;
+    else if (CRYPTO_memcmp(m + 8, hs->job_id, HVD_JOB_ID_LEN) != 0)
+        code = HVD_HS_WRONG_JOB;
+    else if (hs->cred == NULL)
+        code = HVD_HS_NO_CRED;
+    else
+        len = hs->cred(hs->cred_ctx, (char *)reply + HVD_HS_CRED_HEAD,
+                       HVD_HS_CRED_MAX);
+    if (len < 0 || len > HVD_HS_CRED_MAX) {
+        code = HVD_HS_NO_CRED;
+        len = 0;
+    }
+    hvd_put32(reply, HVD_HS_MAGIC_CRED);
+    hvd_put32(reply + 4, code);
+    hvd_put32(reply + 8, (uint32_t)len);
+    queue(hs, reply, HVD_HS_CRED_HEAD + (size_t)len);
+    hs->cred_served = code == HVD_HS_OK ? 2 : 1;
+    return hs_fail(hs, HVD_ERR_AUTH, "answered a credential request: %s",
+                   hvd_hs_code_text((hvd_hs_code)code));
+}
+
 static hvd_status server_hello(hvd_hs *hs, const uint8_t *m) {
     uint8_t reply[HVD_HS_CHALLENGE_LEN];
     char why[160] = "";
     int ok;
 
+    if (hvd_get32(m) == HVD_HS_MAGIC_CRED)
+        return server_cred(hs, m);
     if (hvd_get32(m) != HVD_HS_MAGIC || hvd_get16(m + 4) != HVD_HS_VERSION) {
         queue_refusal(hs, HVD_HS_BAD_VERSION, HVD_HS_CHALLENGE_LEN);
         return hs_fail(hs, HVD_ERR_AUTH,
@@ -322,12 +355,17 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     uint32_t server_rank = hvd_get32(m + 8);
     int ok;
 
-    if (hvd_get32(m) != HVD_HS_MAGIC)
+    if (hvd_get32(m) != HVD_HS_MAGIC) {
+        hs->refusal = HVD_HS_NOT_HVD;
         return hs_fail(hs, HVD_ERR_AUTH,
                        "the peer is not an hvd process (bad handshake magic)");
-    if (code != HVD_HS_OK)
+    }
+    if (code != HVD_HS_OK) {
+        hs->refusal =
+            code <= HVD_HS_PROTECT_DIFFERS ? (int)code : HVD_HS_BAD_VERSION;
         return hs_fail(hs, HVD_ERR_AUTH, "the peer refused the connection: %s",
                        hvd_hs_code_text((hvd_hs_code)code));
+    }
     if (hs->peer_rank >= 0 && server_rank != (uint32_t)hs->peer_rank)
         return hs_fail(hs, HVD_ERR_AUTH,
                        "the process at this address is rank %u, not rank %d",
@@ -336,10 +374,12 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
     server_mac(hs, server_rank, want, &ok);
     if (!ok)
         return hs_fail(hs, HVD_ERR_INTERNAL, "HMAC-SHA256 failed");
-    if (CRYPTO_memcmp(want, m + 48, HVD_HS_MAC) != 0)
+    if (CRYPTO_memcmp(want, m + 48, HVD_HS_MAC) != 0) {
+        hs->refusal = HVD_HS_BAD_PROOF;
         return hs_fail(hs, HVD_ERR_AUTH,
                        "the peer's proof of the job secret is wrong (this rank "
                        "or the peer was started with a different HVD_SECRET)");
+    }
     memcpy(hs->mac_s, m + 48, HVD_HS_MAC);
     hs->peer_rank = (int)server_rank;
     hs->peer_protect = hvd_get16(m + 12);
@@ -356,8 +396,13 @@ static hvd_status client_challenge(hvd_hs *hs, const uint8_t *m) {
 static hvd_status client_result(hvd_hs *hs, const uint8_t *m) {
     uint32_t code = hvd_get32(m + 4);
 
-    if (hvd_get32(m) != HVD_HS_MAGIC)
+    if (hvd_get32(m) != HVD_HS_MAGIC) {
+        hs->refusal = HVD_HS_NOT_HVD;
         return hs_fail(hs, HVD_ERR_AUTH, "malformed handshake result");
+    }
+    if (code != HVD_HS_OK)
+        hs->refusal =
+            code <= HVD_HS_PROTECT_DIFFERS ? (int)code : HVD_HS_BAD_VERSION;
     if (code == HVD_HS_PROTECT_DIFFERS || hs->peer_protect != hs->protect)
         return hs_fail(hs, HVD_ERR_MISMATCH,
                        "it uses HVD_TCP_PROTECT=%s and this rank uses "

@@ -49,18 +49,44 @@
 #define HVD_HS_RESULT_LEN 8
 #define HVD_HS_MAX_MSG 80
 
+/*
+ * A credential request: a HELLO with magic "HVDM". A hosted rendezvous
+ * under srun answers it with a munge credential that holds the job
+ * secret (transport/bootstrap/munge.h), then closes the connection:
+ *
+ *   client -> server  REQUEST  as HELLO, magic HVD_HS_MAGIC_CRED
+ *   server -> client  CRED     magic HVD_HS_MAGIC_CRED, code, length,
+ *                              the credential (length bytes of text)
+ *
+ * code is HVD_HS_OK, HVD_HS_BAD_VERSION, HVD_HS_WRONG_JOB (another
+ * job's rendezvous: its credential would be of no use), or
+ * HVD_HS_NO_CRED (this rendezvous gives none).
+ */
+#define HVD_HS_MAGIC_CRED 0x4d445648u /* "HVDM" */
+#define HVD_HS_CRED_HEAD 12
+#define HVD_HS_CRED_MAX 1024
+#define HVD_HS_MAX_OUT (HVD_HS_CRED_HEAD + HVD_HS_CRED_MAX)
+
+/* hvd_hs.refusal: the peer is not an hvd process (bad magic). */
+#define HVD_HS_NOT_HVD (-1)
+
 /* What a connection is for. */
 enum { HVD_HS_KIND_RENDEZVOUS = 1, HVD_HS_KIND_DATA = 2 };
 
 /* Why a server refused (the code field of CHALLENGE and RESULT). */
 typedef enum {
     HVD_HS_OK = 0,
-    HVD_HS_BAD_VERSION = 1,    /* not an hvd peer, or another hvd version */
-    HVD_HS_WRONG_JOB = 2,      /* the client belongs to another job */
-    HVD_HS_UNEXPECTED = 3,     /* rank/index not expected (duplicate, range) */
-    HVD_HS_BAD_PROOF = 4,      /* the client does not hold the job secret */
-    HVD_HS_PROTECT_DIFFERS = 5 /* HVD_TCP_PROTECT differs */
+    HVD_HS_BAD_VERSION = 1,     /* not an hvd peer, or another hvd version */
+    HVD_HS_WRONG_JOB = 2,       /* the client belongs to another job */
+    HVD_HS_UNEXPECTED = 3,      /* rank/index not expected (duplicate, range) */
+    HVD_HS_BAD_PROOF = 4,       /* the client does not hold the job secret */
+    HVD_HS_PROTECT_DIFFERS = 5, /* HVD_TCP_PROTECT differs */
+    HVD_HS_NO_CRED = 6          /* no credential given here */
 } hvd_hs_code;
+
+/* Server: makes a fresh credential for a credential request into cred
+ * (cap bytes); returns its length, or -1 when it cannot. */
+typedef int (*hvd_hs_cred_fn)(void *ctx, char *cred, size_t cap);
 
 enum { HVD_HS_CLIENT = 1, HVD_HS_SERVER = 2 };
 
@@ -81,12 +107,25 @@ typedef struct hvd_hs {
     int index; /* client: socket index */
     hvd_hs_check_fn check;
     void *check_ctx;
+    /* Server: answers credential requests (NULL: with HVD_HS_NO_CRED). */
+    hvd_hs_cred_fn cred;
+    void *cred_ctx;
+    /* Server: the peer asked for a credential and was answered (2: with
+     * one, 1: with a refusal); the handshake then ends as a failure that
+     * is no refusal. */
+    int cred_served;
 
     /* Learned from the peer once done. */
     int peer_rank;
     int peer_index;
     int peer_kind;
     int peer_protect;
+    /* Client: why the server refused, as it said (hvd_hs_code; a wrong
+     * proof of the server counts as HVD_HS_BAD_PROOF), 0 when it did not;
+     * HVD_HS_NOT_HVD when the peer does not speak the handshake. A client
+     * trying several ports tells another job from a wrong secret from
+     * another program by it. */
+    int refusal;
 
     int protect; /* this side's frame protection (hvd_hs_set_protect) */
 
@@ -95,7 +134,7 @@ typedef struct hvd_hs {
     uint8_t mac_s[HVD_HS_MAC];
 
     /* Bytes to send: out[out_off, out_len). */
-    uint8_t out[HVD_HS_MAX_MSG];
+    uint8_t out[HVD_HS_MAX_OUT];
     size_t out_len;
     size_t out_off;
     /* Bytes received of the next message. */

@@ -529,6 +529,80 @@ fail:
     return st;
 }
 
+/* What a try on one port of a hosted rendezvous (hvd_rdv_client_try)
+ * found there when the rank did not join. */
+static int try_verdict(const hvd_hs *hs, hvd_status st) {
+    if (st == HVD_ERR_PEER_LOST)
+        return RDV_SKIP_NOBODY;
+    if (hs->refusal == HVD_HS_WRONG_JOB)
+        return RDV_SKIP_OTHER_JOB;
+    if (hs->refusal == HVD_HS_BAD_PROOF || hs->refusal == HVD_HS_UNEXPECTED ||
+        st == HVD_ERR_MISMATCH || st == HVD_ERR_INTERNAL)
+        return 0; /* this job's rendezvous refused this rank: final */
+    return RDV_SKIP_NOT_HVD;
+}
+
+hvd_status hvd_rdv_client_try(const char *addr, int port, int rank, int size,
+                              const uint8_t job_id[HVD_JOB_ID_LEN],
+                              const char *secret, int64_t try_deadline,
+                              int64_t deadline, hvd_bootstrap **out,
+                              char local_addr_out[64], int *skip_out) {
+    rdv_client *cl = client_new(0);
+    hvd_hs hs;
+    hvd_status st;
+    int err;
+
+    *out = NULL;
+    *skip_out = RDV_SKIP_NOBODY;
+    if (cl == NULL)
+        return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+    cl->bs.rank = rank;
+    cl->bs.size = size;
+    cl->deadline = try_deadline;
+    snprintf(cl->addr, sizeof(cl->addr), "%s", addr);
+    cl->port = port;
+    st = hvd_net_connect_start(addr, port, &cl->fd);
+    if (st != HVD_OK) {
+        /* A malformed address is final; a connect that fails at once
+         * (no free local port) is tried again with the next cycle. */
+        if (st != HVD_ERR_INVALID_ARG)
+            st = HVD_OK;
+        goto close;
+    }
+    struct pollfd pfd = {.fd = cl->fd, .events = POLLOUT};
+    int64_t left = (try_deadline - hvd_now_ns()) / 1000000;
+    err = poll(&pfd, 1, left > 0 ? (int)left : 0) <= 0
+              ? ETIMEDOUT
+              : hvd_net_connect_result(cl->fd);
+    if (err != 0)
+        goto close; /* nothing listens there */
+    st = hvd_hs_client_init(&hs, job_id, secret, HVD_HS_KIND_RENDEZVOUS, rank,
+                            0, -1);
+    if (st == HVD_OK)
+        st = hvd_hs_run(&hs, cl->fd, try_deadline);
+    if (st == HVD_OK)
+        st = hvd_rdv_keys_init(&cl->keys, &hs, 1);
+    if (st == HVD_OK)
+        st = hvd_net_local_addr(cl->fd, local_addr_out, 64);
+    if (st == HVD_OK) {
+        /* A hosted server serves one hvd_init: its rounds start at 0. */
+        cl->deadline = deadline;
+        *out = &cl->bs;
+        return HVD_OK;
+    }
+    *skip_out = try_verdict(&hs, st);
+    if (*skip_out == 0)
+        st = hvd_error_set(st == HVD_ERR_INTERNAL ? st : hs.status,
+                           "rank %d: the rendezvous of this job at %s:%d did "
+                           "not accept this rank: %s",
+                           rank, addr, port, hs.err);
+    else
+        st = HVD_OK;
+close:
+    hvd_rdv_client_close(&cl->bs);
+    return st;
+}
+
 /* Elastic: checks an assignment the server sent. */
 static int assignment_ok(const Hvd__Rdv__Assignment *a) {
     return a != NULL && a->size > 0 && a->rank >= 0 && a->rank < a->size &&

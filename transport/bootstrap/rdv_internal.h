@@ -67,7 +67,32 @@ int hvd_rdv_seal(rdv_keys *k, const uint8_t *msg, size_t len,
 int hvd_rdv_open(rdv_keys *k, const uint8_t prefix[LEN_PREFIX],
                  const uint8_t *body, size_t len, const uint8_t tag[RDV_TAG]);
 
+/* ---- A rendezvous hosted by rank 0 (rdv_host.c) ---- */
+
+/* Why a try did not join: nothing answered there (nothing listens, or it
+ * dropped the connection unanswered), another job's rendezvous refused
+ * the job id, or the program there does not speak hvd's handshake. */
+enum { RDV_SKIP_NOBODY = 1, RDV_SKIP_OTHER_JOB, RDV_SKIP_NOT_HVD };
+
+/*
+ * One try to join a fixed job's rendezvous at addr:port, connecting and
+ * authenticating by try_deadline. HVD_OK with *out set: joined, and the
+ * rounds are bounded by deadline. HVD_OK with *out NULL: not there, and
+ * *skip_out says why (RDV_SKIP_*). Any other status is final: this job's
+ * rendezvous refused this rank (a wrong secret, a duplicate rank, another
+ * HVD_TCP_PROTECT), with a sentence.
+ */
+hvd_status hvd_rdv_client_try(const char *addr, int port, int rank, int size,
+                              const uint8_t job_id[HVD_JOB_ID_LEN],
+                              const char *secret, int64_t try_deadline,
+                              int64_t deadline, hvd_bootstrap **out,
+                              char local_addr_out[64], int *skip_out);
+
 /* ---- Server ---- */
+
+/* Hosted under srun: the server answers credential requests with what
+ * fn makes (before the first connection). */
+void hvd_rdv_server_set_cred(hvd_rdv_server *srv, hvd_hs_cred_fn fn, void *ctx);
 
 /* A waiting worker hears from the server this often (rdv_elastic.c). */
 #define KEEPALIVE_NS (1000000000LL)
@@ -192,6 +217,11 @@ struct hvd_rdv_server {
     char dead_why[200];
     int ended;
     char end_why[256];
+
+    /* Hosted under srun: what answers credential requests (handshake.h);
+     * NULL: none. */
+    hvd_hs_cred_fn cred;
+    void *cred_ctx;
 
     /* Connections refused (their handshake failed, or no room) and
      * dropped (silent too long, or pushed out by newcomers) before they

@@ -172,6 +172,21 @@ int hvd_rdv_server_fd(const hvd_rdv_server *srv) { return srv->epfd; }
 
 int hvd_rdv_server_joined(const hvd_rdv_server *srv) { return srv->joined; }
 
+void hvd_rdv_server_set_cred(hvd_rdv_server *srv, hvd_hs_cred_fn fn,
+                             void *ctx) {
+    srv->cred = fn;
+    srv->cred_ctx = ctx;
+}
+
+int hvd_rdv_server_finished(const hvd_rdv_server *srv) {
+    if (srv->elastic || srv->round == 0 || srv->have != 0)
+        return 0;
+    for (int r = 0; r < srv->size; r++)
+        if (srv->rank_conn[r] >= 0)
+            return 0;
+    return 1;
+}
+
 static void handshake_event(hvd_rdv_server *srv, rconn *c);
 
 /*
@@ -269,6 +284,8 @@ static void accept_all(hvd_rdv_server *srv) {
         snprintf(c->name, sizeof(c->name), "%s", name);
         hvd_hs_server_init(&c->hs, srv->job_id, srv->secret,
                            HVD_HS_KIND_RENDEZVOUS, -1, admit, srv);
+        c->hs.cred = srv->cred;
+        c->hs.cred_ctx = srv->cred_ctx;
         struct epoll_event ev = {.events = EPOLLIN,
                                  .data.u64 = (uint64_t)(c - srv->conns) + 2};
         epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev);
@@ -451,6 +468,14 @@ static void handshake_event(hvd_rdv_server *srv, rconn *c) {
     short want = 0;
     hvd_status st = hvd_hs_io(&c->hs, c->fd, &want);
 
+    if (st != HVD_OK && c->hs.cred_served) {
+        if (c->hs.cred_served == 2)
+            HVD_INFO("rdv", "gave %s a munge credential", c->name);
+        else
+            HVD_DEBUG("rdv", "%s: %s", c->name, c->hs.err);
+        hvd_rdv_conn_close(srv, c);
+        return;
+    }
     if (st != HVD_OK) {
         HVD_WARN_LIMITED(&srv->refused, c->name, "rdv",
                          "refused connection from %s claiming %s %d: %s",

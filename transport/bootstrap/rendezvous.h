@@ -53,6 +53,11 @@ hvd_status hvd_rdv_server_progress(hvd_rdv_server *srv, int timeout_ms);
  * refused after its handshake, no longer counts). */
 int hvd_rdv_server_joined(const hvd_rdv_server *srv);
 
+/* A fixed job's rendezvous has served its purpose: every rank took part
+ * in a round, no round is open, and every rank has closed its
+ * connection. 0 before that, and always in elastic mode. */
+int hvd_rdv_server_finished(const hvd_rdv_server *srv);
+
 /* Closes every connection; accepts NULL. */
 void hvd_rdv_server_destroy(hvd_rdv_server *srv);
 
@@ -71,6 +76,81 @@ hvd_status hvd_rdv_client_connect(const char *addr, int port, int rank,
 
 /* Closes the connection and frees the bootstrap; accepts NULL. */
 void hvd_rdv_client_close(hvd_bootstrap *bs);
+
+/* ---- A rendezvous hosted by rank 0 (rdv_host.c) ----
+ *
+ * Under a launcher that starts the ranks but gives them no channel to
+ * meet through (torchrun, Slurm's srun without MPI), rank 0 runs the
+ * server in a thread of its own, on the first free port of a range; the
+ * other ranks do not know which, and try the range in order.
+ */
+typedef struct hvd_rdv_host hvd_rdv_host;
+
+/*
+ * Under srun, where munge works (transport/bootstrap/munge.h): rank 0
+ * makes a random secret of HVD_RDV_CRED_SECRET hex digits, and a rank
+ * learns it only from a munge credential the server makes for each
+ * connection (the job id, then the secret), which only this uid can
+ * decode, and which the rank checks was encoded by this uid for this
+ * job. socket: munged's (NULL: munge's default).
+ */
+typedef struct hvd_rdv_munge {
+    int on;
+    const char *socket;
+} hvd_rdv_munge;
+#define HVD_RDV_CRED_SECRET 64
+#define HVD_RDV_CRED_PAYLOAD (HVD_JOB_ID_LEN + HVD_RDV_CRED_SECRET)
+
+/*
+ * Resolves name (a host name or numeric address) to a numeric address
+ * for addr_out (64 bytes): the first of its IPv4 addresses, else IPv6.
+ * HVD_ERR_INVALID_ARG with a sentence when it does not resolve.
+ */
+hvd_status hvd_rdv_resolve(const char *name, char addr_out[64]);
+
+/*
+ * Starts the server for a job of size ranks on the first free port of
+ * [port, port + span), bound to addr (numeric) when that is one of this
+ * host's addresses, else to the wildcard address, and its thread. The
+ * thread ends by itself once the server has served its purpose
+ * (hvd_rdv_server_finished), or at hvd_rdv_host_stop. Fails with a
+ * sentence naming the range when no port of it is free. munge (NULL: off)
+ * on: the server hands secret (HVD_RDV_CRED_SECRET characters) to the
+ * ranks in munge credentials.
+ */
+hvd_status hvd_rdv_host_start(const char *addr, int port, int span, int size,
+                              const uint8_t job_id[HVD_JOB_ID_LEN],
+                              const char *secret, const hvd_rdv_munge *munge,
+                              hvd_rdv_host **out);
+
+/* The port the hosted server listens on. */
+int hvd_rdv_host_port(const hvd_rdv_host *host);
+
+/* HVD_OK while the server thread has not failed, else its failure, with
+ * its sentence set as this thread's last error. */
+hvd_status hvd_rdv_host_status(const hvd_rdv_host *host);
+
+/* Stops the thread (at once if it still runs), joins it and frees the
+ * host; accepts NULL. */
+void hvd_rdv_host_stop(hvd_rdv_host *host);
+
+/*
+ * Client side: joins the rendezvous of this job hosted on one of
+ * [port, port + span) at addr, trying the ports in order and again until
+ * timeout_ns, skipping ports where nothing listens, where another job's
+ * rendezvous refuses this one, or where another program listens. A
+ * refusal by this job's rendezvous (a wrong secret) is final. On
+ * success as hvd_rdv_client_connect. With munge on (NULL: off), secret
+ * (secret_cap bytes) is not read but set: to the job secret the server's
+ * credential holds.
+ */
+hvd_status hvd_rdv_client_connect_range(const char *addr, int port, int span,
+                                        int rank, int size,
+                                        const uint8_t job_id[HVD_JOB_ID_LEN],
+                                        char *secret, size_t secret_cap,
+                                        const hvd_rdv_munge *munge,
+                                        int64_t timeout_ns, hvd_bootstrap **out,
+                                        char local_addr_out[64]);
 
 /* ---- Elastic mode (docs/elastic.md) ----
  *
