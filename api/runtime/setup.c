@@ -128,6 +128,26 @@ static hvd_status check_singletons(const hvd_procinfo *info,
                          bs->size, bs->size == 1 ? "" : "s", info->size);
 }
 
+/* HVD_TRANSPORT=mpi in a job whose launcher started no MPI job (torchrun,
+ * srun without --mpi=pmix): MPI would see each rank as a singleton. */
+static hvd_status hosted_without_mpi(const hvd_procinfo *info) {
+    if (strcmp(info->source, "slurm") == 0)
+        return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                             "HVD_TRANSPORT=mpi, but srun started these %d "
+                             "tasks without an MPI plugin (no PMIx or PMI "
+                             "variables): each would be an MPI singleton, a "
+                             "job of one (Open MPI 5 needs PMIx); use srun "
+                             "--mpi=pmix, or leave HVD_TRANSPORT at auto/tcp "
+                             "and hvd finds its peers by itself",
+                             info->size);
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "HVD_TRANSPORT=mpi, but %s starts no MPI job: each "
+                         "rank would be an MPI singleton, a job of one; use "
+                         "mpirun, or leave HVD_TRANSPORT at auto/tcp and hvd "
+                         "finds its peers by itself",
+                         info->source);
+}
+
 /*
  * The bootstrap: hvdrun's rendezvous when it is given, else the launcher's
  * through a transport that can bootstrap the job (MPI under mpirun or
@@ -150,6 +170,8 @@ static hvd_status open_bootstrap(hvd_setup *s, hvd_bootstrap **bs_out,
         *bs_out = s->elastic_bs;
         return HVD_OK;
     }
+    if (info->hosted && strcasecmp(s->cfg.transport, "mpi") == 0)
+        return hosted_without_mpi(info);
     if (info->hosted)
         return hvd_setup_open_hosted(s, bs_out, local_addr_out);
     if (info->rdv_port != 0) {
