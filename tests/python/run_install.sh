@@ -43,8 +43,9 @@ PY
 unset HVD_LIBRARY LD_LIBRARY_PATH
 # An ASan build's libhvd needs its runtime first (see run_python.sh).
 asan=$(ldd "$build/libhvd.so" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 / { print $NF; exit }')
 if [ -n "$asan" ]; then
-    set -- env "LD_PRELOAD=$asan" \
+    set -- env "LD_PRELOAD=$asan${stdcxx:+ $stdcxx}" \
         "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$python"
 else
     set -- "$python"

@@ -46,9 +46,15 @@ if ldd "$lib" 2>/dev/null | grep -q libtsan; then
     echo "SKIP: the Python tests do not run against a ThreadSanitizer build"
     exit 77
 fi
+# libstdc++ is preloaded after it: ASan intercepts __cxa_throw, and finds
+# the real one only in a library loaded at start; torch's C++ exceptions
+# (a Python error raised in an autograd hook, as when a peer is lost
+# during backward) otherwise stop the process with "CHECK failed:
+# real___cxa_throw".
 asan=$(ldd "$lib" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+stdcxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 / { print $NF; exit }')
 if [ -n "$asan" ]; then
-    set -- env "LD_PRELOAD=$asan" \
+    set -- env "LD_PRELOAD=$asan${stdcxx:+ $stdcxx}" \
         "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
         "$python" "$@"
 else
