@@ -21,6 +21,19 @@ if(SKBUILD AND DEFINED Python_EXECUTABLE)
 endif()
 set(HVD_TF_PYTHON "${hvd_tf_python_default}" CACHE FILEPATH
     "Python interpreter with TensorFlow, for the TensorFlow ops and tests")
+# A build configured before .venv-tf existed (tools/run-demo, then
+# tools/run-tests) cached HVD_PYTHON as the default: when that interpreter
+# has no TensorFlow and the venv has appeared since, take the venv, so that
+# the second command does not skip the TensorFlow tests.
+if(NOT SKBUILD AND EXISTS ${CMAKE_SOURCE_DIR}/.venv-tf/bin/python AND
+   HVD_TF_PYTHON STREQUAL "${HVD_PYTHON}")
+  execute_process(COMMAND ${HVD_TF_PYTHON} -I -c "import tensorflow"
+                  RESULT_VARIABLE hvd_tf_cached_rc OUTPUT_QUIET ERROR_QUIET)
+  if(NOT hvd_tf_cached_rc EQUAL 0)
+    set_property(CACHE HVD_TF_PYTHON PROPERTY VALUE
+                 ${CMAKE_SOURCE_DIR}/.venv-tf/bin/python)
+  endif()
+endif()
 option(HVD_ENABLE_TENSORFLOW "Build the TensorFlow ops when TensorFlow is found" ON)
 
 set(HVD_WITH_TENSORFLOW OFF)
