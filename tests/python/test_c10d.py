@@ -300,6 +300,30 @@ def test_ddp_fp16_compress_hook():
           train_reference(3, 1), 2e-3)
 
 
+def test_fsdp_full_shard_equals_global_batch():
+    """FSDP2 (fully_shard, CPU): its all_gather_into_tensor and
+    reduce_scatter_tensor on hvd."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        pytest.skip("this torch has no torch.distributed.fsdp.fully_shard")
+    net = model()
+    for layer in net:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    mine = slice(4 * RANK, 4 * RANK + 4)
+    for step in range(3):
+        x, y = batch(step)
+        opt.zero_grad()
+        nn.functional.mse_loss(net(x[mine]), y[mine]).backward()
+        opt.step()
+    ref = train_reference(3, 1)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        assert torch.allclose(p.full_tensor(), q, rtol=1e-5, atol=1e-5)
+
+
 def test_mismatch_raises():
     """Ranks disagreeing on a shape: every rank raises hvd's sentence."""
     if SIZE < 2:

@@ -264,6 +264,23 @@ class ProcessGroupHvd(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND_NAME
 
+    # torch's base class keeps the group's name in its backends, which a
+    # Python group has none of: the names are kept here.
+    _group_name = ""
+    _group_desc = ""
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc
+
     def __repr__(self):
         return "ProcessGroupHvd(rank=%d, size=%d, ps=%d)" % (
             self.rank(), self.size(), self._ps)
@@ -544,7 +561,10 @@ class ProcessGroupHvd(dist.ProcessGroup):
         me = _core.rank()
         if me not in ranks:
             return None
-        return ProcessGroupHvd(ranks.index(me), len(ranks), ps, ranks)
+        group = ProcessGroupHvd(ranks.index(me), len(ranks), ps, ranks)
+        group.setGroupName(group_name or "")
+        group.setGroupDesc(group_desc or "")
+        return group
 
 
 class _Then(HvdWork):
