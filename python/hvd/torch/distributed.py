@@ -130,7 +130,7 @@ class HvdWork(_Work):
                 if self._after is not None:
                     self._after()
             except Exception as e:  # raised by wait(), set on the future
-                self._error = e
+                self._error = _bare(e)
             self._done = True
             future = self._future
         if future is not None:
@@ -188,6 +188,13 @@ class HvdWork(_Work):
         else:
             _completer.put(self)
         return self._future
+
+
+def _bare(error):
+    """error without its traceback, whose frames hold the work that holds
+    the error: that cycle, with the future's C++ side in it, is otherwise
+    freed only at the interpreter's exit, where freeing it aborts."""
+    return error.with_traceback(None)
 
 
 def _done_work(result):
@@ -585,7 +592,7 @@ class _Then(HvdWork):
                 if self._then is not None:
                     self._then()
             except Exception as e:
-                self._error = e
+                self._error = _bare(e)
             self._done = True
             future = self._future
         if future is not None:
@@ -613,7 +620,7 @@ class _Joined(_Then):
                     w.wait()
                 except Exception as e:
                     if self._error is None:
-                        self._error = e
+                        self._error = _bare(e)
             self._done = True
             future = self._future
         if future is not None:
