@@ -23,6 +23,7 @@ libhvd has no point-to-point operations: send and recv raise a sentence
 saying so. docs/python.md ("DDP and FSDP on hvd") lists what is there.
 """
 
+import atexit
 import ctypes
 import importlib
 import os
@@ -80,12 +81,20 @@ def _hvd_op(reduce_op, dtype, what):
 
 class _Completer:
     """One daemon thread that completes the futures asked for, in the
-    order their operations were submitted."""
+    order their operations were submitted.
+
+    Setting a future runs torch's C++, which releases and takes the GIL
+    again; a daemon thread that takes the GIL after the interpreter began
+    to finalize is ended there, which inside C++ aborts the process. So
+    futures are set under settling, and at exit (atexit) the helper waits
+    for the one being set and sets no more."""
 
     def __init__(self):
         self._queue = queue.Queue()
         self._thread = None
         self._lock = threading.Lock()
+        self.settling = threading.RLock()
+        self.exiting = False
 
     def put(self, work):
         with self._lock:
@@ -94,11 +103,18 @@ class _Completer:
                                                 name="hvd-c10d-futures",
                                                 daemon=True)
                 self._thread.start()
+                atexit.register(self._at_exit)
         self._queue.put(work)
 
     def _run(self):
         while True:
             self._queue.get()._finish()
+
+    def _at_exit(self):
+        # Bounded: a future's callbacks are the only thing waited for.
+        if self.settling.acquire(timeout=30):
+            self.exiting = True
+            self.settling.release()
 
 
 _completer = _Completer()
@@ -137,10 +153,13 @@ class HvdWork(_Work):
             self._settle(future)
 
     def _settle(self, future):
-        if self._error is not None:
-            future.set_exception(self._error)
-        else:
-            future.set_result(self._result)
+        with _completer.settling:
+            if _completer.exiting:
+                return
+            if self._error is not None:
+                future.set_exception(self._error)
+            else:
+                future.set_result(self._result)
 
     def wait(self, timeout=None):
         """Waits for hvd's operation (hvd's own timeouts apply); raises its
