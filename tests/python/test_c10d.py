@@ -231,6 +231,8 @@ def test_subgroup():
     dist.broadcast(b, src=members[-1], group=group)
     assert torch.equal(b, torch.full((2,), float(members[-1])))
     assert dist.get_world_size(group) == len(members)
+    with pytest.raises(NotImplementedError, match="every rank"):
+        dist.new_group([RANK], use_local_synchronization=True)
 
 
 # ---------------------------------------------------------------------

@@ -582,6 +582,13 @@ class ProcessGroupHvd(dist.ProcessGroup):
         if self._ps != 0:
             raise _unsupported("hvd backend: new_group must be called on "
                                "the default group")
+        # torch names a group by a count, or by a hash of its ranks with
+        # use_local_synchronization=True, where only the members call
+        # this: libhvd's process set would wait for the others forever.
+        if group_name is not None and not str(group_name).isdigit():
+            raise _unsupported(
+                "hvd backend: new_group(use_local_synchronization=True) is "
+                "not supported: an hvd process set is made by every rank")
         ranks = sorted(int(r) for r in ranks)
         ps = _set_of(ranks)
         me = _core.rank()
