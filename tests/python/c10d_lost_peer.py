@@ -23,7 +23,6 @@ if rank == size - 1:
     os._exit(0)  # gone, without hvd's shutdown
 
 
-
 def raises(via):
     """Whether collectives raise hvd's error (bounded: hvd notices a lost
     peer at its next collective, or at once once it has)."""

@@ -23,22 +23,19 @@ libhvd has no point-to-point operations: send and recv raise a sentence
 saying so. docs/python.md ("DDP and FSDP on hvd") lists what is there.
 """
 
-import atexit
 import ctypes
-import importlib
-import os
-import queue
-import socket
-import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Work as _Work
 
 from hvd import _core
 from hvd import _lib as L
 from hvd import process_sets as _ps
-from hvd.torch.mpi_ops import TorchBackend as _B
+from hvd.torch.c10d.launch import _wrap_env_rendezvous
+from hvd.torch.c10d.work import (HvdWork, _B, _Joined, _Then, _check,
+                                 _copy_back, _done_work, _same,
+                                 _scatter_rows, _source, _spec, _submit,
+                                 _target, _unsupported)
 
 BACKEND_NAME = "hvd"
 
@@ -50,10 +47,6 @@ _OPS = {
     _R.MAX: _core.Max,
     _R.PRODUCT: _core.Product,
 }
-
-
-def _unsupported(message):
-    return L.UnsupportedError(L.HVD_ERR_UNSUPPORTED, message)
 
 
 def _hvd_op(reduce_op, dtype, what):
@@ -73,205 +66,6 @@ def _hvd_op(reduce_op, dtype, what):
     raise _unsupported("%s: the hvd backend has no %s (it has SUM, AVG, "
                        "MIN, MAX, PRODUCT, PREMUL_SUM, and BAND and BOR on "
                        "bool tensors)" % (what, kind))
-
-
-# ---------------------------------------------------------------------
-# Work objects and their futures
-
-
-class _Completer:
-    """One daemon thread that completes the futures asked for, in the
-    order their operations were submitted.
-
-    Setting a future runs torch's C++, which releases and takes the GIL
-    again; a daemon thread that takes the GIL after the interpreter began
-    to finalize is ended there, which inside C++ aborts the process. So
-    futures are set under settling, and at exit (atexit) the helper waits
-    for the one being set and sets no more."""
-
-    def __init__(self):
-        self._queue = queue.Queue()
-        self._thread = None
-        self._lock = threading.Lock()
-        self.settling = threading.RLock()
-        self.exiting = False
-
-    def put(self, work):
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run,
-                                                name="hvd-c10d-futures",
-                                                daemon=True)
-                self._thread.start()
-                atexit.register(self._at_exit)
-        self._queue.put(work)
-
-    def _run(self):
-        while True:
-            self._queue.get()._finish()
-
-    def _at_exit(self):
-        # Bounded: a future's callbacks are the only thing waited for.
-        if self.settling.acquire(timeout=30):
-            self.exiting = True
-            self.settling.release()
-
-
-_completer = _Completer()
-
-
-class HvdWork(_Work):
-    """An hvd operation in flight (handle, of hvd._core), the tensors its
-    future gives (result), and what to do once it is done (after: copying a
-    carrier buffer back into the caller's tensors)."""
-
-    def __init__(self, handle, result, after=None):
-        super().__init__()
-        self._handle = handle
-        self._result = result
-        self._after = after
-        self._lock = threading.Lock()
-        self._done = handle is None
-        self._error = None
-        self._future = None
-        if self._done and after is not None:
-            after()
-
-    def _finish(self):
-        with self._lock:
-            if self._done:
-                return
-            try:
-                _core.synchronize(self._handle)
-                if self._after is not None:
-                    self._after()
-            except Exception as e:  # raised by wait(), set on the future
-                self._error = _bare(e)
-            self._done = True
-            future = self._future
-        if future is not None:
-            self._settle(future)
-
-    def _settle(self, future):
-        with _completer.settling:
-            if _completer.exiting:
-                return
-            if self._error is not None:
-                future.set_exception(self._error)
-            else:
-                future.set_result(self._result)
-
-    def wait(self, timeout=None):
-        """Waits for hvd's operation (hvd's own timeouts apply); raises its
-        error."""
-        self._finish()
-        if self._error is not None:
-            raise self._error
-        return True
-
-    def is_completed(self):
-        if self._done:
-            return True
-        # The helper thread may be waiting for it: then it is not done.
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            ready = self._done or _core.poll(self._handle)
-        finally:
-            self._lock.release()
-        if ready:
-            self._finish()
-        return ready
-
-    def is_success(self):
-        return self.is_completed() and self._error is None
-
-    def exception(self):
-        return self._error
-
-    def result(self):
-        self.wait()
-        return self._result
-
-    def synchronize(self):
-        self.wait()
-
-    def get_future(self):
-        with self._lock:
-            if self._future is not None:
-                return self._future
-            self._future = torch.futures.Future()
-            done = self._done
-        if done:
-            self._settle(self._future)
-        else:
-            _completer.put(self)
-        return self._future
-
-
-def _bare(error):
-    """error without its traceback, whose frames hold the work that holds
-    the error: that cycle, with the future's C++ side in it, is otherwise
-    freed only at the interpreter's exit, where freeing it aborts."""
-    return error.with_traceback(None)
-
-
-def _done_work(result):
-    return HvdWork(None, result)
-
-
-# ---------------------------------------------------------------------
-# Buffers: the caller's tensor when libhvd can use it as it is, else a
-# contiguous copy of a dtype the C API has
-
-
-def _spec(t, what):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError("%s: needs tensors, got %s" % (what,
-                                                      type(t).__name__))
-    return _B.spec(t, what)
-
-
-def _source(t, spec):
-    return t if _B.direct(t, spec) else _B.carrier(t, spec)
-
-
-def _target(t, spec):
-    """A buffer libhvd may write the result for t into."""
-    if _B.direct(t, spec):
-        return t
-    return _B.empty(tuple(t.shape), spec, like=t)
-
-
-def _copy_back(pairs):
-    """After: copies each carrier buffer into its caller's tensor."""
-    pairs = [(out, buf) for out, buf in pairs if out is not buf]
-    if not pairs:
-        return None
-
-    def after():
-        with torch.no_grad():
-            for out, buf in pairs:
-                out.copy_(buf.view(out.shape))
-    return after
-
-
-def _submit(handles, keep):
-    """Registers C handles as one operation of hvd._core (whose
-    synchronize() waits for them and releases them)."""
-    return _core._register(_core._Request(list(handles), keep,
-                                          lambda: None))
-
-
-def _check(st, h):
-    return _core._check_handle(st, h)
-
-
-def _same(tensors, what):
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) > 1:
-        raise TypeError("%s: the tensors must have one dtype, got %s" %
-                        (what, sorted(str(d) for d in dtypes)))
 
 
 # ---------------------------------------------------------------------
@@ -600,73 +394,6 @@ class ProcessGroupHvd(dist.ProcessGroup):
         return group
 
 
-class _Then(HvdWork):
-    """A work done when inner is, then runs after (copying out)."""
-
-    def __init__(self, inner, result, after):
-        super().__init__(None, result)
-        self._done = False
-        self._inner = inner
-        self._then = after
-
-    def _finish(self):
-        with self._lock:
-            if self._done:
-                return
-            try:
-                self._inner.wait()
-                if self._then is not None:
-                    self._then()
-            except Exception as e:
-                self._error = _bare(e)
-            self._done = True
-            future = self._future
-        if future is not None:
-            self._settle(future)
-
-    def is_completed(self):
-        if not self._done and self._inner.is_completed():
-            self._finish()
-        return self._done
-
-
-class _Joined(_Then):
-    """A work done when every one of works is."""
-
-    def __init__(self, works, result):
-        super().__init__(None, result, None)
-        self._works = works
-
-    def _finish(self):
-        with self._lock:
-            if self._done:
-                return
-            for w in self._works:
-                try:
-                    w.wait()
-                except Exception as e:
-                    if self._error is None:
-                        self._error = _bare(e)
-            self._done = True
-            future = self._future
-        if future is not None:
-            self._settle(future)
-
-    def is_completed(self):
-        if not self._done and all(w.is_completed() for w in self._works):
-            self._finish()
-        return self._done
-
-
-def _scatter_rows(flat, outs):
-    with torch.no_grad():
-        at = 0
-        for o in outs:
-            k = o.numel()
-            o.copy_(flat[at:at + k].view(o.shape))
-            at += k
-
-
 # ---------------------------------------------------------------------
 # Process sets for subgroups
 
@@ -742,75 +469,6 @@ def _supported():
     except (TypeError, ValueError):
         return False
     return "devices" in params and hasattr(dist, "Work")
-
-
-# ---------------------------------------------------------------------
-# env:// under hvdrun and mpirun
-
-_LAUNCHED_BY = ("HVD_RANK", "HVD_ELASTIC", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                "PMIX_RANK")
-
-
-def _store_address():
-    """The address rank 0's store listens on, as the other ranks reach it:
-    the one this host routes hvdrun's rendezvous through (no packet is
-    sent), else the host's name."""
-    peer = os.environ.get("HVD_RENDEZVOUS_ADDR")
-    if peer:
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect((peer, int(os.environ.get("HVD_RENDEZVOUS_PORT",
-                                                    "9"))))
-                return s.getsockname()[0]
-        except (OSError, ValueError):
-            pass
-    return socket.gethostname()
-
-
-def _hvd_rendezvous(timeout):
-    """torch's env:// where the launcher is hvd's (hvdrun, mpirun) and
-    gives no MASTER_ADDR: hvd's ranks, and a TCPStore on rank 0 whose
-    address hvd broadcasts."""
-    if not _core.is_initialized():
-        _core.init()
-    rank, size = _core.rank(), _core.size()
-    store = None
-    if rank == 0:
-        addr = _store_address()
-        store = dist.TCPStore(addr, 0, size, True, timeout,
-                              wait_for_workers=False)
-        where = (addr, store.port)
-    else:
-        where = None
-    addr, port = _core.broadcast_object(where, 0, name="hvd.c10d.store")
-    if store is None:
-        store = dist.TCPStore(addr, port, size, False, timeout)
-    return store, rank, size
-
-
-def _wrap_env_rendezvous():
-    """Makes env:// (init_process_group's default) work under hvdrun and
-    mpirun, where torch's own would fail for want of MASTER_ADDR; with
-    MASTER_ADDR set, or under another launcher, torch's runs unchanged."""
-    # (torch.distributed.rendezvous is also the name of a function.)
-    rdv = importlib.import_module("torch.distributed.rendezvous")
-    from torch.distributed.constants import default_pg_timeout
-    handlers = getattr(rdv, "_rendezvous_handlers", None)
-    torch_env = handlers.get("env") if handlers is not None else None
-    if torch_env is None or getattr(torch_env, "_hvd", False):
-        return
-
-    def env_handler(url, timeout=default_pg_timeout, **kwargs):
-        if os.environ.get("MASTER_ADDR") or \
-                not any(v in os.environ for v in _LAUNCHED_BY):
-            yield from torch_env(url, timeout=timeout, **kwargs)
-            return
-        yield _hvd_rendezvous(timeout)
-        raise RuntimeError("Unable to perform re-rendezvous using env:// "
-                           "method")
-
-    env_handler._hvd = True
-    handlers["env"] = env_handler
 
 
 def register():
