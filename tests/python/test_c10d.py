@@ -126,6 +126,18 @@ def test_allreduce_coalesced_and_async_future():
         assert torch.equal(f.wait(), reduce_all(R.SUM, torch.float32) * 2)
 
 
+def test_group_called_by_hand():
+    """The group's own methods, as torch's other forms call them."""
+    group = dist.group.WORLD
+    x = data(RANK, torch.float32)
+    group.allreduce([x], R.MAX).wait()
+    assert torch.equal(x, reduce_all(R.MAX, torch.float32))
+    x = data(RANK, torch.float32)
+    group.allreduce(x).wait()
+    assert torch.equal(x, reduce_all(R.SUM, torch.float32))
+    assert group.name() == "hvd" and group.size() == SIZE
+
+
 @pytest.mark.parametrize("dtype", ALL + [torch.bool], ids=str)
 def test_broadcast(dtype):
     for root in range(SIZE):

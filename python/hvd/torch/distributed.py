@@ -49,6 +49,14 @@ _OPS = {
 }
 
 
+def _reduce_op(opts):
+    """The reduce op of opts: an options object, or (pg.allreduce(tensors,
+    op) called by hand) the op itself."""
+    if opts is None:
+        return dist.ReduceOp.SUM
+    return getattr(opts, "reduceOp", opts)
+
+
 def _hvd_op(reduce_op, dtype, what):
     """(hvd op, prescale factor) for torch's reduce op: PREMUL_SUM is a sum
     of the inputs times its factor; BAND and BOR are min and max on bool
@@ -109,7 +117,7 @@ class ProcessGroupHvd(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         what = "hvd backend: allreduce"
-        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        reduce_op = _reduce_op(opts)
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         tensors = list(tensors)
@@ -123,7 +131,7 @@ class ProcessGroupHvd(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         what = "hvd backend: allreduce_coalesced"
-        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        reduce_op = _reduce_op(opts)
         return self._grouped(list(tensors), reduce_op, what)
 
     def _grouped(self, tensors, reduce_op, what):
@@ -147,7 +155,7 @@ class ProcessGroupHvd(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         what = "hvd backend: reduce_scatter_tensor"
-        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        reduce_op = _reduce_op(opts)
         _same([output, input], what)
         n = self.size()
         if input.numel() != n * output.numel():
