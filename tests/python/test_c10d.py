@@ -222,6 +222,16 @@ def test_reduce_gather_scatter():
     dist.barrier()
 
 
+def test_staged_through_host(monkeypatch):
+    """Reduce-scatter, alltoall and scatter of CUDA tensors go through
+    host memory (libhvd has them in host memory only): the staging, shown
+    on CPU tensors taken for CUDA ones."""
+    monkeypatch.setattr(hvd.torch.distributed, "_on_gpu", lambda *t: True)
+    test_reduce_scatters()
+    test_alltoall()
+    test_reduce_gather_scatter()
+
+
 def test_send_recv_say_unsupported():
     if SIZE < 2:
         pytest.skip("needs 2 ranks")

@@ -80,6 +80,24 @@ def _hvd_op(reduce_op, dtype, what):
 # The process group
 
 
+def _on_gpu(*tensors):
+    return any(t.is_cuda for t in tensors)
+
+
+def _via_host(submit, outputs, inputs):
+    """What libhvd does not do in GPU memory yet (reducescatter, alltoall):
+    submit(host outputs, host inputs) on copies in host memory, the
+    outputs copied back to the GPU once it is done."""
+    host_in = [t.detach().cpu() for t in inputs]
+    host_out = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
+
+    def after():
+        with torch.no_grad():
+            for t, h in zip(outputs, host_out):
+                t.copy_(h)
+    return _Then(submit(host_out, host_in), outputs, after)
+
+
 class ProcessGroupHvd(dist.ProcessGroup):
     """torch's ProcessGroup over hvd: ps is the hvd process set (0: every
     rank), ranks the job's ranks in it (a group rank r is ranks[r])."""
@@ -154,6 +172,12 @@ class ProcessGroupHvd(dist.ProcessGroup):
         return HvdWork(h, [t])
 
     def reduce_scatter_single(self, output, input, opts=None):
+        if _on_gpu(output, input):
+            return _via_host(lambda o, i: self._reduce_scatter(
+                o[0], i[0], opts), [output], [input])
+        return self._reduce_scatter(output, input, opts)
+
+    def _reduce_scatter(self, output, input, opts):
         what = "hvd backend: reduce_scatter_tensor"
         reduce_op = _reduce_op(opts)
         _same([output, input], what)
@@ -274,6 +298,13 @@ class ProcessGroupHvd(dist.ProcessGroup):
         return self._allgather_into(flat, input.reshape(-1), what)
 
     def scatter(self, outputs, input_lists, opts=None):
+        parts = list(input_lists[0]) if len(input_lists) else []
+        if _on_gpu(outputs[0], *parts):
+            return _via_host(lambda o, i: self._scatter(
+                o, [i] if len(i) else [], opts), [outputs[0]], parts)
+        return self._scatter(outputs, input_lists, opts)
+
+    def _scatter(self, outputs, input_lists, opts):
         """An alltoall in which only the root sends: each rank gets its
         part."""
         what = "hvd backend: scatter"
@@ -300,6 +331,12 @@ class ProcessGroupHvd(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_splits, input_splits,
                           opts=None):
+        if _on_gpu(output, input):
+            return _via_host(lambda o, i: self._all_to_all_single(
+                o[0], i[0], input_splits), [output], [input])
+        return self._all_to_all_single(output, input, input_splits)
+
+    def _all_to_all_single(self, output, input, input_splits):
         what = "hvd backend: all_to_all_single"
         _same([output, input], what)
         n = self.size()
@@ -324,8 +361,13 @@ class ProcessGroupHvd(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
-        what = "hvd backend: all_to_all"
         outputs, inputs = list(outputs), list(inputs)
+        if _on_gpu(*outputs, *inputs):
+            return _via_host(self._alltoall, outputs, inputs)
+        return self._alltoall(outputs, inputs)
+
+    def _alltoall(self, outputs, inputs):
+        what = "hvd backend: all_to_all"
         _same(outputs + inputs, what)
         send = torch.cat([t.reshape(-1) for t in inputs])
         recv = torch.empty((sum(t.numel() for t in outputs),),
