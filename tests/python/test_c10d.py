@@ -126,6 +126,18 @@ def test_allreduce_coalesced_and_async_future():
         assert torch.equal(f.wait(), reduce_all(R.SUM, torch.float32) * 2)
 
 
+def test_beside_hvd_torch():
+    """hvd.torch's own calls in the same script, interleaved."""
+    x = data(RANK, torch.float32)
+    work = dist.all_reduce(x, async_op=True)
+    y = hvd.torch.allreduce(data(RANK, torch.float32), op=hvd.torch.Sum,
+                            name="beside")
+    work.wait()
+    assert torch.equal(x, y)
+    assert torch.equal(y, reduce_all(R.SUM, torch.float32))
+    assert hvd.torch.broadcast_object(RANK, root_rank=0) == 0
+
+
 def test_group_called_by_hand():
     """The group's own methods, as torch's other forms call them."""
     group = dist.group.WORLD
