@@ -244,6 +244,24 @@ def test_staged_through_host(monkeypatch):
     test_reduce_gather_scatter()
 
 
+def test_objects():
+    """torch's object collectives (checkpointing and trainers use them)."""
+    every = [None] * SIZE
+    dist.all_gather_object(every, {"rank": RANK, "pad": "x" * RANK})
+    assert every == [{"rank": r, "pad": "x" * r} for r in range(SIZE)]
+    objs = [("from", SIZE - 1)] if RANK == SIZE - 1 else [None]
+    dist.broadcast_object_list(objs, src=SIZE - 1)
+    assert objs == [("from", SIZE - 1)]
+    got = [None] * SIZE if RANK == 0 else None
+    dist.gather_object(RANK * 10, got, dst=0)
+    if RANK == 0:
+        assert got == [r * 10 for r in range(SIZE)]
+    out = [None]
+    dist.scatter_object_list(out, [str(r) * (r + 1) for r in range(SIZE)]
+                             if RANK == 0 else None, src=0)
+    assert out == [str(RANK) * (RANK + 1)]
+
+
 def test_send_recv_say_unsupported():
     if SIZE < 2:
         pytest.skip("needs 2 ranks")
