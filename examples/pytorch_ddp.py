@@ -73,6 +73,9 @@ def main():
                         help="DDP's fp16 compression comm hook")
     parser.add_argument("--no-comm", action="store_true",
                         help="no DDP: the per-rank step alone (the bound)")
+    parser.add_argument("--noop-hook", action="store_true",
+                        help="DDP whose comm hook communicates nothing: "
+                             "DDP's own cost without the collectives")
     args = parser.parse_args()
 
     if args.backend == "hvd":
@@ -85,7 +88,13 @@ def main():
     model = make_model(args.model, args.image_size)
     if not args.no_comm:
         model = nn.parallel.DistributedDataParallel(model)
-        if args.fp16_hook:
+        if args.noop_hook:
+            def noop(state, bucket):
+                done = torch.futures.Future()
+                done.set_result(bucket.buffer())
+                return done
+            model.register_comm_hook(None, noop)
+        elif args.fp16_hook:
             from torch.distributed.algorithms.ddp_comm_hooks import \
                 default_hooks
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -114,6 +123,7 @@ def main():
         "%s%s, %d thread(s) each" %
         (args.model, nparams, args.batch_size, size, args.backend,
          " (no communication)" if args.no_comm else
+         " (a comm hook that communicates nothing)" if args.noop_hook else
          " with the fp16 hook" if args.fp16_hook else "", args.threads))
     steps(args.num_warmup_batches)
     rates = []

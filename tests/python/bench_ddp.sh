@@ -1,8 +1,9 @@
 #!/bin/sh
 # DDP on hvd against DDP on Gloo (issue 33; docs/benchmarks.md): the same
 # trainer (examples/pytorch_ddp.py) under torchrun at np 2 with
-# backend="gloo", backend="hvd", and without communication (--no-comm, the
-# bound), for the small CNN and resnet18 at 32x32, one thread a rank,
+# backend="gloo", backend="hvd", without communication (--no-comm, the
+# bound) and with a comm hook that communicates nothing (--noop-hook: DDP's
+# own cost), for the small CNN and resnet18 at 32x32, one thread a rank,
 # ROUNDS interleaved rounds (default 3). Not a test: prints one line a run,
 # "MODEL CONFIG ROUND img/s", then the medians.
 #
@@ -20,9 +21,10 @@ out=$(mktemp /tmp/hvd-bench-ddp.XXXXXX)
 trap 'rm -f "$out"' EXIT
 for round in $(seq 1 "$rounds"); do
     for model in cnn resnet18; do
-        for config in gloo hvd nocomm; do
+        for config in gloo hvd nocomm noop; do
             case $config in
             nocomm) args="--backend hvd --no-comm" ;;
+            noop) args="--backend hvd --noop-hook" ;;
             *) args="--backend $config" ;;
             esac
             # shellcheck disable=SC2086
@@ -37,7 +39,7 @@ for round in $(seq 1 "$rounds"); do
 done
 echo "medians (img/s, total of 2 ranks):"
 for model in cnn resnet18; do
-    for config in gloo hvd nocomm; do
+    for config in gloo hvd nocomm noop; do
         awk -v m="$model" -v c="$config" '$1 == m && $2 == c { print $4 }' \
             "$out" | sort -n | awk -v m="$model" -v c="$config" \
             '{ v[NR] = $1 } END { printf "%s %s %s\n", m, c, v[int((NR + 1) / 2)] }'
