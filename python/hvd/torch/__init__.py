@@ -43,6 +43,7 @@ from hvd.process_sets import (ProcessSet, add_process_set,
                               global_process_set, remove_process_set)
 from hvd.torch.sync_batch_norm import SyncBatchNorm
 from hvd.torch import elastic
+from hvd.torch import distributed  # registers the c10d backend "hvd"
 
 
 __all__ = [
