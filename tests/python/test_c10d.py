@@ -4,7 +4,9 @@ hvdrun (run_python.sh) and under torchrun (run_c10d_torchrun.sh).
 
 Every expected result is computed exactly on each rank from every rank's
 input (each rank can make any rank's input): small integers, whose sums,
-products and halves are exact in every dtype used. DDP on N ranks is
+products and halves are exact in every dtype used; and every
+collective's result is also compared with Gloo's for the same call on a
+Gloo group. DDP on N ranks is
 checked against the same model trained in this process on the global
 batch, without DDP.
 """
@@ -267,11 +269,23 @@ def test_send_recv_say_unsupported():
         pytest.skip("needs 2 ranks")
     with pytest.raises(NotImplementedError, match="point-to-point"):
         dist.send(torch.ones(1), dst=1 - min(RANK, 1))
+    # ... and a Gloo group of the same job has them (made by every rank).
+    group = gloo()
+    if RANK == 0:
+        dist.send(torch.arange(3.0), dst=1, group=group)
+    elif RANK == 1:
+        x = torch.zeros(3)
+        dist.recv(x, src=0, group=group)
+        assert torch.equal(x, torch.arange(3.0))
 
 
 def test_subgroup():
     members = [r for r in range(SIZE) if r != 1] if SIZE > 2 else [0]
     group = dist.new_group(members)
+    # Every rank asks (torch counts groups, a Gloo group's name is its
+    # count: a rank that skipped this would name the next one differently).
+    with pytest.raises(NotImplementedError, match="every rank"):
+        dist.new_group([RANK], use_local_synchronization=True)
     if RANK not in members:
         assert group == dist.GroupMember.NON_GROUP_MEMBER
         return
@@ -283,8 +297,100 @@ def test_subgroup():
     dist.broadcast(b, src=members[-1], group=group)
     assert torch.equal(b, torch.full((2,), float(members[-1])))
     assert dist.get_world_size(group) == len(members)
-    with pytest.raises(NotImplementedError, match="every rank"):
-        dist.new_group([RANK], use_local_synchronization=True)
+
+
+# ---------------------------------------------------------------------
+# The same calls on a Gloo group: hvd's results are Gloo's
+
+
+GLOO_DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64]
+_gloo = []
+
+
+def gloo():
+    """A Gloo group of every rank, made once, beside the hvd world."""
+    if not _gloo:
+        _gloo.append(dist.new_group(list(range(SIZE)), backend="gloo"))
+    return _gloo[0]
+
+
+def rand_ints(r, dtype, n, seed):
+    """Rank r's input: small integers, exact in every dtype and in any
+    sum, product, min or max of a few ranks."""
+    g = torch.Generator().manual_seed(seed * 100 + r)
+    return torch.randint(-2, 3, (n,), generator=g).to(dtype)
+
+
+def both(call):
+    """call(group) on hvd's world and on Gloo's group: their outputs."""
+    return call(dist.group.WORLD), call(gloo())
+
+
+def assert_same(ours, theirs):
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype and torch.equal(a, b), (a, b)
+
+
+@pytest.mark.parametrize("dtype", GLOO_DTYPES, ids=str)
+def test_same_as_gloo(dtype):
+    n = 7  # odd: uneven rows, remainders
+    ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX]
+    for k, op in enumerate(ops):
+        def allreduce(group, op=op, k=k):
+            x = rand_ints(RANK, dtype, n, k)
+            dist.all_reduce(x, op=op, group=group)
+            return [x]
+        assert_same(*both(allreduce))
+
+        def reduce(group, op=op, k=k):
+            x = rand_ints(RANK, dtype, n, 10 + k)
+            dist.reduce(x, dst=SIZE - 1, op=op, group=group)
+            return [x] if RANK == SIZE - 1 else []
+        assert_same(*both(reduce))
+
+        def reduce_scatter(group, op=op, k=k):
+            x = rand_ints(RANK, dtype, n * SIZE, 20 + k)
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter_tensor(out, x, op=op, group=group)
+            return [out]
+        assert_same(*both(reduce_scatter))
+
+    def broadcast(group):
+        x = rand_ints(RANK, dtype, n, 30)
+        dist.broadcast(x, src=SIZE - 1, group=group)
+        return [x]
+
+    def allgather(group):
+        x = rand_ints(RANK, dtype, n, 31)
+        out = torch.empty(n * SIZE, dtype=dtype)
+        dist.all_gather_into_tensor(out, x, group=group)
+        outs = [torch.empty(n, dtype=dtype) for _ in range(SIZE)]
+        dist.all_gather(outs, x, group=group)
+        return [out] + outs
+
+    def alltoall(group):
+        # Rank r sends r + 1 + j elements to rank j (uneven splits).
+        send = [RANK + 1 + j for j in range(SIZE)]
+        recv = [r + 1 + RANK for r in range(SIZE)]
+        x = rand_ints(RANK, dtype, sum(send), 32)
+        out = torch.empty(sum(recv), dtype=dtype)
+        dist.all_to_all_single(out, x, recv, send, group=group)
+        return [out]
+
+    def gather_scatter(group):
+        x = rand_ints(RANK, dtype, n, 33)
+        root = SIZE - 1
+        gathered = ([torch.empty(n, dtype=dtype) for _ in range(SIZE)]
+                    if RANK == root else None)
+        dist.gather(x, gathered, dst=root, group=group)
+        pieces = ([rand_ints(100 + r, dtype, n, 34) for r in range(SIZE)]
+                  if RANK == 0 else None)
+        got = torch.empty(n, dtype=dtype)
+        dist.scatter(got, pieces, src=0, group=group)
+        return (gathered or []) + [got]
+
+    for call in (broadcast, allgather, alltoall, gather_scatter):
+        assert_same(*both(call))
 
 
 # ---------------------------------------------------------------------

@@ -399,13 +399,15 @@ class ProcessGroupHvd(dist.ProcessGroup):
 
     def send(self, tensors, dst, tag=0):
         raise _unsupported("hvd backend: send is not supported: libhvd has "
-                           "no point-to-point operations (use a gloo group "
-                           "for send and recv)")
+                           "no point-to-point operations (make a group with "
+                           "dist.new_group(backend='gloo') for send and "
+                           "recv)")
 
     def recv(self, tensors, src, tag=0):
         raise _unsupported("hvd backend: recv is not supported: libhvd has "
-                           "no point-to-point operations (use a gloo group "
-                           "for send and recv)")
+                           "no point-to-point operations (make a group with "
+                           "dist.new_group(backend='gloo') for send and "
+                           "recv)")
 
     def recv_anysource(self, tensors, tag=0):
         return self.recv(tensors, -1, tag)
@@ -416,16 +418,15 @@ class ProcessGroupHvd(dist.ProcessGroup):
                   group_name=None, group_desc=None):
         """torch's new_group, called by every rank of the job: the hvd
         process set of ranks (created by every rank, as libhvd requires);
-        None on a rank outside it."""
-        if backend is not None and str(backend).lower() not in (
-                BACKEND_NAME, "undefined"):
-            raise _unsupported(
-                "hvd backend: new_group(backend=%r) is not supported under "
-                "the hvd default group; subgroups are hvd groups" %
-                (backend,))
+        None on a rank outside it. A group of another backend (gloo) is
+        that backend's, made as torch makes it."""
         if self._ps != 0:
             raise _unsupported("hvd backend: new_group must be called on "
                                "the default group")
+        if backend is not None and str(backend).lower() not in (
+                BACKEND_NAME, "undefined"):
+            return _foreign_group(ranks, backend, timeout, pg_options,
+                                  group_name, group_desc)
         # torch names a group by a count, or by a hash of its ranks with
         # use_local_synchronization=True, where only the members call
         # this: libhvd's process set would wait for the others forever.
@@ -442,6 +443,37 @@ class ProcessGroupHvd(dist.ProcessGroup):
         group.setGroupName(group_name or "")
         group.setGroupDesc(group_desc or "")
         return group
+
+
+def _foreign_group(ranks, backend, timeout, pg_options, group_name,
+                   group_desc):
+    """new_group(backend="gloo") (or another backend) under the hvd
+    default group: libraries make a Gloo group beside the default one for
+    CPU coordination (checkpointing, object collectives). torch hands every
+    new_group to the default group once it has one, so the group is made
+    here the way torch makes it (on the default store, by every rank), and
+    left for torch to register under its name."""
+    c10d = dist.distributed_c10d
+    make = getattr(c10d, "_new_process_group_helper", None)
+    forget = getattr(c10d, "_cleanup_process_group_global_state", None)
+    if make is None or forget is None:
+        raise _unsupported(
+            "hvd backend: new_group(backend=%r) under the hvd default group "
+            "needs torch's _new_process_group_helper (torch %s has none); "
+            "subgroups of this torch are hvd groups" %
+            (backend, torch.__version__))
+    ranks = sorted(int(r) for r in ranks)
+    me = _core.rank()
+    pg, _ = make(len(ranks), ranks.index(me) if me in ranks else None,
+                 ranks, backend, c10d._get_default_store(), group_name,
+                 backend_options=pg_options,
+                 timeout=timeout or c10d.default_pg_timeout,
+                 group_desc=group_desc)
+    if me not in ranks:
+        return None
+    # torch registers what new_group returns; the helper registered it too.
+    forget(pg)
+    return pg
 
 
 # ---------------------------------------------------------------------
