@@ -144,3 +144,21 @@ def test_members_still_reduce():
     got = hvd.allreduce(tf.fill([2], float(R)), op=hvd.Sum, process_set=ps)
     np.testing.assert_array_equal(got.numpy(),
                                   np.full(2, float(sum(ps.ranks))))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_tape_outside_the_set_keeps_its_gradient(mode):
+    """Horovod's: a DistributedGradientTape over a set averages among its
+    members; a rank outside it keeps its own gradient."""
+    def grad():
+        x = tf.constant(float(R))
+        with tf.GradientTape() as g:
+            g.watch(x)
+            y = x * x
+        return hvd.DistributedGradientTape(g, process_set=ODD).gradient(
+            y, [x])[0]
+    got = float(run(mode, grad))
+    if R % 2 == 1:
+        assert got == 2.0 * sum(ODD.ranks) / ODD.size()
+    else:
+        assert got == 2.0 * R
