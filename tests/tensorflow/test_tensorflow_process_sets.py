@@ -111,7 +111,8 @@ COLLECTIVES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["eager", "function", "graph"])
+# (Inside a tf.function the op is made as in a graph: graph mode covers it.)
+@pytest.mark.parametrize("mode", ["eager", "graph"])
 @pytest.mark.parametrize("name", sorted(COLLECTIVES))
 def test_unknown_set_raises_value_error(name, mode):
     with pytest.raises(ValueError, match="does not exist"):
