@@ -86,12 +86,19 @@ int hvd_check_build(void) {
     char beside[PATH_MAX];
     int have_hvd;
 
-    if ((python == NULL || python[0] == '\0') &&
-        python_of_install(beside, sizeof(beside)))
+    if (python != NULL && python[0] != '\0') {
+        have_hvd = importable(python, "hvd");
+    } else if (python_of_install(beside, sizeof(beside)) &&
+               importable(beside, "hvd")) {
         python = beside;
-    if (python == NULL || python[0] == '\0')
+        have_hvd = 1;
+    } else {
+        /* A python3 beside hvdrun that lacks the package is not the one
+         * hvd was installed for (cmake --install into a prefix whose
+         * bin/ has some other python3): PATH may know better. */
         python = "python3";
-    have_hvd = importable(python, "hvd");
+        have_hvd = importable(python, "hvd");
+    }
     printf("hvd v%s:\n\nAvailable Frameworks (with %s):\n", HVD_VERSION_STRING,
            python);
     for (size_t i = 0; i < sizeof(frameworks) / sizeof(frameworks[0]); i++) {

@@ -60,6 +60,14 @@ else
     echo "$out" | grep -q '^    \[ \] PyTorch (torch is not installed)' ||
         fail "PyTorch should say torch is not installed"
 fi
+# An environment's python3 without the hvd package is not the one hvd was
+# installed for: python3 on PATH (the decoy) is asked instead.
+rm "$site/hvd_source_tree.pth"
+out=$(env -u HVD_PYTHON -u VIRTUAL_ENV -u PYTHONPATH -u PYTHONHOME \
+      PATH="$tmp/decoy:/usr/bin:/bin" HVD_LIBRARY="$lib" \
+      "$tmp/venv/bin/hvdrun" --check-build)
+echo "$out" | grep -qF "Available Frameworks (with python3)" ||
+    fail "an environment without hvd should leave python3 on PATH"
 # HVD_PYTHON still wins over the environment's interpreter.
 out=$(env -u VIRTUAL_ENV -u PYTHONPATH PATH="$tmp/decoy:/usr/bin:/bin" \
       HVD_PYTHON="$tmp/decoy/python3" HVD_LIBRARY="$lib" \
