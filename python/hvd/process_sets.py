@@ -46,11 +46,11 @@ class ProcessSet:
         self.process_set_id = None
 
     def size(self):
-        """The set's size, or None before it is added."""
+        """The set's size, or None before it is added; ValueError if its
+        process_set_id names no set (as Horovod's)."""
         if self.process_set_id is None:
             return None
-        n = L.lib().hvd_process_set_size(self.process_set_id)
-        return None if n < 0 else n
+        return set_size(self.process_set_id)
 
     def rank(self):
         """This process's rank within the set (None before it is added;
@@ -191,10 +191,15 @@ def ps_id(process_set):
 
 
 def set_size(ps):
-    """The number of ranks of set ps (an id)."""
+    """The number of ranks of set ps (an id); ValueError if there is no
+    such set, with Horovod's sentence."""
+    if not L.lib().hvd_initialized():
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
     n = L.lib().hvd_process_set_size(ps)
     if n < 0:
-        raise ValueError("process set %d does not exist" % ps)
+        raise ValueError("Process set does not exist or has not been "
+                         "registered (process_set_id %d: never added, or "
+                         "removed since)" % ps)
     return n
 
 

@@ -125,6 +125,12 @@ class GradientReducer:
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if is_sparse(g) else g
                      for g in grads]
+        ps = self.process_set
+        if ps is not None and ps.process_set_id != 0 and not ps.included():
+            # Horovod's _allreduce_cond: a rank outside the set keeps its
+            # own gradients (only the set's members may call its
+            # collectives).
+            return grads
         out = [None] * len(grads)
         with tf.name_scope(self.name + "_Allreduce"):
             if self.groups is None or self.groups == 0:

@@ -21,6 +21,7 @@ loaded (a build tree, or ``cmake --install``'s library folder).
 """
 
 import ctypes
+import numbers
 import os
 import re
 
@@ -96,10 +97,28 @@ def _key(prefix, tensor, name, ignore_name_scope=False):
 
 def _psid(process_set):
     """The id of process_set: a ProcessSet (added), None (every rank) or
-    an id already (the gradients pass their op's attr)."""
+    an id already (the gradients pass their op's attr). A ProcessSet whose
+    id names no set raises ValueError here, as Horovod's does (through
+    ProcessSet.size()), rather than when the op runs."""
     if isinstance(process_set, int):
         return process_set
-    return _ps.ps_id(process_set)
+    ps = _ps.ps_id(process_set)
+    if ps != 0:
+        _ps.set_size(ps)
+    return ps
+
+
+def _op_psid(process_set_id):
+    """size_op's and process_set_included_op's process_set_id: an int, as
+    Horovod's (a ProcessSet is taken too)."""
+    if isinstance(process_set_id, ProcessSet):
+        return _ps.ps_id(process_set_id)
+    if isinstance(process_set_id, bool) or not isinstance(
+            process_set_id, numbers.Integral):
+        raise ValueError("process_set_id must be an int (a "
+                         "ProcessSet.process_set_id), got %r" %
+                         (process_set_id,))
+    return int(process_set_id)
 
 
 def _set_size(ps):
@@ -262,21 +281,44 @@ def barrier():
     return MPI_LIB.hvd_barrier()
 
 
-def size_op():
-    """The number of ranks, as a tensor computed when it runs."""
-    return MPI_LIB.hvd_size()
+def size_op(process_set_id=0, name=None):
+    """The number of ranks (of process set process_set_id, an id as
+    ProcessSet.process_set_id; 0: the job), as a tensor computed when it
+    runs. For a set that does not exist then, Horovod's code -3
+    (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET)."""
+    return MPI_LIB.hvd_size(process_set_id=_op_psid(process_set_id),
+                            name=name)
 
 
-def rank_op():
-    return MPI_LIB.hvd_rank()
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this rank is a member of process set process_set_id (an id; 0:
+    the job), else 0, as a tensor computed when it runs; -3
+    (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET) for a set that does not exist
+    then, as Horovod's."""
+    return MPI_LIB.hvd_process_set_included(
+        process_set_id=_op_psid(process_set_id), name=name)
 
 
-def local_size_op():
-    return MPI_LIB.hvd_local_size()
+def rank_op(name=None):
+    """This process's rank, as a tensor computed when it runs."""
+    return MPI_LIB.hvd_rank(name=name)
 
 
-def local_rank_op():
-    return MPI_LIB.hvd_local_rank()
+def local_size_op(name=None):
+    """The number of ranks on this host, as a tensor computed when it
+    runs."""
+    return MPI_LIB.hvd_local_size(name=name)
+
+
+def local_rank_op(name=None):
+    """This process's rank on its host, as a tensor computed when it
+    runs."""
+    return MPI_LIB.hvd_local_rank(name=name)
+
+
+for _op in ("HvdSize", "HvdProcessSetIncluded", "HvdRank", "HvdLocalSize",
+            "HvdLocalRank", "HvdJoin", "HvdBarrier"):
+    _tf_ops.NotDifferentiable(_op)
 
 
 # ---------------------------------------------------------------------
@@ -355,6 +397,6 @@ __all__ = [
     "local_size", "local_rank", "cross_size", "cross_rank", "allgather",
     "grouped_allgather", "alltoall", "ProcessSet", "global_process_set",
     "add_process_set", "remove_process_set",
-    "broadcast", "join", "barrier", "size_op", "rank_op", "local_size_op",
-    "local_rank_op", "Sum", "Average", "Min", "Max", "Product", "Adasum",
+    "broadcast", "join", "barrier", "size_op", "process_set_included_op",
+    "rank_op", "local_size_op", "local_rank_op", "Sum", "Average", "Min", "Max", "Product", "Adasum",
 ]

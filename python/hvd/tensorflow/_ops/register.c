@@ -3,7 +3,8 @@
  * library is loaded, by a constructor function: tf.load_op_library has no
  * other hook for a C library), the shape functions, the kernels'
  * construction from their attrs, and the synchronous kernels: join,
- * barrier and the job's facts (size, rank, local size and rank).
+ * barrier and the job's facts (size, rank, local size and rank, a process
+ * set's size and whether this rank is in it).
  */
 #include "python/hvd/tensorflow/_ops/ops.h"
 
@@ -129,10 +130,43 @@ static void barrier_compute(void *k, TF_OpKernelContext *ctx) {
         else                                                                   \
             scalar_out(ctx, v);                                                \
     }
-FACT_KERNEL(size_compute, hvd_size)
 FACT_KERNEL(rank_compute, hvd_rank)
 FACT_KERNEL(local_size_compute, hvd_local_size)
 FACT_KERNEL(local_rank_compute, hvd_local_rank)
+
+/* Horovod's value for a process set that does not exist
+ * (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET): its size_op and
+ * process_set_included_op return it rather than failing, and so do these. */
+#define UNKNOWN_SET (-3)
+
+/* The members of the kernel's process set (the job's size for set 0). */
+static void size_compute(void *k, TF_OpKernelContext *ctx) {
+    int ps = ((const kernel *)k)->ps;
+    int v;
+
+    if (hvd_size() < 0) {
+        hvd_tf_fail(ctx, "hvd_size", "", HVD_ERR_NOT_INITIALIZED,
+                    "hvd is not initialized: call hvd.init() first");
+        return;
+    }
+    v = ps == 0 ? hvd_size() : hvd_process_set_size(ps);
+    scalar_out(ctx, v < 0 ? UNKNOWN_SET : v);
+}
+
+/* 1 if this rank is a member of the kernel's process set, else 0. */
+static void included_compute(void *k, TF_OpKernelContext *ctx) {
+    int ps = ((const kernel *)k)->ps;
+
+    if (hvd_size() < 0) {
+        hvd_tf_fail(ctx, "hvd_process_set_rank", "", HVD_ERR_NOT_INITIALIZED,
+                    "hvd is not initialized: call hvd.init() first");
+        return;
+    }
+    if (ps != 0 && hvd_process_set_size(ps) < 0)
+        scalar_out(ctx, UNKNOWN_SET);
+    else
+        scalar_out(ctx, ps == 0 || hvd_process_set_rank(ps) >= 0);
+}
 
 /* ------------------------------------------------------------------ */
 /* Shapes                                                              */
@@ -305,12 +339,20 @@ static const op_spec specs[] = {
      barrier_compute,
      0},
     {"HvdSize",
-     {NULL},
+     {PS_ATTR},
      {NULL},
      {"size: int32"},
      shape_scalar,
      NULL,
      size_compute,
+     0},
+    {"HvdProcessSetIncluded",
+     {PS_ATTR},
+     {NULL},
+     {"included: int32"},
+     shape_scalar,
+     NULL,
+     included_compute,
      0},
     {"HvdRank",
      {NULL},
