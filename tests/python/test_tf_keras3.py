@@ -71,3 +71,34 @@ def test_broadcast_variables_eager_keras3_optimizer():
     hvd.broadcast_variables(opt.variables, root_rank=0)
     for v in opt.variables:
         np.testing.assert_array_equal(np.asarray(v), np.ones(v.shape))
+
+
+def _same_on_all_ranks(arrays):
+    for other in hvd.allgather_object([np.asarray(a) for a in arrays]):
+        for o, a in zip(other, arrays):
+            np.testing.assert_allclose(o, a, rtol=1e-6, atol=1e-7)
+
+
+def test_keras2_and_keras3_side_by_side():
+    # One process, a tf_keras (Keras 2) model and a Keras 3 one: each
+    # optimizer gets the DistributedOptimizer of its own Keras, each model
+    # the callbacks, and both end the same on every rank.
+    tf_keras = pytest.importorskip("tf_keras")
+    rs = np.random.RandomState(hvd.rank())
+    x = rs.uniform(-1, 1, (4, 3)).astype(np.float32)
+    y = rs.uniform(-1, 1, (4, 2)).astype(np.float32)
+    k2 = tf_keras.Sequential([tf_keras.Input((3,)),
+                              tf_keras.layers.Dense(2)])
+    k3 = _model(hvd.rank())
+    for model, opt, base in (
+            (k2, tf_keras.optimizers.legacy.SGD(0.1),
+             tf_keras.optimizers.legacy.Optimizer),
+            (k3, keras.optimizers.SGD(0.1), keras.optimizers.Optimizer)):
+        dist = hvd_keras.DistributedOptimizer(opt,
+                                              backward_passes_per_step=1)
+        assert isinstance(dist, base) and type(dist).__name__ == "SGD"
+        model.compile(optimizer=dist, loss="mse")
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[
+            hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
+            hvd_keras.callbacks.MetricAverageCallback()])
+        _same_on_all_ranks(model.get_weights())
