@@ -154,13 +154,17 @@ class _DistributedMixin:
         helper = self.__dict__["_hvd_agg"]
         if helper is None:
             return base_apply(reduced, trainable_variables)
-        helper.apply_gradients(
+        tf.autograph.experimental.do_not_convert(helper.apply_gradients)(
             lambda: base_apply(reduced, trainable_variables),
             lambda: self._iterations.assign_add(1))
         return None
 
     # -- Horovod's API ------------------------------------------------------
 
+    # Not converted by AutoGraph when a tf.function calls it: it has no
+    # Python control flow on tensors (tf.cond is explicit), and converting
+    # hvd's call graph made the first trace take seconds.
+    @tf.autograph.experimental.do_not_convert
     def _hvd_reduce(self, grads, variables):
         """This step's gradients as they are to be applied: allreduced, or
         (backward_passes_per_step > 1) accumulated and allreduced on every

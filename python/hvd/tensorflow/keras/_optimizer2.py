@@ -111,6 +111,10 @@ class _Keras2DistributedMixin:
         self.__dict__["_hvd_agg"].build(seen)
         return out
 
+    # Not converted by AutoGraph when a tf.function calls it: it has no
+    # Python control flow on tensors (tf.cond is explicit), and converting
+    # hvd's call graph made the first trace take seconds.
+    @tf.autograph.experimental.do_not_convert
     def _hvd_reduce(self, grads, variables):
         """This step's gradients as they are to be applied: allreduced, or
         (backward_passes_per_step > 1) accumulated and allreduced on every
@@ -196,7 +200,8 @@ class _Keras2DistributedMixin:
         if helper is None:
             return base_apply(pairs, *args, **kwargs)
         self._hvd_build([v for g, v in pairs if g is not None])
-        return helper.apply_gradients(
+        return tf.autograph.experimental.do_not_convert(
+            helper.apply_gradients)(
             lambda: base_apply(pairs, *args, **kwargs),
             lambda: self.iterations.assign_add(1))
 
