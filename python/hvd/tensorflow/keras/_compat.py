@@ -44,7 +44,10 @@ def keras2_module():
     if keras is not None and _major(keras) == 2:
         return keras
     if legacy_tf_keras():
-        import tf_keras
+        try:
+            import tf_keras
+        except ImportError:  # TensorFlow then says so where tf.keras is used
+            return None
         return tf_keras
     return None
 
