@@ -7,6 +7,19 @@ from hvd import _core
 from hvd.tensorflow.mpi_ops import _psid, broadcast
 
 
+def _tf_variable(v):
+    """The tf.Variable that holds a Keras 3 variable's value (a
+    keras.Variable of the TensorFlow backend is no tf.Variable: passed to a
+    tf.function it becomes a read-only tensor), or v itself."""
+    if isinstance(v, tf.Variable):
+        return v
+    for attr in ("_value", "value"):
+        inner = getattr(v, attr, None)
+        if isinstance(inner, tf.Variable):
+            return inner
+    return v
+
+
 def _assign_broadcasts(variables, root_rank, process_set=None):
     return tf.group(*[v.assign(broadcast(v, root_rank,
                                          process_set=process_set))
@@ -24,8 +37,9 @@ def _broadcast_group(variables, root_rank, ps):
 def broadcast_variables(variables, root_rank, process_set=None):
     """Assigns rank root_rank's values to variables on every rank (of
     process_set). Eagerly it runs at once; in a graph it returns the op
-    that does it."""
-    variables = list(variables)
+    that does it. Keras 3 variables (model.variables) are assigned through
+    the tf.Variable that holds each one's value."""
+    variables = [_tf_variable(v) for v in variables]
     ps = _psid(process_set)
     if tf.executing_eagerly():
         return _broadcast_group(variables, root_rank, ps)
@@ -35,7 +49,7 @@ def broadcast_variables(variables, root_rank, process_set=None):
 def broadcast_(variables, root_rank, name=None, process_set=None):
     """Broadcasts rank root_rank's values into variables, in place, on
     every rank (of process_set); returns the variables' new values."""
-    variables = list(variables)
+    variables = [_tf_variable(v) for v in variables]
     outs = []
     for i, v in enumerate(variables):
         vname = None if name is None else "%s.%d" % (name, i)

@@ -1,5 +1,9 @@
 """hvd.tensorflow.keras: a drop-in for ``horovod.tensorflow.keras`` on the
-Keras that TensorFlow ships (Keras 3, ``import keras`` / ``tf.keras``)::
+Kerases that TensorFlow ships: Keras 3 (``import keras``, and ``tf.keras``
+on TensorFlow 2.16+) and Keras 2 (``tf_keras``, which ``tf.keras`` is with
+TF_USE_LEGACY_KERAS=1, with its legacy optimizers too). Each optimizer,
+model and callback is handled as its own Keras requires, so both may be
+used in one process::
 
     import hvd.tensorflow.keras as hvd
 
@@ -129,12 +133,11 @@ def PartialDistributedOptimizer(optimizer, name=None,
     for the trainable weights of local_layers (a keras Layer or a list of
     them) are not allreduced but kept local (divided by size when
     scale_local_gradients, by the process set's size)."""
-    import keras
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif _is_layer(local_layers):
         local_layers = [local_layers]
-    elif not all(isinstance(l, keras.layers.Layer) for l in local_layers):
+    elif not all(_is_layer(l) for l in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer "
                          "type.")
     opt = DistributedOptimizer(
@@ -150,6 +153,15 @@ def PartialDistributedOptimizer(optimizer, name=None,
         for var in layer.trainable_weights:
             opt.register_local_var(var)
     return opt
+
+
+def _is_layer(obj):
+    """A Keras 3 or a Keras 2 (tf_keras) layer."""
+    from hvd.tensorflow.keras import _compat
+    if _compat.keras_package_of(obj) is None:
+        return False
+    keras = _compat.keras_of(obj)
+    return isinstance(obj, keras.layers.Layer)
 
 
 def broadcast_global_variables(root_rank):
@@ -198,20 +210,70 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     DistributedOptimizer(compression=compression), keeping the optimizer's
     saved state (slots, iterations, learning rate).
 
+    The model is loaded by the Keras that tf.keras stands for: tf_keras
+    (Keras 2) when TF_USE_LEGACY_KERAS=1 or legacy_opts=True, Keras 3
+    otherwise.
+
     Args:
         filepath: the saved model's path.
         custom_optimizers: Optimizer subclasses (not keras built-ins) the
             file may name; they are wrapped as the built-ins are.
         custom_objects: other classes or functions to deserialize with.
         compression: the DistributedOptimizer's compression.
-        legacy_opts: Horovod's switch for keras.optimizers.legacy, which
-            Keras 3 does not have: True is refused.
+        legacy_opts: the file's optimizer is one of tf_keras'
+            optimizers.legacy (Keras 2 only; Keras 3 has none).
     """
+    from hvd.tensorflow.keras import _compat
+    if legacy_opts or _compat.legacy_tf_keras() or \
+            _compat.keras3() is None:
+        keras2 = _compat.keras2_module()
+        if keras2 is None:
+            import tf_keras as keras2
+        return _load_model_keras2(keras2, filepath, custom_optimizers,
+                                  custom_objects, compression, legacy_opts)
+    return _load_model_keras3(filepath, custom_optimizers, custom_objects,
+                              compression)
+
+
+def _load_model_keras2(keras2, filepath, custom_optimizers, custom_objects,
+                       compression, legacy_opts):
+    # As Horovod: the file's optimizer is deserialized straight into the
+    # distributed class, so its saved slots load into it.
+    if legacy_opts:
+        base = keras2.optimizers.legacy.Optimizer
+    else:
+        base = keras2.optimizers.Optimizer
+    options = _impl.hvd_options(None, '', '', compression, False, 1.0,
+                                Average, 1, False, None, True, None)
+    objects = {}
+    for cls in base.__subclasses__():
+        if cls.__name__ in ("RestoredOptimizer",) or \
+                cls.__name__.startswith("LossScaleOptimizer"):
+            continue
+        wrapped = _impl.distributed_class(cls, options)
+        objects[cls.__name__] = wrapped
+        objects[cls.__name__.lower()] = wrapped
+    for cls in custom_optimizers or ():
+        objects[cls.__name__] = _impl.distributed_class(cls, options)
+    if custom_objects:
+        objects.update(custom_objects)
+    model = keras2.models.load_model(filepath, custom_objects=objects)
+    opt = getattr(model, "optimizer", None)
+    if opt is not None and not _impl.is_distributed(opt):
+        # Deserialized without our classes (the optimizers' format looks
+        # built-in names up in tf_keras first): wrapped now, built on the
+        # model's variables, taking the loaded state.
+        from hvd.tensorflow.keras import _optimizer2
+        new = DistributedOptimizer(opt, compression=compression)
+        _optimizer2.copy_state(opt, new, list(model.trainable_variables))
+        model.optimizer = new
+    return model
+
+
+def _load_model_keras3(filepath, custom_optimizers, custom_objects,
+                       compression):
     import keras
 
-    if legacy_opts:
-        raise ValueError("legacy_opts=True: Keras 3 has no "
-                         "keras.optimizers.legacy optimizers")
     objects = {}
     for cls in custom_optimizers or ():
         objects[cls.__name__] = cls
@@ -223,7 +285,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
         objects.update(custom_objects)
     model = keras.models.load_model(filepath, custom_objects=objects or None)
     opt = getattr(model, "optimizer", None)
-    if opt is not None and not isinstance(opt, _impl._DistributedMixin):
+    if opt is not None and not _impl.is_distributed(opt):
         new = DistributedOptimizer(opt, compression=compression)
         model.optimizer = new
         # What a later model.save() writes as the compiled optimizer.

@@ -1,4 +1,6 @@
-"""DistributedOptimizer for Keras 3 (the Keras that TensorFlow 2.16+ ships).
+"""DistributedOptimizer for Keras 3 (the Keras that TensorFlow 2.16+ ships);
+_optimizer2.py has Keras 2's (tf_keras), and create_distributed_optimizer
+picks by the optimizer's own class.
 
 Keras 3's TensorFlow trainer computes the gradients itself
 (``tape.gradient`` in ``train_step``) and hands them to
@@ -22,6 +24,7 @@ saved with it loads without hvd as the plain optimizer.
 import tensorflow as tf
 
 import hvd.tensorflow as _hvd
+from hvd.tensorflow.keras import _compat
 from hvd.tensorflow._reduce import (GradientReducer, LocalAggregation,
                                     reduce_but_local)
 from hvd.tensorflow._reduce import ref as _ref
@@ -151,13 +154,17 @@ class _DistributedMixin:
         helper = self.__dict__["_hvd_agg"]
         if helper is None:
             return base_apply(reduced, trainable_variables)
-        helper.apply_gradients(
+        tf.autograph.experimental.do_not_convert(helper.apply_gradients)(
             lambda: base_apply(reduced, trainable_variables),
             lambda: self._iterations.assign_add(1))
         return None
 
     # -- Horovod's API ------------------------------------------------------
 
+    # Not converted by AutoGraph when a tf.function calls it: it has no
+    # Python control flow on tensors (tf.cond is explicit), and converting
+    # hvd's call graph made the first trace take seconds.
+    @tf.autograph.experimental.do_not_convert
     def _hvd_reduce(self, grads, variables):
         """This step's gradients as they are to be applied: allreduced, or
         (backward_passes_per_step > 1) accumulated and allreduced on every
@@ -209,30 +216,38 @@ class _DistributedMixin:
         return list(zip(reduced, var_list))
 
 
-def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
-                                 compression, sparse_as_dense,
-                                 gradient_predivide_factor, op,
-                                 backward_passes_per_step,
-                                 average_aggregated_gradients, groups,
-                                 scale_local_gradients=True,
-                                 process_set=None):
-    import keras
-
-    if isinstance(optimizer, _DistributedMixin):
-        raise ValueError("the optimizer is a DistributedOptimizer already")
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError("DistributedOptimizer wraps a keras.optimizers."
-                        "Optimizer (Keras 3); got %r" % type(optimizer))
-    base = optimizer.__class__
-    options = dict(
-        name=name or "Distributed%s" % base.__name__,
-        device_dense=device_dense, device_sparse=device_sparse,
+def hvd_options(name, device_dense, device_sparse, compression,
+                sparse_as_dense, gradient_predivide_factor, op,
+                backward_passes_per_step, average_aggregated_gradients,
+                groups, scale_local_gradients, process_set):
+    """The options DistributedOptimizer keeps on the class it makes (name:
+    None for "Distributed" + the class name, set when the class is made)."""
+    return dict(
+        name=name, device_dense=device_dense, device_sparse=device_sparse,
         compression=compression, sparse_as_dense=sparse_as_dense,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=int(backward_passes_per_step),
         average_aggregated_gradients=average_aggregated_gradients,
         groups=groups, scale_local_gradients=scale_local_gradients,
         process_set=process_set)
+
+
+def is_distributed(optimizer):
+    from hvd.tensorflow.keras._optimizer2 import _Keras2DistributedMixin
+    return isinstance(optimizer, (_DistributedMixin,
+                                  _Keras2DistributedMixin))
+
+
+def distributed_class(base, options):
+    """The dynamic subclass of base (a Keras 3 or a Keras 2 optimizer
+    class) that distributes with options."""
+    from hvd.tensorflow.keras import _optimizer2
+    options = dict(options)
+    options["name"] = options["name"] or "Distributed%s" % base.__name__
+    keras2 = _compat.keras2_module()
+    if keras2 is not None and issubclass(
+            base, _optimizer2.keras2_optimizer_classes(keras2)):
+        return _optimizer2.distributed_class(base, options)
     cls = type(base.__name__, (_DistributedMixin, base),
                {"_hvd_options": options, "__module__": base.__module__,
                 "__qualname__": base.__qualname__,
@@ -245,7 +260,42 @@ def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
             object_registration.GLOBAL_CUSTOM_NAMES[cls] = reg
     except Exception:  # pragma: no cover - private module moved
         pass
+    return cls
 
+
+def create_distributed_optimizer(optimizer, name, device_dense, device_sparse,
+                                 compression, sparse_as_dense,
+                                 gradient_predivide_factor, op,
+                                 backward_passes_per_step,
+                                 average_aggregated_gradients, groups,
+                                 scale_local_gradients=True,
+                                 process_set=None):
+    if is_distributed(optimizer):
+        raise ValueError("the optimizer is a DistributedOptimizer already")
+    options = hvd_options(name, device_dense, device_sparse, compression,
+                          sparse_as_dense, gradient_predivide_factor, op,
+                          backward_passes_per_step,
+                          average_aggregated_gradients, groups,
+                          scale_local_gradients, process_set)
+    # Per optimizer, not per process: a tf_keras (Keras 2) optimizer and a
+    # Keras 3 one may live side by side.
+    if _compat.is_keras2(optimizer):
+        from hvd.tensorflow.keras import _optimizer2
+        keras2 = _compat.keras_of(optimizer)
+        if not isinstance(optimizer,
+                          _optimizer2.keras2_optimizer_classes(keras2)):
+            raise TypeError("DistributedOptimizer wraps a Keras optimizer; "
+                            "got %r" % type(optimizer))
+        cls = distributed_class(optimizer.__class__, options)
+        new = cls.from_config(optimizer.get_config())
+        _optimizer2.copy_state(optimizer, new)
+        return new
+    keras = _compat.keras3()
+    if keras is None or not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError("DistributedOptimizer wraps a keras.optimizers."
+                        "Optimizer (Keras 3) or a tf_keras one (Keras 2); "
+                        "got %r" % type(optimizer))
+    cls = distributed_class(optimizer.__class__, options)
     new = cls.from_config(optimizer.get_config())
     _copy_state(optimizer, new)
     return new

@@ -1,9 +1,14 @@
-"""Keras callbacks of horovod.tensorflow.keras.callbacks, for Keras 3.
+"""Keras callbacks of horovod.tensorflow.keras.callbacks, for Keras 3 and
+Keras 2 (tf_keras): each is a Keras 3 callback that also answers what
+Keras 2's model.fit asks of one (``_implements_train_batch_hooks`` and
+friends, ``_supports_tf_logs``, a settable ``model``), so the same object
+serves whichever Keras the model it is given to comes from.
 
 Each rank must pass the same callbacks in the same order: they run
 collectives (a broadcast, allreduces) that every rank joins.
 """
 
+import numpy as np
 import tensorflow as tf
 import keras
 
@@ -12,7 +17,51 @@ from hvd.tensorflow.keras._optimizer import _ref
 
 
 def _value(x):
-    return float(keras.ops.convert_to_numpy(x))
+    # A float, a tf.Variable (Keras 2) or a keras.Variable (Keras 3).
+    if hasattr(x, "numpy"):
+        return float(x.numpy())
+    return float(np.asarray(x))
+
+
+def _is_default(method):
+    # Both Kerases mark the base class's empty hooks so.
+    return getattr(method, "_is_default", False)
+
+
+class _Callback(keras.callbacks.Callback):
+    """keras.callbacks.Callback (Keras 3) with what Keras 2 (tf_keras)
+    reads of a callback, so that either Keras' model.fit takes it."""
+
+    # Keras 2: the logs passed are plain numbers, not tensors.
+    _supports_tf_logs = False
+    # Keras 2: runs on every worker of a multi-worker strategy.
+    _chief_worker_only = None
+    validation_data = None
+
+    @property
+    def model(self):
+        return self.__dict__.get("_model")
+
+    @model.setter
+    def model(self, model):
+        self._model = model
+
+    def set_model(self, model):
+        self._model = model
+
+    def _implements_train_batch_hooks(self):
+        return not (_is_default(self.on_batch_begin) and
+                    _is_default(self.on_batch_end) and
+                    _is_default(self.on_train_batch_begin) and
+                    _is_default(self.on_train_batch_end))
+
+    def _implements_test_batch_hooks(self):
+        return not (_is_default(self.on_test_batch_begin) and
+                    _is_default(self.on_test_batch_end))
+
+    def _implements_predict_batch_hooks(self):
+        return not (_is_default(self.on_predict_batch_begin) and
+                    _is_default(self.on_predict_batch_end))
 
 
 def _variables_of(obj):
@@ -22,13 +71,11 @@ def _variables_of(obj):
     return list(v or [])
 
 
-def _tf_variable(v):
-    # A keras.Variable of the TensorFlow backend holds a tf.Variable.
-    inner = getattr(v, "value", None)
-    return inner if isinstance(inner, tf.Variable) else v
+_VARIABLE_TYPES = (tf.Variable,) + (
+    (keras.Variable,) if hasattr(keras, "Variable") else ())
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(_Callback):
     """Broadcasts the model's variables and its optimizer's from root_rank
     to every other rank at the end of the first batch (as Horovod's), so
     that every rank continues from the same state when training starts from
@@ -49,10 +96,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self._local_vars = set()
         if local_variables is None:
             local_variables = []
-        elif isinstance(local_variables, (tf.Variable, keras.Variable)):
+        elif isinstance(local_variables, _VARIABLE_TYPES):
             local_variables = [local_variables]
         for var in local_variables:
-            if not isinstance(var, (tf.Variable, keras.Variable)):
+            if not isinstance(var, _VARIABLE_TYPES):
                 raise ValueError(
                     "All local variables must be of tf.Variable type.")
             self.register_local_var(var)
@@ -69,8 +116,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             variables += _variables_of(opt)
         with tf.device(self.device):
             # One traced function, every broadcast in flight at once.
-            _hvd.broadcast_variables([_tf_variable(v) for v in variables],
-                                     self.root_rank)
+            _hvd.broadcast_variables(variables, self.root_rank)
 
     def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
@@ -79,7 +125,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.broadcast_done = True
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(_Callback):
     """Averages the epoch's logged metrics over all ranks at the end of
     every epoch, in place, so the callbacks after it (and the History
     model.fit returns) see the averages. Put it before ReduceLROnPlateau,
@@ -105,7 +151,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         self._average_metrics_in_place(logs)
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(_Callback):
     """Sets the optimizer's learning rate to ``initial_lr * multiplier``
     from start_epoch until end_epoch (exclusive).
 

@@ -1,10 +1,11 @@
 """hvd.tensorflow.keras.elastic (and hvd.keras.elastic): Horovod's
-horovod.keras.elastic on the Keras TensorFlow ships: KerasState, the
-callbacks that commit and track the state, run."""
-
-import keras
+horovod.keras.elastic on the Kerases TensorFlow ships (Keras 3, and Keras 2
+through tf_keras): KerasState, the callbacks that commit and track the
+state, run."""
 
 from hvd.tensorflow.elastic import TensorFlowKerasState, run
+from hvd.tensorflow.keras import _compat
+from hvd.tensorflow.keras.callbacks import _Callback
 
 
 class KerasState(TensorFlowKerasState):
@@ -12,11 +13,13 @@ class KerasState(TensorFlowKerasState):
     and other attributes (e.g. epoch=0, batch=0 for the callbacks)."""
 
     def __init__(self, model, optimizer=None, **kwargs):
-        super(KerasState, self).__init__(model, optimizer=optimizer,
-                                         backend=keras.backend, **kwargs)
+        keras = _compat.keras_of(model)
+        super(KerasState, self).__init__(
+            model, optimizer=optimizer,
+            backend=getattr(keras, "backend", None), **kwargs)
 
 
-class CommitStateCallback(keras.callbacks.Callback):
+class CommitStateCallback(_Callback):
     """Commits state every batches_per_commit batches, and at the end of
     each epoch."""
 
@@ -42,7 +45,7 @@ class CommitStateCallback(keras.callbacks.Callback):
         self.state.commit()
 
 
-class UpdateBatchStateCallback(keras.callbacks.Callback):
+class UpdateBatchStateCallback(_Callback):
     """Keeps state.batch at the last finished batch (0 at the end of an
     epoch). With steps_per_epoch, the first epoch after a re-formation is
     shortened by the batches already done."""
@@ -71,7 +74,7 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
         self.state.batch = 0
 
 
-class UpdateEpochStateCallback(keras.callbacks.Callback):
+class UpdateEpochStateCallback(_Callback):
     """Keeps state.epoch at the number of finished epochs, counted across
     re-formations (Keras counts from 0 at each fit())."""
 
