@@ -11,6 +11,12 @@ Any other tensor (int16, bool, non-contiguous) is copied into a contiguous
 buffer of a C API dtype first, on its own device, and the result copied
 back when the operation is synchronized. Only a libhvd built without CUDA
 gets CUDA tensors through host memory.
+
+The synchronous calls (allreduce_, allreduce, broadcast_, allgather, ...)
+call libhvd's blocking forms (hvd/_core.py), so the calling thread runs
+the engine; the commonest, an in-place allreduce of a CPU tensor of one
+dimension in the job's set, goes straight to hvd_allreduce
+(_allreduce_fast).
 """
 
 import numpy as np
@@ -166,6 +172,46 @@ class TorchBackend:
 
 _B = TorchBackend
 
+# What _allreduce_fast takes: ops libhvd reduces as they are, and the C
+# names of named allreduces (bounded, for programs that make up names).
+_PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
+_cnames = {}
+_CNAMES_MAX = 4096
+_hvd_allreduce = None
+
+
+def _allreduce_fast(tensor, name, op):
+    """An in-place allreduce of a contiguous CPU tensor of at most one
+    dimension and of a C API dtype, in the job's set, without factors:
+    straight to hvd_allreduce (the GIL released), which runs it on this
+    thread (the express way when the engine is free). Returns False,
+    having done nothing, for any other call (the general path then checks
+    and runs it). It makes the same C call the general path would make
+    (name, buffers, count, dtype, op), so the two agree across ranks."""
+    global _hvd_allreduce
+    code = _NATIVE.get(tensor.dtype)
+    if code is None or type(op) is not int or op not in _PLAIN_OPS or \
+            tensor.is_sparse or not tensor.is_cpu or tensor.dim() > 1 or \
+            not tensor.is_contiguous():
+        return False
+    if name is None:
+        cname = None
+    elif type(name) is not str:
+        return False
+    else:
+        cname = _cnames.get(name)
+        if cname is None:
+            cname = ("allreduce.%s" % name).encode("utf-8")
+            if len(_cnames) < _CNAMES_MAX:
+                _cnames[name] = cname
+    if _hvd_allreduce is None:
+        _hvd_allreduce = L.lib().hvd_allreduce
+    ptr = tensor.data_ptr()
+    st = _hvd_allreduce(cname, ptr, ptr, tensor.numel(), code, op)
+    if st != 0:
+        raise L.error_for(st)
+    return True
+
 
 # ---------------------------------------------------------------------
 # Allreduce
@@ -201,10 +247,9 @@ class HorovodAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return synchronize(_core.allreduce_async(_B, tensor, name, op,
-                                                 prescale_factor,
-                                                 postscale_factor, False,
-                                                 ps_id(process_set)))
+        return _core.allreduce_async(_B, tensor, name, op, prescale_factor,
+                                     postscale_factor, False,
+                                     ps_id(process_set), sync=True)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -220,9 +265,16 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
     """Returns the reduction of tensor across ranks (default op: Average).
     Differentiable. compression (hvd.torch.Compression.fp16) sends the
     tensor in float16 and returns it in its own dtype."""
-    ps_id(process_set)
+    ps = ps_id(process_set)
     op = resolve_op(op, average)
     if compression is None:
+        if isinstance(tensor, torch.Tensor) and not (
+                tensor.requires_grad and torch.is_grad_enabled()):
+            # No gradient to carry: the autograd function adds only its
+            # own cost.
+            return _core.allreduce_async(_B, tensor, name, op,
+                                         prescale_factor, postscale_factor,
+                                         False, ps, sync=True)
         return HorovodAllreduce.apply(tensor, name, op, prescale_factor,
                                       postscale_factor, process_set)
     compressed, ctx = compression.compress(tensor)
@@ -234,9 +286,14 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
     """Reduces tensor in place and returns it (not differentiable)."""
-    return synchronize(allreduce_async_(tensor, average, name, op,
-                                        prescale_factor, postscale_factor,
-                                        process_set))
+    if average is None and process_set is None and \
+            prescale_factor == 1.0 and postscale_factor == 1.0 and \
+            isinstance(tensor, torch.Tensor) and \
+            _allreduce_fast(tensor, name, Average if op is None else op):
+        return tensor
+    return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
+                                 prescale_factor, postscale_factor, True,
+                                 ps_id(process_set), sync=True)
 
 
 # ---------------------------------------------------------------------
@@ -271,9 +328,9 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return tuple(synchronize(_core.grouped_allreduce_async(
+        return tuple(_core.grouped_allreduce_async(
             _B, list(tensors), name, op, prescale_factor, postscale_factor,
-            False, ps_id(process_set))))
+            False, ps_id(process_set), sync=True))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -305,10 +362,10 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None,
 def grouped_allreduce_(tensors, average=None, name=None, op=None,
                        prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op,
-                                                prescale_factor,
-                                                postscale_factor,
-                                                process_set))
+    return _core.grouped_allreduce_async(_B, list(tensors), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         True, ps_id(process_set), sync=True)
 
 
 # ---------------------------------------------------------------------
@@ -328,8 +385,7 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set=None):
         ps = ps_id(process_set)
-        out, req = _core.synchronize_request(
-            _core.allgather_async(_B, tensor, name, eager=False, ps=ps))
+        out, req = _core.allgather_async(_B, tensor, name, ps=ps, sync=True)
         ctx.firsts = req.info
         ctx.shape = tensor.shape
         ctx.process_set = process_set
@@ -376,8 +432,8 @@ class HorovodBroadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set=None):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(_core.broadcast_async(_B, tensor, root_rank, name,
-                                                 False, ps_id(process_set)))
+        return _core.broadcast_async(_B, tensor, root_rank, name, False,
+                                     ps_id(process_set), sync=True)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -396,8 +452,8 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """Overwrites tensor with root_rank's on every rank and returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name,
-                                        process_set))
+    return _core.broadcast_async(_B, tensor, root_rank, name, True,
+                                 ps_id(process_set), sync=True)
 
 
 # ---------------------------------------------------------------------
@@ -418,9 +474,9 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set=None):
-        output, received = synchronize(_core.alltoall_async(
-            _B, tensor, splits, name, eager=False, with_splits=True,
-            ps=ps_id(process_set)))
+        output, received = _core.alltoall_async(
+            _B, tensor, splits, name, with_splits=True,
+            ps=ps_id(process_set), sync=True)
         ctx.recvsplits = received
         ctx.process_set = process_set
         if splits is None:
@@ -465,9 +521,9 @@ class HorovodReducescatter(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return synchronize(_core.reducescatter_async(
+        return _core.reducescatter_async(
             _B, tensor, name, op, prescale_factor, postscale_factor,
-            ps_id(process_set)))
+            ps_id(process_set), sync=True)
 
     @staticmethod
     def backward(ctx, grad_output):
