@@ -180,24 +180,25 @@ _CNAMES_MAX = 4096
 _hvd_allreduce = None
 
 
-def _allreduce_fast(tensor, name, op):
-    """An in-place allreduce of a contiguous CPU tensor of at most one
-    dimension and of a C API dtype, in the job's set, without factors:
-    straight to hvd_allreduce (the GIL released), which runs it on this
-    thread (the express way when the engine is free). Returns False,
-    having done nothing, for any other call (the general path then checks
-    and runs it). It makes the same C call the general path would make
-    (name, buffers, count, dtype, op), so the two agree across ranks."""
+def _allreduce_fast(tensor, name, op, inplace):
+    """An allreduce of a contiguous CPU tensor of at most one dimension and
+    of a C API dtype, in the job's set, without factors: straight to
+    hvd_allreduce (the GIL released), which runs it on this thread (the
+    express way when the engine is free). Returns the output (tensor
+    itself in place, else a new tensor), or None, having done nothing,
+    for any other call (the general path then checks and runs it). It
+    makes the same C call the general path would make (name, buffers,
+    count, dtype, op), so the two agree across ranks."""
     global _hvd_allreduce
     code = _NATIVE.get(tensor.dtype)
     if code is None or type(op) is not int or op not in _PLAIN_OPS or \
             tensor.is_sparse or not tensor.is_cpu or tensor.dim() > 1 or \
             not tensor.is_contiguous():
-        return False
+        return None
     if name is None:
         cname = None
     elif type(name) is not str:
-        return False
+        return None
     else:
         cname = _cnames.get(name)
         if cname is None:
@@ -206,11 +207,12 @@ def _allreduce_fast(tensor, name, op):
                 _cnames[name] = cname
     if _hvd_allreduce is None:
         _hvd_allreduce = L.lib().hvd_allreduce
-    ptr = tensor.data_ptr()
-    st = _hvd_allreduce(cname, ptr, ptr, tensor.numel(), code, op)
+    out = tensor if inplace else torch.empty_like(tensor)
+    st = _hvd_allreduce(cname, tensor.data_ptr(), out.data_ptr(),
+                        tensor.numel(), code, op)
     if st != 0:
         raise L.error_for(st)
-    return True
+    return out
 
 
 # ---------------------------------------------------------------------
@@ -265,6 +267,14 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
     """Returns the reduction of tensor across ranks (default op: Average).
     Differentiable. compression (hvd.torch.Compression.fp16) sends the
     tensor in float16 and returns it in its own dtype."""
+    if average is None and process_set is None and compression is None \
+            and prescale_factor == 1.0 and postscale_factor == 1.0 and \
+            isinstance(tensor, torch.Tensor) and not (
+                tensor.requires_grad and torch.is_grad_enabled()):
+        out = _allreduce_fast(tensor, name, Average if op is None else op,
+                              False)
+        if out is not None:
+            return out
     ps = ps_id(process_set)
     op = resolve_op(op, average)
     if compression is None:
@@ -289,7 +299,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     if average is None and process_set is None and \
             prescale_factor == 1.0 and postscale_factor == 1.0 and \
             isinstance(tensor, torch.Tensor) and \
-            _allreduce_fast(tensor, name, Average if op is None else op):
+            _allreduce_fast(tensor, name, Average if op is None else op,
+                            True) is not None:
         return tensor
     return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
                                  prescale_factor, postscale_factor, True,
