@@ -165,6 +165,17 @@ def test_mixed_ways_on_one_name():
             hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum,
                                                  name="mixed"))
         same(y.contiguous(), torch.full((4,), float(n)))
+        # And a tensor of two dimensions (compared by its shape).
+        if way == 0:
+            z = hvd.allreduce(torch.ones(2, 3), op=hvd.Sum, name="mixed2")
+        elif way == 1:
+            z = hvd.allreduce(torch.ones(3, 2).t(), op=hvd.Sum,
+                              name="mixed2")  # not contiguous
+        else:
+            z = hvd.synchronize(hvd.allreduce_async(torch.ones(2, 3),
+                                                    op=hvd.Sum,
+                                                    name="mixed2"))
+        same(z.contiguous(), torch.full((2, 3), float(n)))
 
 
 def test_two_threads():

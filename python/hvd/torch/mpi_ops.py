@@ -178,21 +178,25 @@ _PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
 _cnames = {}
 _CNAMES_MAX = 4096
 _hvd_allreduce = None
+_shaped = None
+# The C arrays of the shapes of two or more dimensions seen (bounded too).
+_dims = {}
 
 
 def _allreduce_fast(tensor, name, op, inplace):
-    """An allreduce of a contiguous CPU tensor of at most one dimension and
-    of a C API dtype, in the job's set, without factors: straight to
-    hvd_allreduce (the GIL released), which runs it on this thread (the
-    express way when the engine is free). Returns the output (tensor
-    itself in place, else a new tensor), or None, having done nothing,
-    for any other call (the general path then checks and runs it). It
-    makes the same C call the general path would make (name, buffers,
-    count, dtype, op), so the two agree across ranks."""
-    global _hvd_allreduce
+    """An allreduce of a contiguous CPU tensor of a C API dtype, in the
+    job's set, without factors: straight to hvd_allreduce (the GIL
+    released), or for two or more dimensions hvd_ps_allreduce_shaped,
+    which run it on this thread (the express way when the engine is
+    free). Returns the output (tensor itself in place, else a new tensor),
+    or None, having done nothing, for any other call (the general path
+    then checks and runs it). It makes the same C call the general path
+    would make (name, buffers, count or shape, dtype, op), so the two
+    agree across ranks."""
+    global _hvd_allreduce, _shaped
     code = _NATIVE.get(tensor.dtype)
     if code is None or type(op) is not int or op not in _PLAIN_OPS or \
-            tensor.is_sparse or not tensor.is_cpu or tensor.dim() > 1 or \
+            tensor.is_sparse or not tensor.is_cpu or \
             not tensor.is_contiguous():
         return None
     if name is None:
@@ -206,10 +210,26 @@ def _allreduce_fast(tensor, name, op, inplace):
             if len(_cnames) < _CNAMES_MAX:
                 _cnames[name] = cname
     if _hvd_allreduce is None:
+        _shaped = L.lib().hvd_ps_allreduce_shaped \
+            if L.has_shaped_blocking() else False
         _hvd_allreduce = L.lib().hvd_allreduce
-    out = tensor if inplace else torch.empty_like(tensor)
-    st = _hvd_allreduce(cname, tensor.data_ptr(), out.data_ptr(),
-                        tensor.numel(), code, op)
+    ndim = tensor.dim()
+    if ndim > 1:
+        if not _shaped:
+            return None
+        shape = tensor.shape
+        dims = _dims.get(shape)
+        if dims is None:
+            dims = _core._dims(shape)
+            if len(_dims) < _CNAMES_MAX:
+                _dims[shape] = dims
+        out = tensor if inplace else torch.empty_like(tensor)
+        st = _shaped(0, cname, tensor.data_ptr(), out.data_ptr(), ndim, dims,
+                     code, op)
+    else:
+        out = tensor if inplace else torch.empty_like(tensor)
+        st = _hvd_allreduce(cname, tensor.data_ptr(), out.data_ptr(),
+                            tensor.numel(), code, op)
     if st != 0:
         raise L.error_for(st)
     return out
