@@ -274,3 +274,42 @@ def test_timeline_names(tmp_path_factory):
     rows = {e["args"]["name"] for e in events if e.get("ph") == "M"}
     assert {"allreduce.tl.sync.0", "allreduce.tl.sync.2",
             "broadcast.tl.sync.bc"} <= rows, rows
+
+
+def test_c_blocking_shaped_forms():
+    """The C API's blocking shaped calls of the job (the Python calls use
+    the hvd_ps_ forms): results, and a shape mismatch on every rank."""
+    import ctypes
+    from hvd import _lib as L
+    r, n = hvd.rank(), hvd.size()
+    lib = L.lib()
+    vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+    c_int, name_t = ctypes.c_int, ctypes.c_char_p
+    lib.hvd_allreduce_shaped.argtypes = [name_t, vp, vp, c_int, i64p, c_int,
+                                         c_int]
+    lib.hvd_broadcast_shaped.argtypes = [name_t, vp, c_int, i64p, c_int,
+                                         c_int]
+    lib.hvd_reducescatter_shaped.argtypes = [name_t, vp, vp, c_int, i64p,
+                                             c_int, c_int]
+    dims = _core._dims((n, 3))
+    x = torch.full((n, 3), float(r + 1), dtype=torch.float64)
+    assert lib.hvd_allreduce_shaped(b"c.ar", x.data_ptr(), x.data_ptr(), 2,
+                                    dims, 7, hvd.Sum) == 0
+    same(x, torch.full((n, 3), float(sum(range(1, n + 1))),
+                       dtype=torch.float64))
+    b = torch.full((n, 3), float(r), dtype=torch.float64)
+    assert lib.hvd_broadcast_shaped(b"c.bc", b.data_ptr(), 2, dims, 7,
+                                    n - 1) == 0
+    same(b, torch.full((n, 3), float(n - 1), dtype=torch.float64))
+    src = torch.ones((n, 3), dtype=torch.float64)
+    mine = torch.zeros((1, 3), dtype=torch.float64)
+    assert lib.hvd_reducescatter_shaped(b"c.rs", src.data_ptr(),
+                                        mine.data_ptr(), 2, dims, 7,
+                                        hvd.Sum) == 0
+    same(mine, torch.full((1, 3), float(n), dtype=torch.float64))
+    if n > 1:
+        bad = _core._dims((1, 3 * n) if r == 0 else (n, 3))
+        st = lib.hvd_allreduce_shaped(b"c.mm", x.data_ptr(), x.data_ptr(), 2,
+                                      bad, 7, hvd.Sum)
+        assert L.STATUS_NAMES[st] == "HVD_ERR_MISMATCH"
+        assert "hvd_allreduce('c.mm')" in L.last_error()
