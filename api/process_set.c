@@ -114,8 +114,16 @@ hvd_status hvd_ps_allreduce_shaped_async(int ps, const char *name,
                                          int ndim, const int64_t *shape,
                                          hvd_dtype dtype, hvd_op op,
                                          hvd_handle *out) {
-    return hvd_submit_allreduce_shaped(ps, name, sendbuf, recvbuf, ndim, shape,
-                                       dtype, op, out);
+    return hvd_submit_allreduce_shaped(ps, ASYNC, name, sendbuf, recvbuf, ndim,
+                                       shape, dtype, op, out);
+}
+
+hvd_status hvd_ps_allreduce_shaped(int ps, const char *name,
+                                   const void *sendbuf, void *recvbuf, int ndim,
+                                   const int64_t *shape, hvd_dtype dtype,
+                                   hvd_op op) {
+    return hvd_submit_allreduce_shaped(ps, BLOCKING, name, sendbuf, recvbuf,
+                                       ndim, shape, dtype, op, NULL);
 }
 
 hvd_status hvd_ps_grouped_allreduce(int ps, const char *name, int n,
@@ -189,8 +197,15 @@ hvd_status hvd_ps_broadcast_shaped_async(int ps, const char *name, void *buf,
                                          int ndim, const int64_t *shape,
                                          hvd_dtype dtype, int root,
                                          hvd_handle *out) {
-    return hvd_submit_broadcast_shaped(ps, name, buf, ndim, shape, dtype, root,
-                                       out);
+    return hvd_submit_broadcast_shaped(ps, ASYNC, name, buf, ndim, shape, dtype,
+                                       root, out);
+}
+
+hvd_status hvd_ps_broadcast_shaped(int ps, const char *name, void *buf,
+                                   int ndim, const int64_t *shape,
+                                   hvd_dtype dtype, int root) {
+    return hvd_submit_broadcast_shaped(ps, BLOCKING, name, buf, ndim, shape,
+                                       dtype, root, NULL);
 }
 
 hvd_status hvd_ps_allgather(int ps, const char *name, const void *sendbuf,
@@ -243,8 +258,16 @@ hvd_status hvd_ps_reducescatter_shaped_async(int ps, const char *name,
                                              int ndim, const int64_t *shape,
                                              hvd_dtype dtype, hvd_op op,
                                              hvd_handle *out) {
-    return hvd_submit_reducescatter_shaped(ps, name, sendbuf, recvbuf, ndim,
-                                           shape, dtype, op, out);
+    return hvd_submit_reducescatter_shaped(ps, ASYNC, name, sendbuf, recvbuf,
+                                           ndim, shape, dtype, op, out);
+}
+
+hvd_status hvd_ps_reducescatter_shaped(int ps, const char *name,
+                                       const void *sendbuf, void *recvbuf,
+                                       int ndim, const int64_t *shape,
+                                       hvd_dtype dtype, hvd_op op) {
+    return hvd_submit_reducescatter_shaped(ps, BLOCKING, name, sendbuf, recvbuf,
+                                           ndim, shape, dtype, op, NULL);
 }
 
 hvd_status hvd_ps_barrier(int ps) { return hvd_submit_barrier(ps); }

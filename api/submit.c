@@ -140,15 +140,15 @@ hvd_status hvd_submit_allreduce(int ps, hvd_call_mode mode, const char *name,
         &c, &(one_buf){sendbuf, recvbuf, count, 0, NULL, dtype, op, 0, out});
 }
 
-hvd_status hvd_submit_allreduce_shaped(int ps, const char *name,
-                                       const void *sendbuf, void *recvbuf,
-                                       int ndim, const int64_t *shape,
-                                       hvd_dtype dtype, hvd_op op,
-                                       hvd_handle *out) {
+hvd_status hvd_submit_allreduce_shaped(int ps, hvd_call_mode mode,
+                                       const char *name, const void *sendbuf,
+                                       void *recvbuf, int ndim,
+                                       const int64_t *shape, hvd_dtype dtype,
+                                       hvd_op op, hvd_handle *out) {
     hvd_call c;
     size_t count = 0;
 
-    BEGIN(&c, "hvd_allreduce", name, ps, ASYNC);
+    BEGIN(&c, "hvd_allreduce", name, ps, mode);
     hvd_status st = hvd_call_shape_count(&c, ndim, shape, &count);
     return st != HVD_OK
                ? st
@@ -265,14 +265,14 @@ hvd_status hvd_submit_broadcast(int ps, hvd_call_mode mode, const char *name,
     return broadcast(&c, buf, count, 0, NULL, dtype, root, out);
 }
 
-hvd_status hvd_submit_broadcast_shaped(int ps, const char *name, void *buf,
-                                       int ndim, const int64_t *shape,
-                                       hvd_dtype dtype, int root,
-                                       hvd_handle *out) {
+hvd_status hvd_submit_broadcast_shaped(int ps, hvd_call_mode mode,
+                                       const char *name, void *buf, int ndim,
+                                       const int64_t *shape, hvd_dtype dtype,
+                                       int root, hvd_handle *out) {
     hvd_call c;
     size_t count = 0;
 
-    BEGIN(&c, "hvd_broadcast", name, ps, ASYNC);
+    BEGIN(&c, "hvd_broadcast", name, ps, mode);
     hvd_status st = hvd_call_shape_count(&c, ndim, shape, &count);
     return st != HVD_OK
                ? st
@@ -415,7 +415,8 @@ hvd_status hvd_submit_reducescatter(int ps, hvd_call_mode mode,
     return reducescatter(&c, sendbuf, recvbuf, count, 0, NULL, dtype, op, out);
 }
 
-hvd_status hvd_submit_reducescatter_shaped(int ps, const char *name,
+hvd_status hvd_submit_reducescatter_shaped(int ps, hvd_call_mode mode,
+                                           const char *name,
                                            const void *sendbuf, void *recvbuf,
                                            int ndim, const int64_t *shape,
                                            hvd_dtype dtype, hvd_op op,
@@ -423,7 +424,7 @@ hvd_status hvd_submit_reducescatter_shaped(int ps, const char *name,
     hvd_call c;
     size_t count = 0;
 
-    BEGIN(&c, "hvd_reducescatter", name, ps, ASYNC);
+    BEGIN(&c, "hvd_reducescatter", name, ps, mode);
     hvd_status st = hvd_call_shape_count(&c, ndim, shape, &count);
     return st != HVD_OK ? st
                         : reducescatter(&c, sendbuf, recvbuf, count, ndim,
@@ -466,8 +467,15 @@ hvd_status hvd_allreduce_shaped_async(const char *name, const void *sendbuf,
                                       void *recvbuf, int ndim,
                                       const int64_t *shape, hvd_dtype dtype,
                                       hvd_op op, hvd_handle *out) {
-    return hvd_submit_allreduce_shaped(0, name, sendbuf, recvbuf, ndim, shape,
-                                       dtype, op, out);
+    return hvd_submit_allreduce_shaped(0, ASYNC, name, sendbuf, recvbuf, ndim,
+                                       shape, dtype, op, out);
+}
+
+hvd_status hvd_allreduce_shaped(const char *name, const void *sendbuf,
+                                void *recvbuf, int ndim, const int64_t *shape,
+                                hvd_dtype dtype, hvd_op op) {
+    return hvd_submit_allreduce_shaped(0, BLOCKING, name, sendbuf, recvbuf,
+                                       ndim, shape, dtype, op, NULL);
 }
 
 hvd_status hvd_grouped_allreduce(const char *name, int n,
@@ -536,8 +544,15 @@ hvd_status hvd_broadcast_async(const char *name, void *buf, size_t count,
 hvd_status hvd_broadcast_shaped_async(const char *name, void *buf, int ndim,
                                       const int64_t *shape, hvd_dtype dtype,
                                       int root, hvd_handle *out) {
-    return hvd_submit_broadcast_shaped(0, name, buf, ndim, shape, dtype, root,
-                                       out);
+    return hvd_submit_broadcast_shaped(0, ASYNC, name, buf, ndim, shape, dtype,
+                                       root, out);
+}
+
+hvd_status hvd_broadcast_shaped(const char *name, void *buf, int ndim,
+                                const int64_t *shape, hvd_dtype dtype,
+                                int root) {
+    return hvd_submit_broadcast_shaped(0, BLOCKING, name, buf, ndim, shape,
+                                       dtype, root, NULL);
 }
 
 hvd_status hvd_allgather(const char *name, const void *sendbuf, void *recvbuf,
@@ -587,8 +602,16 @@ hvd_status hvd_reducescatter_shaped_async(const char *name, const void *sendbuf,
                                           void *recvbuf, int ndim,
                                           const int64_t *shape, hvd_dtype dtype,
                                           hvd_op op, hvd_handle *out) {
-    return hvd_submit_reducescatter_shaped(0, name, sendbuf, recvbuf, ndim,
-                                           shape, dtype, op, out);
+    return hvd_submit_reducescatter_shaped(0, ASYNC, name, sendbuf, recvbuf,
+                                           ndim, shape, dtype, op, out);
+}
+
+hvd_status hvd_reducescatter_shaped(const char *name, const void *sendbuf,
+                                    void *recvbuf, int ndim,
+                                    const int64_t *shape, hvd_dtype dtype,
+                                    hvd_op op) {
+    return hvd_submit_reducescatter_shaped(0, BLOCKING, name, sendbuf, recvbuf,
+                                           ndim, shape, dtype, op, NULL);
 }
 
 hvd_status hvd_barrier(void) { return hvd_submit_barrier(0); }

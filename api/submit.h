@@ -14,11 +14,11 @@ hvd_status hvd_submit_allreduce(int ps, hvd_call_mode mode, const char *name,
                                 const void *sendbuf, void *recvbuf,
                                 size_t count, hvd_dtype dtype, hvd_op op,
                                 hvd_handle *out);
-hvd_status hvd_submit_allreduce_shaped(int ps, const char *name,
-                                       const void *sendbuf, void *recvbuf,
-                                       int ndim, const int64_t *shape,
-                                       hvd_dtype dtype, hvd_op op,
-                                       hvd_handle *out);
+hvd_status hvd_submit_allreduce_shaped(int ps, hvd_call_mode mode,
+                                       const char *name, const void *sendbuf,
+                                       void *recvbuf, int ndim,
+                                       const int64_t *shape, hvd_dtype dtype,
+                                       hvd_op op, hvd_handle *out);
 /* fn and kind: one of the HVD_GROUPED_* pairs below. */
 hvd_status hvd_submit_grouped(int ps, hvd_call_mode mode, const char *fn,
                               hvd_kind kind, const char *name, int n,
@@ -32,10 +32,10 @@ hvd_status hvd_submit_grouped(int ps, hvd_call_mode mode, const char *fn,
 hvd_status hvd_submit_broadcast(int ps, hvd_call_mode mode, const char *name,
                                 void *buf, size_t count, hvd_dtype dtype,
                                 int root, hvd_handle *out);
-hvd_status hvd_submit_broadcast_shaped(int ps, const char *name, void *buf,
-                                       int ndim, const int64_t *shape,
-                                       hvd_dtype dtype, int root,
-                                       hvd_handle *out);
+hvd_status hvd_submit_broadcast_shaped(int ps, hvd_call_mode mode,
+                                       const char *name, void *buf, int ndim,
+                                       const int64_t *shape, hvd_dtype dtype,
+                                       int root, hvd_handle *out);
 hvd_status hvd_submit_allgather(int ps, hvd_call_mode mode, const char *name,
                                 const void *sendbuf, void *recvbuf,
                                 size_t count, hvd_dtype dtype, hvd_handle *out);
@@ -49,7 +49,8 @@ hvd_status hvd_submit_reducescatter(int ps, hvd_call_mode mode,
                                     void *recvbuf, size_t count,
                                     hvd_dtype dtype, hvd_op op,
                                     hvd_handle *out);
-hvd_status hvd_submit_reducescatter_shaped(int ps, const char *name,
+hvd_status hvd_submit_reducescatter_shaped(int ps, hvd_call_mode mode,
+                                           const char *name,
                                            const void *sendbuf, void *recvbuf,
                                            int ndim, const int64_t *shape,
                                            hvd_dtype dtype, hvd_op op,

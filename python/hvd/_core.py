@@ -15,6 +15,16 @@ the operation is synchronized. Before an array on a GPU goes to libhvd,
 the backend's ready() makes the work queued on it visible (torch: its
 current stream is synchronized).
 
+The synchronous calls (allreduce_, broadcast_, allgather, ... of the
+backends) are not _async + synchronize: they call the C API's blocking
+forms (hvd_allreduce, hvd_ps_broadcast_shaped, ...) with the GIL released
+(ctypes.CDLL releases it around every foreign call), so the calling thread
+runs the engine itself as a C caller's does, and a small allreduce in the
+job's set takes the express way (docs/design.md, "Who runs the engine"),
+with no handle and no wake-up of the engine thread. Each takes sync=True
+below; what is sent, the names and the errors' sentences are those of the
+_async form.
+
 Names follow Horovod's: the C operation of allreduce(x, name="w") is
 "allreduce.w" (so an allreduce and a broadcast may share a name). Unnamed
 operations are passed to libhvd without a name, and the k-th unnamed
@@ -428,11 +438,30 @@ def _dims(shape):
     return (ctypes.c_int64 * len(shape))(*shape)
 
 
-# Each takes ps, the id of the process set it runs in (0: every rank).
+# Each takes ps, the id of the process set it runs in (0: every rank), and
+# sync: with it, the C API's blocking form runs the operation to its end on
+# this thread and the function returns None (a failure raises), else it
+# returns the handle of the _async form.
 
-def _allreduce_c(cname, send, recv, count, code, op, shape=(), ps=0):
+def _blocking(st):
+    """The result of a blocking C call: None, or its failure raised with
+    this thread's sentence."""
+    if st != 0:
+        raise L.error_for(st)
+
+
+def _allreduce_c(cname, send, recv, count, code, op, shape=(), ps=0,
+                 sync=False):
     """With a shape of two or more dimensions, ranks must agree on it
     (as Horovod checks shapes), not only on the count."""
+    if sync and len(shape) >= 2 and L.has_shaped_blocking():
+        return _blocking(L.lib().hvd_ps_allreduce_shaped(
+            ps, cname, send, recv, len(shape), _dims(shape), code, op))
+    if sync and len(shape) < 2:
+        lib = L.lib()
+        return _blocking(
+            lib.hvd_allreduce(cname, send, recv, count, code, op) if ps == 0
+            else lib.hvd_ps_allreduce(ps, cname, send, recv, count, code, op))
     h = ctypes.c_void_p()
     if len(shape) >= 2:
         st = L.lib().hvd_ps_allreduce_shaped_async(
@@ -441,20 +470,39 @@ def _allreduce_c(cname, send, recv, count, code, op, shape=(), ps=0):
     else:
         st = L.lib().hvd_ps_allreduce_async(ps, cname, send, recv, count,
                                             code, op, ctypes.byref(h))
-    return _check_handle(st, h)
+    return _sync_or_handle(st, h, sync)
 
 
-def _grouped_c(cname, sends, recvs, counts, code, op, ps=0):
+def _sync_or_handle(st, h, sync):
+    """The handle of a submitted _async call; with sync (the blocking form
+    missing from this libhvd) it is waited for at once."""
+    h = _check_handle(st, h)
+    if sync:
+        _wait_c(h)
+        return None
+    return h
+
+
+def _grouped_c(cname, sends, recvs, counts, code, op, ps=0, sync=False):
     n = len(sends)
+    arrays = ((ctypes.c_void_p * n)(*sends), (ctypes.c_void_p * n)(*recvs),
+              (ctypes.c_size_t * n)(*counts))
+    if sync:
+        return _blocking(L.lib().hvd_ps_grouped_allreduce(
+            ps, cname, n, *arrays, code, op))
     h = ctypes.c_void_p()
-    st = L.lib().hvd_ps_grouped_allreduce_async(
-        ps, cname, n, (ctypes.c_void_p * n)(*sends),
-        (ctypes.c_void_p * n)(*recvs), (ctypes.c_size_t * n)(*counts), code,
-        op, ctypes.byref(h))
+    st = L.lib().hvd_ps_grouped_allreduce_async(ps, cname, n, *arrays, code,
+                                                op, ctypes.byref(h))
     return _check_handle(st, h)
 
 
-def _broadcast_c(cname, buf, count, code, root, shape=(), ps=0):
+def _broadcast_c(cname, buf, count, code, root, shape=(), ps=0, sync=False):
+    if sync and len(shape) >= 2 and L.has_shaped_blocking():
+        return _blocking(L.lib().hvd_ps_broadcast_shaped(
+            ps, cname, buf, len(shape), _dims(shape), code, root))
+    if sync and len(shape) < 2:
+        return _blocking(L.lib().hvd_ps_broadcast(ps, cname, buf, count,
+                                                  code, root))
     h = ctypes.c_void_p()
     if len(shape) >= 2:
         st = L.lib().hvd_ps_broadcast_shaped_async(
@@ -463,10 +511,13 @@ def _broadcast_c(cname, buf, count, code, root, shape=(), ps=0):
     else:
         st = L.lib().hvd_ps_broadcast_async(ps, cname, buf, count, code,
                                             root, ctypes.byref(h))
-    return _check_handle(st, h)
+    return _sync_or_handle(st, h, sync)
 
 
-def _allgather_c(cname, send, recv, count, code, ps=0):
+def _allgather_c(cname, send, recv, count, code, ps=0, sync=False):
+    if sync:
+        return _blocking(L.lib().hvd_ps_allgather(ps, cname, send, recv,
+                                                  count, code))
     h = ctypes.c_void_p()
     st = L.lib().hvd_ps_allgather_async(ps, cname, send, recv, count, code,
                                         ctypes.byref(h))
@@ -560,7 +611,8 @@ class _Reduce:
         return self.out
 
 
-def allreduce_async(B, x, name, op, pre, post, inplace, ps=0):
+def allreduce_async(B, x, name, op, pre, post, inplace, ps=0, sync=False):
+    """A handle; with sync, the output (the operation run to its end)."""
     what = "hvd.allreduce" + ("_" if inplace else "")
     x = B.input(x, inplace, what)
     spec = B.spec(x, what)
@@ -569,13 +621,19 @@ def allreduce_async(B, x, name, op, pre, post, inplace, ps=0):
     r = _Reduce(B, x, spec, pre, inplace, what)
     B.ready((x, r.buf))
     h = _allreduce_c(_cname("allreduce", name), r.send, B.ptr(r.buf), r.count,
-                     r.spec.code, cop, tuple(B.shape(x)), ps)
+                     r.spec.code, cop, tuple(B.shape(x)), ps, sync)
+    if sync:
+        return r.finish(B, post)
     return _register(_Request([h], r, lambda: r.finish(B, post)))
 
 
-def grouped_allreduce_async(B, xs, name, op, pre, post, inplace, ps=0):
+def grouped_allreduce_async(B, xs, name, op, pre, post, inplace, ps=0,
+                            sync=False):
     """One grouped allreduce per dtype among xs (the C call takes one
-    dtype); with several, the name of each gets ".<dtype>"."""
+    dtype); with several, the name of each gets ".<dtype>". With sync,
+    the list of outputs: a group of one dtype runs as the blocking call,
+    several as handles waited for at once (every part is in flight before
+    any is waited for, as with the _async form)."""
     what = "hvd.grouped_allreduce" + ("_" if inplace else "")
     xs = [B.input(x, inplace, what) for x in xs]
     if not xs:
@@ -591,6 +649,13 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace, ps=0):
     groups = {}
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
+    if sync and len(groups) == 1:
+        (code, cop), = groups
+        B.ready([r.x for r in parts] + [r.buf for r in parts])
+        _grouped_c(_cname("grouped_allreduce", name),
+                   [r.send for r in parts], [B.ptr(r.buf) for r in parts],
+                   [r.count for r in parts], code, cop, ps, sync=True)
+        return [r.finish(B, post) for r in parts]
     handles = []
     req = _Request(handles, parts, None)
     B.ready([r.x for r in parts] + [r.buf for r in parts])
@@ -608,10 +673,13 @@ def grouped_allreduce_async(B, xs, name, op, pre, post, inplace, ps=0):
         _release(req)
         raise
     req.finish = lambda: [r.finish(B, post) for r in parts]
+    if sync:
+        return _complete(req)
     return _register(req)
 
 
-def broadcast_async(B, x, root_rank, name, inplace, ps=0):
+def broadcast_async(B, x, root_rank, name, inplace, ps=0, sync=False):
+    """A handle; with sync, the output."""
     what = "hvd.broadcast" + ("_" if inplace else "")
     x = B.input(x, inplace, what)
     spec = B.spec(x, what)
@@ -629,13 +697,15 @@ def broadcast_async(B, x, root_rank, name, inplace, ps=0):
             out = B.empty_like(x)
     B.ready((buf,))
     h = _broadcast_c(_cname("broadcast", name), B.ptr(buf), B.numel(buf),
-                     spec.code, int(root_rank), tuple(B.shape(x)), ps)
+                     spec.code, int(root_rank), tuple(B.shape(x)), ps, sync)
 
     def finish():
         if out is not buf:
             B.assign(out, buf)
         return out
 
+    if sync:
+        return finish()
     return _register(_Request([h], (x, buf, out), finish))
 
 
@@ -664,13 +734,15 @@ def _describe(meta):
                       list(dims))
 
 
-def allgather_async(B, x, name, eager=True, ps=0):
+def allgather_async(B, x, name, eager=True, ps=0, sync=False):
     """Gathers x from every rank along its first dimension, which may
     differ between ranks (as in Horovod): a first step gathers every
     rank's shape, the second the data (padded to the largest first
     dimension when they differ). With eager, a helper thread submits the
     second step as soon as the first is done; without, synchronize() does
-    (for a caller that synchronizes at once)."""
+    (for a caller that synchronizes at once). With sync, both steps are
+    blocking calls and the result is (output, the request) (its info: the
+    first dimension of every rank)."""
     what = "hvd.allgather"
     x = B.input(x, False, what)
     spec = B.spec(x, what)
@@ -687,7 +759,7 @@ def allgather_async(B, x, name, eager=True, ps=0):
     meta_send = (ctypes.c_int64 * _META)(*_meta_of(shape, spec))
     meta_recv = (ctypes.c_int64 * (_META * nranks))()
     h = _allgather_c(_cname("allgather_shape", name), meta_send, meta_recv,
-                     _META, L.INT64, ps)
+                     _META, L.INT64, ps, sync)
 
     def second(req):
         metas = [list(meta_recv[r * _META:(r + 1) * _META])
@@ -710,9 +782,8 @@ def allgather_async(B, x, name, eager=True, ps=0):
         flat_src = B.flatten(src)
         if all(f == firsts[0] for f in firsts):
             B.ready((flat_src, gathered))
-            req.handles.append(_allgather_c(cname, B.ptr(flat_src),
-                                            B.ptr(gathered), firsts[0] * row,
-                                            spec.code, ps))
+            step = _allgather_c(cname, B.ptr(flat_src), B.ptr(gathered),
+                                firsts[0] * row, spec.code, ps, sync)
             padded = None
         else:
             most = max(firsts)
@@ -720,10 +791,11 @@ def allgather_async(B, x, name, eager=True, ps=0):
             send[:shape[0] * row] = flat_src
             padded = B.empty((nranks * most * row,), spec, like=x)
             B.ready((send, padded))
-            req.handles.append(_allgather_c(cname, B.ptr(send),
-                                            B.ptr(padded), most * row,
-                                            spec.code, ps))
+            step = _allgather_c(cname, B.ptr(send), B.ptr(padded),
+                                most * row, spec.code, ps, sync)
             req.keep = (req.keep, send)
+        if step is not None:
+            req.handles.append(step)
         req.keep = (req.keep, gathered, padded, flat_src)
         req.info = firsts
 
@@ -743,15 +815,23 @@ def allgather_async(B, x, name, eager=True, ps=0):
 
         req.finish = finish
 
+    if sync:
+        req = _Request([], (x, src, meta_send, meta_recv), None)
+        second(req)
+        return req.finish(), req
     req = _Request([h], (x, src, meta_send, meta_recv), None, second)
     if eager:
         _advance_in_background(req)
     return _register(req)
 
 
-def _alltoall_c(cname, send, count, sendcounts, recv, recvcap, code, ps=0):
+def _alltoall_c(cname, send, count, sendcounts, recv, recvcap, code, ps=0,
+                sync=False):
     n = len(sendcounts) if sendcounts is not None else 0
     counts = (ctypes.c_size_t * n)(*sendcounts) if n else None
+    if sync:
+        return _blocking(L.lib().hvd_ps_alltoall(
+            ps, cname, send, count, counts, recv, recvcap, None, code))
     h = ctypes.c_void_p()
     st = L.lib().hvd_ps_alltoall_async(ps, cname, send, count, counts, recv,
                                        recvcap, None, code, ctypes.byref(h))
@@ -764,14 +844,16 @@ def _invalid(message):
 
 
 
-def alltoall_async(B, x, splits, name, eager=True, with_splits=False, ps=0):
+def alltoall_async(B, x, splits, name, eager=True, with_splits=False, ps=0,
+                   sync=False):
     """Sends splits[r] rows of x (along its first dimension) to every rank
     r, in rank order, and gathers what every rank sends this one (as
     Horovod's alltoall): a first step tells each rank how many rows come
     and checks that the ranks agree on the dtype and the other dimensions,
     the second moves the data. The request's info is the list of rows
     received from each rank; with_splits, the output is (output, those
-    rows as the backend's int32 array)."""
+    rows as the backend's int32 array). With sync, both steps are blocking
+    calls and the result is the output."""
     what = "hvd.alltoall"
     x = B.input(x, False, what)
     spec = B.spec(x, what)
@@ -826,7 +908,7 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False, ps=0):
     meta_recv = (ctypes.c_int64 * (_META * nranks))()
     h = _alltoall_c(_cname("alltoall_shape", name), meta_send,
                     _META * nranks, None, meta_recv, _META * nranks, L.INT64,
-                    ps)
+                    ps, sync)
 
     def second(req):
         metas = [list(meta_recv[r * _META:(r + 1) * _META])
@@ -843,10 +925,12 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False, ps=0):
         out = B.empty((total,) + tuple(rest), spec, like=x)
         flat_src = B.flatten(src)
         B.ready((flat_src, out))
-        req.handles.append(_alltoall_c(
+        step = _alltoall_c(
             _cname("alltoall", name), B.ptr(flat_src), rows * row,
             [v * row for v in splits], B.ptr(out), total * row, spec.code,
-            ps))
+            ps, sync)
+        if step is not None:
+            req.handles.append(step)
         req.keep = (req.keep, out, flat_src)
         req.info = received
 
@@ -859,6 +943,10 @@ def alltoall_async(B, x, splits, name, eager=True, with_splits=False, ps=0):
 
         req.finish = finish
 
+    if sync:
+        req = _Request([], (x, src, meta_send, meta_recv), None)
+        second(req)
+        return req.finish()
     req = _Request([h], (x, src, meta_send, meta_recv), None, second)
     if eager:
         _advance_in_background(req)
@@ -871,9 +959,10 @@ def reducescatter_count(rows, rank_, ps=0):
     return int(L.lib().hvd_reducescatter_count(rows, _members(ps), rank_))
 
 
-def reducescatter_async(B, x, name, op, pre, post, ps=0):
+def reducescatter_async(B, x, name, op, pre, post, ps=0, sync=False):
     """Reduces x across ranks and leaves each rank its rows of the result
-    (its first dimension cut as Horovod cuts it)."""
+    (its first dimension cut as Horovod cuts it). A handle; with sync, the
+    output."""
     what = "hvd.reducescatter"
     x = B.input(x, False, what)
     spec = B.spec(x, what)
@@ -892,11 +981,14 @@ def reducescatter_async(B, x, name, op, pre, post, ps=0):
             B.scale(src, pre, spec)
     buf = B.empty(mine, spec, like=x)
     B.ready((x, src, buf))
-    h = ctypes.c_void_p()
-    st = L.lib().hvd_ps_reducescatter_shaped_async(
-        ps, _cname("reducescatter", name), B.ptr(src), B.ptr(buf), len(shape),
-        _dims(shape), spec.code, cop, ctypes.byref(h))
-    h = _check_handle(st, h)
+    args = (ps, _cname("reducescatter", name), B.ptr(src), B.ptr(buf),
+            len(shape), _dims(shape), spec.code, cop)
+    if sync and L.has_shaped_blocking():
+        h = _blocking(L.lib().hvd_ps_reducescatter_shaped(*args))
+    else:
+        h = ctypes.c_void_p()
+        st = L.lib().hvd_ps_reducescatter_shaped_async(*args, ctypes.byref(h))
+        h = _sync_or_handle(st, h, sync)
 
     def finish():
         if post != 1:
@@ -907,6 +999,8 @@ def reducescatter_async(B, x, name, op, pre, post, ps=0):
         B.assign(out, buf)
         return out
 
+    if sync:
+        return finish()
     return _register(_Request([h], (x, src, buf), finish))
 
 
@@ -949,10 +1043,6 @@ def grouped_async(submit, xs, name, what):
 # Python objects
 
 
-def _run(h):
-    _wait_c(h)
-
-
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Pickles obj on root_rank and returns it, unpickled, on every rank.
     (The default name does not depend on obj, which the other ranks often
@@ -966,14 +1056,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
         n = ctypes.c_int64(len(data))
     else:
         n = ctypes.c_int64(0)
-    _run(_broadcast_c(_cname("broadcast", name + ".sz"), ctypes.byref(n), 1,
-                      L.INT64, int(root_rank), ps=ps))
+    _broadcast_c(_cname("broadcast", name + ".sz"), ctypes.byref(n), 1,
+                 L.INT64, int(root_rank), ps=ps, sync=True)
     if me == root_rank:
         buf = (ctypes.c_char * n.value).from_buffer_copy(data)
     else:
         buf = (ctypes.c_char * n.value)()
-    _run(_broadcast_c(_cname("broadcast", name + ".t"), buf, n.value, L.UINT8,
-                      int(root_rank), ps=ps))
+    _broadcast_c(_cname("broadcast", name + ".t"), buf, n.value, L.UINT8,
+                 int(root_rank), ps=ps, sync=True)
     if me == root_rank:
         return obj
     return pickle.loads(bytes(buf))
@@ -990,14 +1080,14 @@ def allgather_object(obj, name=None, process_set=None):
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     n = ctypes.c_int64(len(data))
     lengths = (ctypes.c_int64 * nranks)()
-    _run(_allgather_c(_cname("allgather", name + ".sz"), ctypes.byref(n),
-                      lengths, 1, L.INT64, ps))
+    _allgather_c(_cname("allgather", name + ".sz"), ctypes.byref(n),
+                 lengths, 1, L.INT64, ps, sync=True)
     most = max(lengths)
     send = (ctypes.c_char * most)()
     ctypes.memmove(send, data, len(data))
     recv = (ctypes.c_char * (most * nranks))()
-    _run(_allgather_c(_cname("allgather", name + ".t"), send, recv, most,
-                      L.UINT8, ps))
+    _allgather_c(_cname("allgather", name + ".t"), send, recv, most,
+                 L.UINT8, ps, sync=True)
     raw = bytes(recv)
     return [pickle.loads(raw[r * most:r * most + lengths[r]])
             for r in range(nranks)]

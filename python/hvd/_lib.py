@@ -10,8 +10,10 @@ The library is looked for, in this order:
 4. the dynamic loader's path (``libhvd.so.0``, ``libhvd.so``: LD_LIBRARY_PATH,
    ldconfig's cache).
 
-ctypes releases the GIL around every foreign call, so a thread blocked in
-hvd_wait() does not stop the others.
+ctypes releases the GIL around every foreign call (the library is a
+ctypes.CDLL, not a PyDLL), so a thread blocked in hvd_wait() or in a
+blocking collective, which may run hvd's engine meanwhile, does not stop
+the others.
 """
 
 import ctypes
@@ -234,6 +236,21 @@ def _declare(lib):
                                                       c_int, dims, c_int,
                                                       c_int, handle_p]),
         "hvd_ps_barrier": (c_int, [c_int]),
+        # The blocking forms, for the synchronous Python calls.
+        "hvd_allreduce": (c_int, [c_char_p, c_void_p, c_void_p, c_size,
+                                  c_int, c_int]),
+        "hvd_ps_allreduce": (c_int, [c_int, c_char_p, c_void_p, c_void_p,
+                                     c_size, c_int, c_int]),
+        "hvd_ps_grouped_allreduce": (c_int, [c_int, c_char_p, c_int, ptrs,
+                                             ptrs, ctypes.POINTER(c_size),
+                                             c_int, c_int]),
+        "hvd_ps_broadcast": (c_int, [c_int, c_char_p, c_void_p, c_size, c_int,
+                                     c_int]),
+        "hvd_ps_allgather": (c_int, [c_int, c_char_p, c_void_p, c_void_p,
+                                     c_size, c_int]),
+        "hvd_ps_alltoall": (c_int, [c_int, c_char_p, c_void_p, c_size,
+                                    ctypes.POINTER(c_size), c_void_p, c_size,
+                                    ctypes.POINTER(c_size), c_int]),
         "hvd_stop_timeline": (c_int, []),
     }
     for name, (restype, argtypes) in protos.items():
@@ -248,6 +265,16 @@ def _declare(lib):
         "hvd_elastic_reset": (c_int, []),
         "hvd_elastic_hosts_updated": (c_int, []),
         "hvd_elastic_generation": (c_int, []),
+        # The blocking shaped forms (a libhvd without them: the Python
+        # calls wait for the _async forms instead).
+        "hvd_ps_allreduce_shaped": (c_int, [c_int, c_char_p, c_void_p,
+                                            c_void_p, c_int, dims, c_int,
+                                            c_int]),
+        "hvd_ps_broadcast_shaped": (c_int, [c_int, c_char_p, c_void_p, c_int,
+                                            dims, c_int, c_int]),
+        "hvd_ps_reducescatter_shaped": (c_int, [c_int, c_char_p, c_void_p,
+                                                c_void_p, c_int, dims, c_int,
+                                                c_int]),
     }
     for name, (restype, argtypes) in optional.items():
         try:
@@ -256,6 +283,18 @@ def _declare(lib):
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+
+
+_shaped_blocking = None
+
+
+def has_shaped_blocking():
+    """Whether the loaded libhvd has hvd_ps_allreduce_shaped and the other
+    blocking shaped calls."""
+    global _shaped_blocking
+    if _shaped_blocking is None:
+        _shaped_blocking = hasattr(lib(), "hvd_ps_reducescatter_shaped")
+    return _shaped_blocking
 
 
 def elastic(name):

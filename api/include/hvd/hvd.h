@@ -254,6 +254,25 @@ HVD_EXPORT hvd_status hvd_broadcast_shaped_async(const char *name, void *buf,
                                                  hvd_dtype dtype, int root,
                                                  hvd_handle *out);
 
+/**
+ * The blocking forms of the three shaped calls above: the calling thread
+ * may run the engine while it waits, as hvd_allreduce's does (the
+ * synchronous calls of the Python packages use them, so that a tensor of
+ * two or more dimensions is checked by its shape without a handle).
+ */
+HVD_EXPORT hvd_status hvd_allreduce_shaped(const char *name,
+                                           const void *sendbuf, void *recvbuf,
+                                           int ndim, const int64_t *shape,
+                                           hvd_dtype dtype, hvd_op op);
+HVD_EXPORT hvd_status hvd_broadcast_shaped(const char *name, void *buf,
+                                           int ndim, const int64_t *shape,
+                                           hvd_dtype dtype, int root);
+HVD_EXPORT hvd_status hvd_reducescatter_shaped(const char *name,
+                                               const void *sendbuf,
+                                               void *recvbuf, int ndim,
+                                               const int64_t *shape,
+                                               hvd_dtype dtype, hvd_op op);
+
 /* ---- Process sets ------------------------------------------------------ */
 
 /**
@@ -303,6 +322,11 @@ HVD_EXPORT hvd_status hvd_ps_allreduce_async(int ps, const char *name,
 HVD_EXPORT hvd_status hvd_ps_allreduce_shaped_async(
     int ps, const char *name, const void *sendbuf, void *recvbuf, int ndim,
     const int64_t *shape, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_allreduce_shaped(int ps, const char *name,
+                                              const void *sendbuf,
+                                              void *recvbuf, int ndim,
+                                              const int64_t *shape,
+                                              hvd_dtype dtype, hvd_op op);
 HVD_EXPORT hvd_status hvd_ps_grouped_allreduce(int ps, const char *name, int n,
                                                const void *const *sendbufs,
                                                void *const *recvbufs,
@@ -339,6 +363,10 @@ HVD_EXPORT hvd_status hvd_ps_broadcast_shaped_async(int ps, const char *name,
                                                     const int64_t *shape,
                                                     hvd_dtype dtype, int root,
                                                     hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_broadcast_shaped(int ps, const char *name,
+                                              void *buf, int ndim,
+                                              const int64_t *shape,
+                                              hvd_dtype dtype, int root);
 HVD_EXPORT hvd_status hvd_ps_allgather(int ps, const char *name,
                                        const void *sendbuf, void *recvbuf,
                                        size_t count, hvd_dtype dtype);
@@ -369,6 +397,11 @@ HVD_EXPORT hvd_status hvd_ps_reducescatter_async(int ps, const char *name,
 HVD_EXPORT hvd_status hvd_ps_reducescatter_shaped_async(
     int ps, const char *name, const void *sendbuf, void *recvbuf, int ndim,
     const int64_t *shape, hvd_dtype dtype, hvd_op op, hvd_handle *out);
+HVD_EXPORT hvd_status hvd_ps_reducescatter_shaped(int ps, const char *name,
+                                                  const void *sendbuf,
+                                                  void *recvbuf, int ndim,
+                                                  const int64_t *shape,
+                                                  hvd_dtype dtype, hvd_op op);
 HVD_EXPORT hvd_status hvd_ps_barrier(int ps);
 
 /**

@@ -11,6 +11,12 @@ Any other tensor (int16, bool, non-contiguous) is copied into a contiguous
 buffer of a C API dtype first, on its own device, and the result copied
 back when the operation is synchronized. Only a libhvd built without CUDA
 gets CUDA tensors through host memory.
+
+The synchronous calls (allreduce_, allreduce, broadcast_, allgather, ...)
+call libhvd's blocking forms (hvd/_core.py), so the calling thread runs
+the engine; the commonest, an in-place allreduce of a CPU tensor of one
+dimension in the job's set, goes straight to hvd_allreduce
+(_allreduce_fast).
 """
 
 import numpy as np
@@ -166,6 +172,96 @@ class TorchBackend:
 
 _B = TorchBackend
 
+# What _allreduce_fast takes: ops libhvd reduces as they are, and the C
+# names of named allreduces (bounded, for programs that make up names).
+_PLAIN_OPS = frozenset((Sum, Average, Min, Max, Product))
+_cnames = {}
+_CNAMES_MAX = 4096
+_hvd_allreduce = None
+_shaped = None
+# The C arrays of the shapes of two or more dimensions seen (bounded too).
+_dims = {}
+
+
+def _allreduce_fast(tensor, name, op, inplace):
+    """An allreduce of a contiguous CPU tensor of a C API dtype, in the
+    job's set, without factors: straight to hvd_allreduce (the GIL
+    released), or for two or more dimensions hvd_ps_allreduce_shaped,
+    which run it on this thread (the express way when the engine is
+    free). Returns the output (tensor itself in place, else a new tensor),
+    or None, having done nothing, for any other call (the general path
+    then checks and runs it). It makes the same C call the general path
+    would make (name, buffers, count or shape, dtype, op), so the two
+    agree across ranks."""
+    global _hvd_allreduce, _shaped
+    code = _NATIVE.get(tensor.dtype)
+    if code is None or type(op) is not int or op not in _PLAIN_OPS or \
+            tensor.is_sparse or not tensor.is_cpu or \
+            not tensor.is_contiguous():
+        return None
+    if name is None:
+        cname = None
+    elif type(name) is not str:
+        return None
+    else:
+        cname = _cnames.get(name)
+        if cname is None:
+            cname = ("allreduce.%s" % name).encode("utf-8")
+            if len(_cnames) < _CNAMES_MAX:
+                _cnames[name] = cname
+    if _hvd_allreduce is None:
+        _shaped = L.lib().hvd_ps_allreduce_shaped \
+            if L.has_shaped_blocking() else False
+        _hvd_allreduce = L.lib().hvd_allreduce
+    ndim = tensor.dim()
+    if ndim > 1:
+        if not _shaped:
+            return None
+        shape = tensor.shape
+        dims = _dims.get(shape)
+        if dims is None:
+            dims = _core._dims(shape)
+            if len(_dims) < _CNAMES_MAX:
+                _dims[shape] = dims
+        out = tensor if inplace else torch.empty_like(tensor)
+        st = _shaped(0, cname, tensor.data_ptr(), out.data_ptr(), ndim, dims,
+                     code, op)
+    else:
+        out = tensor if inplace else torch.empty_like(tensor)
+        st = _hvd_allreduce(cname, tensor.data_ptr(), out.data_ptr(),
+                            tensor.numel(), code, op)
+    if st != 0:
+        raise L.error_for(st)
+    return out
+
+
+def _broadcast_fast(tensor, root_rank, name):
+    """broadcast_ of a contiguous CPU tensor of a C API dtype in the job's
+    set: straight to hvd_ps_broadcast (hvd_ps_broadcast_shaped for two or
+    more dimensions), as _allreduce_fast. Returns False, having done
+    nothing, for any other call."""
+    code = _NATIVE.get(tensor.dtype)
+    if code is None or type(root_rank) is not int or \
+            (name is not None and type(name) is not str) or \
+            tensor.is_sparse or not tensor.is_cpu or \
+            not tensor.is_contiguous():
+        return False
+    ndim = tensor.dim()
+    if ndim > 1 and not L.has_shaped_blocking():
+        return False
+    cname = None if name is None else ("broadcast.%s" % name).encode("utf-8")
+    lib = L.lib()
+    if ndim > 1:
+        st = lib.hvd_ps_broadcast_shaped(0, cname, tensor.data_ptr(), ndim,
+                                         _core._dims(tensor.shape), code,
+                                         root_rank)
+    else:
+        st = lib.hvd_ps_broadcast(0, cname, tensor.data_ptr(),
+                                  tensor.numel(), code, root_rank)
+    if st != 0:
+        raise L.error_for(st)
+    return True
+
 
 # ---------------------------------------------------------------------
 # Allreduce
@@ -201,10 +297,9 @@ class HorovodAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return synchronize(_core.allreduce_async(_B, tensor, name, op,
-                                                 prescale_factor,
-                                                 postscale_factor, False,
-                                                 ps_id(process_set)))
+        return _core.allreduce_async(_B, tensor, name, op, prescale_factor,
+                                     postscale_factor, False,
+                                     ps_id(process_set), sync=True)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -220,9 +315,24 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
     """Returns the reduction of tensor across ranks (default op: Average).
     Differentiable. compression (hvd.torch.Compression.fp16) sends the
     tensor in float16 and returns it in its own dtype."""
-    ps_id(process_set)
+    if average is None and process_set is None and compression is None \
+            and prescale_factor == 1.0 and postscale_factor == 1.0 and \
+            isinstance(tensor, torch.Tensor) and not (
+                tensor.requires_grad and torch.is_grad_enabled()):
+        out = _allreduce_fast(tensor, name, Average if op is None else op,
+                              False)
+        if out is not None:
+            return out
+    ps = ps_id(process_set)
     op = resolve_op(op, average)
     if compression is None:
+        if isinstance(tensor, torch.Tensor) and not (
+                tensor.requires_grad and torch.is_grad_enabled()):
+            # No gradient to carry: the autograd function adds only its
+            # own cost.
+            return _core.allreduce_async(_B, tensor, name, op,
+                                         prescale_factor, postscale_factor,
+                                         False, ps, sync=True)
         return HorovodAllreduce.apply(tensor, name, op, prescale_factor,
                                       postscale_factor, process_set)
     compressed, ctx = compression.compress(tensor)
@@ -234,9 +344,15 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
     """Reduces tensor in place and returns it (not differentiable)."""
-    return synchronize(allreduce_async_(tensor, average, name, op,
-                                        prescale_factor, postscale_factor,
-                                        process_set))
+    if average is None and process_set is None and \
+            prescale_factor == 1.0 and postscale_factor == 1.0 and \
+            isinstance(tensor, torch.Tensor) and \
+            _allreduce_fast(tensor, name, Average if op is None else op,
+                            True) is not None:
+        return tensor
+    return _core.allreduce_async(_B, tensor, name, resolve_op(op, average),
+                                 prescale_factor, postscale_factor, True,
+                                 ps_id(process_set), sync=True)
 
 
 # ---------------------------------------------------------------------
@@ -271,9 +387,9 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return tuple(synchronize(_core.grouped_allreduce_async(
+        return tuple(_core.grouped_allreduce_async(
             _B, list(tensors), name, op, prescale_factor, postscale_factor,
-            False, ps_id(process_set))))
+            False, ps_id(process_set), sync=True))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -305,10 +421,10 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None,
 def grouped_allreduce_(tensors, average=None, name=None, op=None,
                        prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op,
-                                                prescale_factor,
-                                                postscale_factor,
-                                                process_set))
+    return _core.grouped_allreduce_async(_B, list(tensors), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         True, ps_id(process_set), sync=True)
 
 
 # ---------------------------------------------------------------------
@@ -328,8 +444,7 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set=None):
         ps = ps_id(process_set)
-        out, req = _core.synchronize_request(
-            _core.allgather_async(_B, tensor, name, eager=False, ps=ps))
+        out, req = _core.allgather_async(_B, tensor, name, ps=ps, sync=True)
         ctx.firsts = req.info
         ctx.shape = tensor.shape
         ctx.process_set = process_set
@@ -376,8 +491,8 @@ class HorovodBroadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set=None):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(_core.broadcast_async(_B, tensor, root_rank, name,
-                                                 False, ps_id(process_set)))
+        return _core.broadcast_async(_B, tensor, root_rank, name, False,
+                                     ps_id(process_set), sync=True)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -396,8 +511,11 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
     """Overwrites tensor with root_rank's on every rank and returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name,
-                                        process_set))
+    if process_set is None and isinstance(tensor, torch.Tensor) and \
+            _broadcast_fast(tensor, root_rank, name):
+        return tensor
+    return _core.broadcast_async(_B, tensor, root_rank, name, True,
+                                 ps_id(process_set), sync=True)
 
 
 # ---------------------------------------------------------------------
@@ -418,9 +536,9 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set=None):
-        output, received = synchronize(_core.alltoall_async(
-            _B, tensor, splits, name, eager=False, with_splits=True,
-            ps=ps_id(process_set)))
+        output, received = _core.alltoall_async(
+            _B, tensor, splits, name, with_splits=True,
+            ps=ps_id(process_set), sync=True)
         ctx.recvsplits = received
         ctx.process_set = process_set
         if splits is None:
@@ -465,9 +583,9 @@ class HorovodReducescatter(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return synchronize(_core.reducescatter_async(
+        return _core.reducescatter_async(
             _B, tensor, name, op, prescale_factor, postscale_factor,
-            ps_id(process_set)))
+            ps_id(process_set), sync=True)
 
     @staticmethod
     def backward(ctx, grad_output):
