@@ -5,6 +5,12 @@
 #include <string.h>
 
 #include "hvd/hvd.h"
+#ifdef HVD_WITH_MPI
+#include "transport/mpi/mpi.h"
+#endif
+#ifdef HVD_WITH_VERBS
+#include "transport/verbs/lib.h"
+#endif
 
 /* 1 if python can import module, run through the shell with its output
  * thrown away. */
@@ -21,6 +27,24 @@ static int importable(const char *python, const char *module) {
 static void line(int yes, const char *name, const char *note) {
     printf("    [%c] %s%s%s\n", yes ? 'X' : ' ', name, note[0] ? " " : "",
            note);
+}
+
+/* 1 if the library a built-in transport loads at run time (MPI, verbs)
+ * loads here; else 0 with why in note. */
+static int loads(const char *transport, char *note, size_t len) {
+    const char *why = NULL;
+
+#ifdef HVD_WITH_MPI
+    if (strcmp(transport, "mpi") == 0 && !hvd_mpi_lib_load(0))
+        why = hvd_mpi_lib_why();
+#endif
+#ifdef HVD_WITH_VERBS
+    if (strcmp(transport, "verbs") == 0 && !hvd_ibv_lib_load())
+        why = hvd_ibv_lib_why();
+#endif
+    if (why != NULL)
+        snprintf(note, len, "(built in, but %s)", why);
+    return why == NULL;
 }
 
 int hvd_check_build(void) {
@@ -55,8 +79,12 @@ int hvd_check_build(void) {
         line(yes, frameworks[i].name, note);
     }
     printf("\nAvailable Transports:\n");
-    for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
-        line(hvd_built(transports[i]), transports[i], "");
+    for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++) {
+        char note[400] = "";
+        int yes = hvd_built(transports[i]) &&
+                  loads(transports[i], note, sizeof(note));
+        line(yes, transports[i], note);
+    }
     printf("\nAvailable GPU support:\n");
     line(hvd_built("cuda"), "CUDA", "");
     line(hvd_built("nccl"), "NCCL", "");

@@ -7,11 +7,14 @@
 # installed hvdrun then says what it has (--check-build) and runs a 2-rank
 # hvd.torch job from outside the source tree.
 #
-#   run_wheel.sh BUILD_DIR PYTHON
+#   run_wheel.sh BUILD_DIR PYTHON [MPIRUN]
 #
 # PYTHON is an interpreter with torch and numpy (Debian's python3 with
 # python3-torch); the new environment sees its packages
-# (--system-site-packages) instead of downloading them again.
+# (--system-site-packages) instead of downloading them again. With MPIRUN
+# (the suite's mpirun command line), the same job also runs under mpirun
+# over the MPI transport, which libhvd loads at run time; as root, the job
+# and --check-build run once more with libmpi and libibverbs hidden.
 #
 # Exit status: 0, 1 (failed), or 77 (skip) when PYTHON lacks venv, torch
 # or numpy, or when the wheel's tools cannot be fetched from a package
@@ -19,6 +22,7 @@
 set -eu
 build=$1
 python=$2
+mpirun=${3:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -129,3 +133,48 @@ env -u CC -u CXX -u PYTHONPATH -u HVD_LIBRARY PATH="$clean_path" \
     timeout 120 hvdrun -np 2 python "$tmp/job.py" | tee "$tmp/job.txt"
 [ "$(grep -c "ok with $tmp/venv" "$tmp/job.txt")" -eq 2 ]
 echo "packaging: the wheel installed without building and ran hvd.torch on 2 ranks"
+
+# MPI and verbs are loaded at run time: present here, the transports are
+# there; the same job under mpirun goes over the MPI transport.
+for lib in libmpi.so.40 libibverbs.so.1; do
+    real=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+    [ -n "$real" ] || continue
+    case $lib in libmpi*) name=mpi ;; *) name=verbs ;; esac
+    grep -q "^    \[X\] $name\$" "$tmp/check.txt" ||
+        { echo "FAIL: $lib is here ($real) and --check-build lacks $name"; exit 1; }
+done
+if [ -n "$mpirun" ] && grep -q "^    \[X\] mpi\$" "$tmp/check.txt"; then
+    # (mpirun itself wants ssh on its PATH, even for local ranks.)
+    # shellcheck disable=SC2086
+    env -u CC -u CXX -u PYTHONPATH -u HVD_LIBRARY timeout 120 $mpirun -np 2 \
+        -x PATH="$clean_path" -x VENV="$tmp/venv" -x HVD_TRANSPORT=mpi \
+        "$tmp/venv/bin/python" "$tmp/job.py" | tee "$tmp/mpi.txt"
+    [ "$(grep -c "ok with $tmp/venv" "$tmp/mpi.txt")" -eq 2 ]
+    echo "packaging: the wheel's hvd.torch ran on 2 ranks under mpirun over the MPI transport"
+fi
+
+# Without them (each hidden behind /dev/null in a mount namespace of this
+# test's own, which needs root): libhvd still loads, --check-build says
+# why in a sentence, and a job runs over TCP.
+if [ "$(id -u)" -ne 0 ] || ! unshare -m true 2>/dev/null; then
+    echo "packaging: not root: the check without libmpi and libibverbs is skipped"
+    exit 0
+fi
+{
+    for lib in libmpi.so.40 libibverbs.so.1; do
+        real=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+        [ -z "$real" ] || echo "mount --bind /dev/null '$(readlink -f "$real")'"
+    done
+    echo "export PATH='$clean_path' VENV='$tmp/venv' HVD_START_TIMEOUT_SECONDS=60"
+    echo "hvdrun --check-build"
+    echo "hvdrun -np 2 python '$tmp/job_np.py'"
+} >"$tmp/hidden.sh"
+# (Debian's torch itself links libibverbs: this job is hvd's numpy API.)
+sed -e 's/^import torch$/import numpy as np/' -e 's/hvd.torch as hvd/hvd/' \
+    -e 's/torch.full((4,), /np.full(4, /' "$tmp/job.py" >"$tmp/job_np.py"
+env -u CC -u CXX -u PYTHONPATH -u HVD_LIBRARY timeout 120 \
+    unshare -m sh -e "$tmp/hidden.sh" | tee "$tmp/hidden.txt"
+grep -q "^    \[ \] mpi (built in, but libmpi.so.40 cannot be loaded" "$tmp/hidden.txt"
+grep -q "^    \[ \] verbs (built in, but libibverbs.so.1 cannot be loaded" "$tmp/hidden.txt"
+[ "$(grep -c "ok with $tmp/venv" "$tmp/hidden.txt")" -eq 2 ]
+echo "packaging: without libmpi and libibverbs the wheel's hvd runs, and --check-build says why"

@@ -25,6 +25,7 @@
 
 #include "transport/base/error.h"
 #include "transport/bootstrap/failure.h"
+#include "transport/mpi/lib.h"
 #include "transport/mpi/mpi.h"
 #include "transport/transport.h"
 
