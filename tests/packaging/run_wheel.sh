@@ -7,7 +7,7 @@
 # installed hvdrun then says what it has (--check-build) and runs a 2-rank
 # hvd.torch job from outside the source tree.
 #
-#   run_wheel.sh BUILD_DIR PYTHON [MPIRUN]
+#   run_wheel.sh BUILD_DIR PYTHON [MPIRUN [TF_PYTHON]]
 #
 # PYTHON is an interpreter with torch and numpy (Debian's python3 with
 # python3-torch); the new environment sees its packages
@@ -23,6 +23,7 @@ set -eu
 build=$1
 python=$2
 mpirun=${3:-}
+tf_python=${4:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -48,8 +49,24 @@ fi
 
 # The wheel, built from this tree into the build's own folders
 # (BUILD_DIR/wheel-*), so that a second run compiles only what changed.
+# With TF_PYTHON (an interpreter that imports TensorFlow: the suite's
+# .venv-tf), the wheel has the op library, and a second new environment
+# sees that TensorFlow (a .pth file naming its site folders, as in
+# run_pip_install.sh; its numpy is not the one Debian's torch wants).
+tf_define=-DHVD_TF_PYTHON=$build/wheel-tools/bin/python
+with_tf=0
+if [ -n "$tf_python" ] && "$tf_python" -I -c "import tensorflow" >/dev/null 2>&1; then
+    tf_define=-DHVD_TF_PYTHON=$tf_python
+    with_tf=1
+    "$python" -m venv "$tmp/venv-tf"
+    tf_site=$("$tmp/venv-tf/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    "$tf_python" -I -c "import sys; print('\n'.join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))" \
+        >"$tf_site/hvd-test-tensorflow.pth"
+else
+    echo "packaging: no TensorFlow (${tf_python:-no TF_PYTHON}): the TensorFlow part is not checked"
+fi
 start=$(date +%s)
-HVD_BUILD_DIR=$build timeout 900 "$src/tools/build-wheel" "$tmp/dist" \
+HVD_BUILD_DIR=$build timeout 900 "$src/tools/build-wheel" "$tmp/dist" "$tf_define" \
     >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; echo "FAIL: tools/build-wheel"; exit 1; }
 whl=$(tail -1 "$tmp/build.log")
 echo "packaging: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB) built in $(( $(date +%s) - start )) s"
@@ -133,6 +150,24 @@ env -u CC -u CXX -u PYTHONPATH -u HVD_LIBRARY PATH="$clean_path" \
     timeout 120 hvdrun -np 2 python "$tmp/job.py" | tee "$tmp/job.txt"
 [ "$(grep -c "ok with $tmp/venv" "$tmp/job.txt")" -eq 2 ]
 echo "packaging: the wheel installed without building and ran hvd.torch on 2 ranks"
+
+if [ $with_tf -eq 1 ]; then
+    tf_path=$tmp/venv-tf/bin:$tmp/sysbin
+    env -u CC -u CXX -u PYTHONPATH PATH="$tf_path" timeout 120 \
+        "$tmp/venv-tf/bin/pip" install -q --disable-pip-version-check \
+        --no-build-isolation --only-binary=:all: --no-index "$whl"
+    ls "$tf_site"/hvd/tensorflow/libhvd_tensorflow.so \
+        "$tf_site"/hvd/tensorflow/libhvd_tensorflow_gpu.so
+    env -u PYTHONPATH PATH="$tf_path" timeout 60 hvdrun --check-build |
+        grep -q "^    \[X\] TensorFlow" ||
+        { echo "FAIL: --check-build does not show TensorFlow"; exit 1; }
+    env -u CC -u CXX -u PYTHONPATH -u HVD_LIBRARY -u HVD_TF_LIBRARY \
+        PATH="$tf_path" TF_CPP_MIN_LOG_LEVEL=2 HVD_START_TIMEOUT_SECONDS=120 \
+        timeout 300 hvdrun -np 2 python "$src/tests/packaging/tf_versions_job.py" |
+        tee "$tmp/tf.txt"
+    [ "$(grep -c "rank .* ok" "$tmp/tf.txt")" -eq 2 ]
+    echo "packaging: the wheel's TensorFlow ops ran on 2 ranks"
+fi
 
 # MPI and verbs are loaded at run time: present here, the transports are
 # there; the same job under mpirun goes over the MPI transport.
