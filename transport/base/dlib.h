@@ -17,7 +17,7 @@ typedef struct hvd_dl_symbol {
 
 /*
  * dlopen(file, flags), then dlsym of every symbol into its slot. Returns
- * 1 if all were found; else 0, with nothing kept open, every slot NULL and
+ * 1 if all were found; else 0, with nothing kept open, no slot changed and
  * a sentence in why (what is missing, and what provides it: hint). With
  * only_loaded, opens file only if the process has it already (RTLD_NOLOAD).
  */
