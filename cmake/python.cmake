@@ -46,6 +46,12 @@ file(WRITE ${CMAKE_BINARY_DIR}/python/_install.py
      "# Written by cmake --install: the folder of libhvd, relative to this package.\nLIBDIR = \"${HVD_PY_LIBDIR}\"\n")
 # The package's .py files; not the TensorFlow op library's sources
 # (hvd/tensorflow/_ops), which are built into libhvd_tensorflow.so.
+# Under pip (SKBUILD) cmake/wheel.cmake puts the package at the root of the
+# wheel instead: these rules would add a second copy under
+# lib/python3.X/dist-packages inside site-packages.
+if(SKBUILD)
+  return()
+endif()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/hvd
         DESTINATION ${HVD_PYTHON_INSTALL_DIR}
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE

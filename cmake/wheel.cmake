@@ -20,9 +20,9 @@ install(TARGETS hvdrun hvd-bench hvd-tune
 # The TensorFlow ops, beside hvd.tensorflow, which looks there first; built
 # only when the environment being installed into imports TensorFlow.
 if(HVD_WITH_TENSORFLOW)
-  install(TARGETS hvd_tensorflow
+  install(TARGETS hvd_tensorflow hvd_tensorflow_gpu
           LIBRARY DESTINATION ${SKBUILD_PLATLIB_DIR}/hvd/tensorflow)
-  message(STATUS "wheel: hvd package, hvd/libhvd.so, hvd/tensorflow/libhvd_tensorflow.so, hvdrun, hvd-bench, hvd-tune")
+  message(STATUS "wheel: hvd package, hvd/libhvd.so, hvd/tensorflow/libhvd_tensorflow{,_gpu}.so, hvdrun, hvd-bench, hvd-tune")
 else()
   message(STATUS "wheel: hvd package, hvd/libhvd.so, hvdrun, hvd-bench, hvd-tune")
   message(WARNING "hvd: no TensorFlow ops in this wheel (${HVD_TF_NOTE}). "

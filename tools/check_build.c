@@ -7,6 +7,12 @@
 #include <unistd.h>
 
 #include "hvd/hvd.h"
+#ifdef HVD_WITH_MPI
+#include "transport/mpi/mpi.h"
+#endif
+#ifdef HVD_WITH_VERBS
+#include "transport/verbs/lib.h"
+#endif
 
 /* 1 if the first dirlen bytes of dir, "/" and name make the path of an
  * executable file; then out holds that path. */
@@ -73,6 +79,24 @@ static void line(int yes, const char *name, const char *note) {
            note);
 }
 
+/* 1 if the library a built-in transport loads at run time (MPI, verbs)
+ * loads here; else 0 with why in note. */
+static int loads(const char *transport, char *note, size_t len) {
+    const char *why = NULL;
+
+#ifdef HVD_WITH_MPI
+    if (strcmp(transport, "mpi") == 0 && !hvd_mpi_lib_load(0))
+        why = hvd_mpi_lib_why();
+#endif
+#ifdef HVD_WITH_VERBS
+    if (strcmp(transport, "verbs") == 0 && !hvd_ibv_lib_load())
+        why = hvd_ibv_lib_why();
+#endif
+    if (why != NULL)
+        snprintf(note, len, "(built in, but %s)", why);
+    return why == NULL;
+}
+
 int hvd_check_build(void) {
     static const struct {
         const char *name, *binding, *framework;
@@ -116,8 +140,12 @@ int hvd_check_build(void) {
         line(yes, frameworks[i].name, note);
     }
     printf("\nAvailable Transports:\n");
-    for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++)
-        line(hvd_built(transports[i]), transports[i], "");
+    for (size_t i = 0; i < sizeof(transports) / sizeof(transports[0]); i++) {
+        char note[400] = "";
+        int yes = hvd_built(transports[i]) &&
+                  loads(transports[i], note, sizeof(note));
+        line(yes, transports[i], note);
+    }
     printf("\nAvailable GPU support:\n");
     line(hvd_built("cuda"), "CUDA", "");
     line(hvd_built("nccl"), "NCCL", "");

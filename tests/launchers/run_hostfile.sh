@@ -81,8 +81,9 @@ if [ $have_torch = 1 ]; then
     fi
 fi
 
+# (libhvd loads libmpi at run time: its name is in the library, not in ldd.)
 if [ "$fmt" = slots ] && [ -n "$mpirun" ] &&
-    ldd "$lib" 2>/dev/null | grep -q libmpi; then
+    grep -qa "libmpi\.so" "$lib"; then
     # As the Operator's images do: root allowed, and here the loopback.
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo

@@ -179,7 +179,8 @@ else
          "import torch, or libhvd is a sanitizer build"
 fi
 
-if ldd "$lib" 2>/dev/null | grep -q libmpi; then
+# (libhvd loads libmpi at run time: its name is in the library, not in ldd.)
+if grep -qa "libmpi\.so" "$lib"; then
     mpis=$(srun --mpi=list 2>&1)
     echo "srun --mpi=list: $(echo "$mpis" | tr '\n' ' ')"
     if echo "$mpis" | grep -q pmix; then

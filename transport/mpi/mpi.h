@@ -28,4 +28,13 @@
  * exit after an orderly end). */
 extern const hvd_transport_ops hvd_mpi_ops;
 
+/*
+ * libmpi is loaded at run time (transport/mpi/lib.h), not linked: loads it
+ * (once; with only_loaded, only if the process has it already) and returns
+ * 1, or 0 with hvd_mpi_lib_why() saying why (hvdrun --check-build prints
+ * it).
+ */
+int hvd_mpi_lib_load(int only_loaded);
+const char *hvd_mpi_lib_why(void);
+
 #endif

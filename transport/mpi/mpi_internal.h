@@ -12,6 +12,8 @@
  *   world.c        MPI for the job: initializing and finalizing it, the
  *                  bootstrap under mpirun (registry hooks)
  *   fail.c         MPI's errors as hvd's; an instance's first failure
+ *   lib.c          loading libmpi at run time (lib.h: every file calls
+ *                  MPI through its table, under MPI's own names)
  *
  * MPI reads no HVD_* variable of its own (mpirun's MCA parameters govern
  * it), so it has no settings.c.
@@ -25,6 +27,7 @@
 
 #include "transport/base/error.h"
 #include "transport/bootstrap/failure.h"
+#include "transport/mpi/lib.h"
 #include "transport/mpi/mpi.h"
 #include "transport/transport.h"
 

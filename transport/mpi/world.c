@@ -19,6 +19,10 @@ static int we_initialized;
 int hvd_mpi_initialized(void) {
     int flag = 0;
 
+    /* MPI cannot be initialized in a process that has no libmpi: then it
+     * is not loaded just to ask. */
+    if (!hvd_mpi_lib_load(1))
+        return 0;
     MPI_Initialized(&flag);
     if (flag) {
         int finalized = 0;
@@ -31,6 +35,9 @@ int hvd_mpi_initialized(void) {
 hvd_status hvd_mpi_env_init(int *rank_out, int *size_out) {
     int provided = 0, err;
 
+    if (!hvd_mpi_lib_load(0))
+        return hvd_error_set(HVD_ERR_UNSUPPORTED, "MPI cannot be used: %s",
+                             hvd_mpi_lib_why());
     if (!hvd_mpi_initialized()) {
         err = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (err != MPI_SUCCESS)

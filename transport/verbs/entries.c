@@ -4,6 +4,12 @@
 
 #include "transport/verbs/verbs_internal.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#include "transport/base/error.h"
+#include "transport/verbs/lib.h"
+
 hvd_status hvd_verbs_probe_with(const hvd_ibv_seam *seam,
                                 const hvd_transport_params *params,
                                 hvd_caps *caps) {
@@ -20,13 +26,23 @@ hvd_status hvd_verbs_open_with(const hvd_ibv_seam *seam,
                         : hvd_vb_open(&hvd_verbs_ops, seam, params, &set, out);
 }
 
+/* The real library is loaded here, when the transport is first asked
+ * about (transport/verbs/lib.h). */
 hvd_status hvd_vb_entry_probe(const hvd_transport_params *params,
                               hvd_caps *caps) {
+    if (!hvd_ibv_lib_load()) {
+        memset(caps, 0, sizeof(*caps));
+        snprintf(caps->reason, sizeof(caps->reason), "%s", hvd_ibv_lib_why());
+        return HVD_OK;
+    }
     return hvd_verbs_probe_with(&hvd_ibv_real, params, caps);
 }
 
 hvd_status hvd_vb_entry_open(const hvd_transport_params *params,
                              hvd_transport **out) {
+    if (!hvd_ibv_lib_load())
+        return hvd_error_set(HVD_ERR_UNSUPPORTED, "HVD_TRANSPORT=verbs: %s",
+                             hvd_ibv_lib_why());
     return hvd_verbs_open_with(&hvd_ibv_real, params, out);
 }
 

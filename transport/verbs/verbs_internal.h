@@ -31,8 +31,10 @@
  * (device and port, device.h), conn.c (the connection data, conn.h),
  * proto.c (the protocol's pure parts, proto.h), mr.c (the registration
  * cache, mr.h), seam.c (the libibverbs calls, seam.h; a fake behind them
- * in the unit tests). So no lower file needs to tell a higher one
- * anything: what a completion frees, completion.c hands to tx.c itself.
+ * in the unit tests), lib.c (libibverbs loaded at run time, lib.h: the
+ * functions seam.c calls, as forwarders). So no lower file needs to tell a
+ * higher one anything: what a completion frees, completion.c hands to tx.c
+ * itself.
  */
 #ifndef HVD_TRANSPORT_VERBS_INTERNAL_H
 #define HVD_TRANSPORT_VERBS_INTERNAL_H

@@ -6,9 +6,11 @@
  */
 #include "python/hvd/tensorflow/_ops/ops.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ */
 /* Types, names, errors                                                */
@@ -268,9 +270,48 @@ static void on_done(hvd_status st, const char *error, void *arg) {
     hvd_tf_pending_end(p);
 }
 
+/* device_sync.cc's function, from HVD_TF_GPU_LIBRARY beside this library,
+ * loaded at the first GPU kernel: it is C++ against TensorFlow's own
+ * classes, so it loads only in the TensorFlow it was built against, while
+ * this library, TensorFlow's C API only, loads in any (docs/tensorflow.md). */
+static pthread_once_t sync_once = PTHREAD_ONCE_INIT;
+static int (*sync_device)(TF_OpKernelContext *ctx, char *why, size_t whylen);
+static char sync_why[1280];
+
+static void load_sync(void) {
+    Dl_info self;
+    char path[1024];
+    const char *slash = NULL;
+    void *h;
+
+    if (dladdr((void *)load_sync, &self) != 0 && self.dli_fname != NULL)
+        slash = strrchr(self.dli_fname, '/');
+    snprintf(path, sizeof(path), "%.*s%s",
+             slash != NULL ? (int)(slash - self.dli_fname + 1) : 0,
+             slash != NULL ? self.dli_fname : "", HVD_TF_GPU_LIBRARY);
+    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        snprintf(sync_why, sizeof(sync_why),
+                 "GPU tensors need %s, built against this TensorFlow (%s)",
+                 path, dlerror());
+        return;
+    }
+    *(void **)&sync_device = dlsym(h, "hvd_tf_sync_device");
+    if (sync_device == NULL)
+        snprintf(sync_why, sizeof(sync_why), "%s has no hvd_tf_sync_device",
+                 path);
+}
+
 hvd_status hvd_tf_device_ready(const pending *p, const kernel *k, char *why,
                                size_t len) {
-    if (!k->on_gpu || hvd_tf_sync_device(p->ctx, why, len) == 0)
+    if (!k->on_gpu)
+        return HVD_OK;
+    pthread_once(&sync_once, load_sync);
+    if (sync_device == NULL) {
+        snprintf(why, len, "%s", sync_why);
+        return HVD_ERR_UNSUPPORTED;
+    }
+    if (sync_device(p->ctx, why, len) == 0)
         return HVD_OK;
     return HVD_ERR_INTERNAL;
 }

@@ -88,8 +88,11 @@ enum { SHAPE_DIMS = 8 };
  * (TensorFlow's C API gives a pointer that dies with it). */
 void *hvd_tf_keep_done(void *done);
 void hvd_tf_run_done(void *kept);
-/* device_sync.cc: waits for the kernel's GPU stream (0), or -1 and why. */
+/* device_sync.cc, a library of its own (HVD_TF_GPU_LIBRARY, loaded by
+ * glue.c at the first GPU kernel): waits for the kernel's GPU stream (0),
+ * or -1 and why. */
 int hvd_tf_sync_device(TF_OpKernelContext *ctx, char *why, size_t whylen);
+#define HVD_TF_GPU_LIBRARY "libhvd_tensorflow_gpu.so"
 
 /* ------------------------------------------------------------------ */
 /* glue.c                                                              */

@@ -60,9 +60,14 @@ elseif(HVD_ENABLE_TENSORFLOW)
   if(HVD_TF_FRAMEWORK AND EXISTS ${HVD_TF_INCLUDE}/tensorflow/c/kernels.h)
     set(HVD_WITH_TENSORFLOW ON)
     set(HVD_TF_NOTE "TensorFlow ${HVD_TF_VERSION} of ${HVD_TF_PYTHON}")
-    # C++ for two things only (docs/tensorflow.md): keeping a kernel's
-    # completion (keep_done.cc) and waiting for a GPU kernel's stream
-    # (device_sync.cc, with TensorFlow's own compile flags).
+    # The op library: TensorFlow's C API, and C++ only to keep a kernel's
+    # completion (keep_done.cc: std::function, nothing of TensorFlow's), so
+    # that it loads in any TensorFlow 2.x with that C API. Waiting for a GPU
+    # kernel's stream needs TensorFlow's C++ classes (device_sync.cc, with
+    # TensorFlow's own compile flags), which tie a library to the
+    # TensorFlow it was built against: it is a library of its own,
+    # libhvd_tensorflow_gpu.so beside the op library, which loads it at
+    # the first GPU kernel (docs/tensorflow.md).
     enable_language(CXX)
     add_library(hvd_tensorflow SHARED
                 ${CMAKE_CURRENT_LIST_DIR}/register.c
@@ -71,26 +76,27 @@ elseif(HVD_ENABLE_TENSORFLOW)
                 ${CMAKE_CURRENT_LIST_DIR}/alltoall.c
                 ${CMAKE_CURRENT_LIST_DIR}/twostep.c
                 ${CMAKE_CURRENT_LIST_DIR}/glue.c
-                ${CMAKE_CURRENT_LIST_DIR}/keep_done.cc
+                ${CMAKE_CURRENT_LIST_DIR}/keep_done.cc)
+    add_library(hvd_tensorflow_gpu SHARED
                 ${CMAKE_CURRENT_LIST_DIR}/device_sync.cc)
-    set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/device_sync.cc
-      PROPERTIES COMPILE_OPTIONS
-      "-std=c++17;-D_GLIBCXX_USE_CXX11_ABI=1;-DEIGEN_MAX_ALIGN_BYTES=64")
-    target_include_directories(hvd_tensorflow SYSTEM PRIVATE ${HVD_TF_INCLUDE})
-    target_include_directories(hvd_tensorflow PRIVATE
-                               ${HVD_PUBLIC_INCLUDE_DIRS}
-                               ${CMAKE_SOURCE_DIR})
-    target_link_libraries(hvd_tensorflow PRIVATE ${HVD_TF_FRAMEWORK}
-                          Threads::Threads)
+    target_compile_options(hvd_tensorflow_gpu PRIVATE -std=c++17
+      -D_GLIBCXX_USE_CXX11_ABI=1 -DEIGEN_MAX_ALIGN_BYTES=64)
+    foreach(t hvd_tensorflow hvd_tensorflow_gpu)
+      target_include_directories(${t} SYSTEM PRIVATE ${HVD_TF_INCLUDE})
+      target_include_directories(${t} PRIVATE ${HVD_PUBLIC_INCLUDE_DIRS}
+                                 ${CMAKE_SOURCE_DIR})
+      target_link_libraries(${t} PRIVATE ${HVD_TF_FRAMEWORK} Threads::Threads)
+      set_target_properties(${t} PROPERTIES
+                            LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
+                            BUILD_RPATH "${HVD_TF_LIBDIR}"
+                            INSTALL_RPATH "${HVD_TF_LIBDIR}")
+    endforeach()
+    target_link_libraries(hvd_tensorflow PRIVATE ${CMAKE_DL_LIBS})
     target_compile_options(hvd_tensorflow PRIVATE
                            $<$<COMPILE_LANGUAGE:C>:${HVD_WARNINGS}>)
-    set_target_properties(hvd_tensorflow PROPERTIES
-                          LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
-                          BUILD_RPATH "${HVD_TF_LIBDIR}"
-                          INSTALL_RPATH "${HVD_TF_LIBDIR}")
     # cmake --install: beside libhvd, where hvd.tensorflow also looks.
     if(NOT SKBUILD)
-      install(TARGETS hvd_tensorflow
+      install(TARGETS hvd_tensorflow hvd_tensorflow_gpu
               LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
     endif()
   else()
