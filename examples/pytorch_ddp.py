@@ -71,6 +71,10 @@ def main():
                         help="torch intra-op threads per rank")
     parser.add_argument("--fp16-hook", action="store_true",
                         help="DDP's fp16 compression comm hook")
+    parser.add_argument("--bucket-view", action="store_true",
+                        help="DDP's gradient_as_bucket_view=True: the "
+                             "gradients are views of DDP's buckets, which "
+                             "saves a copy in and out of them each step")
     parser.add_argument("--no-comm", action="store_true",
                         help="no DDP: the per-rank step alone (the bound)")
     parser.add_argument("--noop-hook", action="store_true",
@@ -87,7 +91,8 @@ def main():
 
     model = make_model(args.model, args.image_size)
     if not args.no_comm:
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(
+            model, gradient_as_bucket_view=args.bucket_view)
         if args.noop_hook:
             def noop(state, bucket):
                 done = torch.futures.Future()

@@ -186,6 +186,8 @@ class ProcessGroupHvd(dist.ProcessGroup):
             raise ValueError("%s: the input has %d elements, not the "
                              "group's size (%d) times the output's (%d)" %
                              (what, input.numel(), n, output.numel()))
+        if input.numel() * input.element_size() <= _SMALL_REDUCE_SCATTER:
+            return self._reduce_scatter_small(output, input, reduce_op, what)
         spec = _spec(input, what)
         op, pre = _hvd_op(reduce_op, input.dtype, what)
         cop = _core._c_op(op, spec, what)
@@ -203,6 +205,21 @@ class ProcessGroupHvd(dist.ProcessGroup):
             cop, ctypes.byref(h))
         handle = _submit([_check(st, h)], (src, dst, dims))
         return HvdWork(handle, [output], _copy_back([(output, dst)]))
+
+    def _reduce_scatter_small(self, output, input, reduce_op, what):
+        """A small reduce-scatter as an allreduce of a copy, of which this
+        rank keeps its part: the allreduce of a few bytes travels in one
+        exchange (hvd's steps carry it), a reducescatter takes two."""
+        buf = input.detach().clone().reshape(-1)
+        op, pre = _hvd_op(reduce_op, buf.dtype, what)
+        h = _core.allreduce_async(_B, buf, None, op, pre, 1.0, True,
+                                  self._ps)
+        m = output.numel()
+        mine = buf[self.rank() * m:(self.rank() + 1) * m]
+
+        def after():
+            output.copy_(mine.view(output.shape))
+        return HvdWork(h, [output], after)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -475,6 +492,11 @@ def _foreign_group(ranks, backend, timeout, pg_options, group_name,
     forget(pg)
     return pg
 
+
+# A reduce-scatter whose input is no larger (bytes) runs as an allreduce:
+# below this, an exchange costs more than the bytes it moves (64 KiB took
+# 45 us as a reducescatter against 54 us for an allreduce, np 2, shm).
+_SMALL_REDUCE_SCATTER = 16 * 1024
 
 # ---------------------------------------------------------------------
 # Process sets for subgroups
