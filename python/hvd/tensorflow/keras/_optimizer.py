@@ -55,15 +55,14 @@ class _Reducer(GradientReducer):
         return super().__call__(grads, variables)
 
 
-class _DistributedMixin:
-    """Placed before the user's optimizer class in the dynamic subclass.
-    The Horovod options live on the class (``_hvd_options``), so that
-    ``from_config`` copies distribute the same way; the per-instance state
-    is made on first use."""
+class _HvdState:
+    """What DistributedOptimizer adds to an optimizer of either Keras (the
+    Keras 3 mixin below, the Keras 2 one in _optimizer2.py): the Horovod
+    options on the class (``_hvd_options``), so that ``from_config`` copies
+    distribute the same way, and the per-instance state, made on first
+    use."""
 
     _hvd_options = None
-
-    # -- state ---------------------------------------------------------
 
     def _hvd_state(self):
         d = self.__dict__
@@ -79,12 +78,17 @@ class _DistributedMixin:
                 helper = LocalAggregation(
                     o["backward_passes_per_step"], self._hvd_allreduce,
                     o["sparse_as_dense"], o["average_aggregated_gradients"])
-            # object.__setattr__: no Keras variable tracking of these.
+            # object.__setattr__: neither tracked by Keras nor taken for a
+            # hyperparameter by Keras 2's OptimizerV2.__setattr__.
             object.__setattr__(self, "_hvd_reducer", reducer)
             object.__setattr__(self, "_hvd_agg", helper)
             object.__setattr__(self, "_hvd_local_vars", set())
             object.__setattr__(self, "_hvd_reduced", None)
+            self._hvd_more_state()
         return self.__dict__["_hvd_reducer"]
+
+    def _hvd_more_state(self):
+        """A Keras's own additions to the per-instance state."""
 
     @property
     def _agg_helper(self):
@@ -94,6 +98,45 @@ class _DistributedMixin:
         self._hvd_state()
         return self.__dict__["_hvd_agg"]
 
+    def register_local_var(self, var):
+        """Registers a variable as worker local: its gradient is not
+        allreduced (it is divided by size, as Horovod's
+        scale_local_gradients=True does)."""
+        self._hvd_state()
+        self.__dict__["_hvd_local_vars"].add(_ref(var))
+
+    # Not converted by AutoGraph when a tf.function calls it: it has no
+    # Python control flow on tensors (tf.cond is explicit), and converting
+    # hvd's call graph made the first trace take seconds.
+    @tf.autograph.experimental.do_not_convert
+    def _hvd_reduce(self, grads, variables):
+        """This step's gradients as they are to be applied: allreduced, or
+        (backward_passes_per_step > 1) accumulated and allreduced on every
+        backward_passes_per_step-th pass (_hvd_indices: each variable's
+        number for the accumulators, a Keras's own)."""
+        self._hvd_state()
+        helper = self.__dict__["_hvd_agg"]
+        if helper is not None:
+            indices = self._hvd_indices(variables)
+            return helper.compute_gradients(grads, variables, indices)
+        return self._hvd_allreduce(grads, variables)
+
+    def _hvd_allreduce(self, grads, variables):
+        """Allreduces grads (among the process set's ranks) but those of
+        registered local variables, which are divided by the set's size
+        (Horovod's scale_local_gradients)."""
+        reducer = self._hvd_state()
+        ps = self._hvd_options["process_set"]
+        n = _hvd.size() if ps is None else ps.size()
+        return reduce_but_local(
+            reducer, grads, variables, self.__dict__["_hvd_local_vars"],
+            self._hvd_options["scale_local_gradients"], n)
+
+
+class _DistributedMixin(_HvdState):
+    """Placed before the user's Keras 3 optimizer class in the dynamic
+    subclass."""
+
     @property
     def lr(self):
         """Keras 2's alias of learning_rate, which Horovod users read."""
@@ -102,13 +145,6 @@ class _DistributedMixin:
     @lr.setter
     def lr(self, value):
         self.learning_rate = value
-
-    def register_local_var(self, var):
-        """Registers a variable as worker local: its gradient is not
-        allreduced (it is divided by size, as Horovod's
-        scale_local_gradients=True does)."""
-        self._hvd_state()
-        self.__dict__["_hvd_local_vars"].add(_ref(var))
 
     # -- Keras 3 hooks ----------------------------------------------------
 
@@ -161,31 +197,8 @@ class _DistributedMixin:
 
     # -- Horovod's API ------------------------------------------------------
 
-    # Not converted by AutoGraph when a tf.function calls it: it has no
-    # Python control flow on tensors (tf.cond is explicit), and converting
-    # hvd's call graph made the first trace take seconds.
-    @tf.autograph.experimental.do_not_convert
-    def _hvd_reduce(self, grads, variables):
-        """This step's gradients as they are to be applied: allreduced, or
-        (backward_passes_per_step > 1) accumulated and allreduced on every
-        backward_passes_per_step-th step."""
-        self._hvd_state()
-        helper = self.__dict__["_hvd_agg"]
-        if helper is not None:
-            indices = [self._get_variable_index(v) for v in variables]
-            return helper.compute_gradients(grads, variables, indices)
-        return self._hvd_allreduce(grads, variables)
-
-    def _hvd_allreduce(self, grads, variables):
-        """Allreduces grads (among the process set's ranks) but those of
-        registered local variables, which are divided by the set's size
-        (Horovod's scale_local_gradients)."""
-        reducer = self._hvd_state()
-        ps = self._hvd_options["process_set"]
-        n = _hvd.size() if ps is None else ps.size()
-        return reduce_but_local(
-            reducer, grads, variables, self.__dict__["_hvd_local_vars"],
-            self._hvd_options["scale_local_gradients"], n)
+    def _hvd_indices(self, variables):
+        return [self._get_variable_index(v) for v in variables]
 
     def compute_gradients(self, loss, var_list, tape=None):
         return self._compute_gradients(loss, var_list, None, tape)

@@ -19,9 +19,8 @@ with its name, as Horovod's, so a saved model loads without hvd."""
 
 import tensorflow as tf
 
-import hvd.tensorflow as _hvd
-from hvd.tensorflow._reduce import LocalAggregation, reduce_but_local
 from hvd.tensorflow._reduce import ref as _ref
+from hvd.tensorflow.keras._optimizer import _HvdState
 
 
 class CallableList(list):
@@ -32,45 +31,13 @@ class CallableList(list):
         return self
 
 
-class _Keras2DistributedMixin:
+class _Keras2DistributedMixin(_HvdState):
     """Placed before the user's Keras 2 optimizer class in the dynamic
-    subclass; the Horovod options live on the class (``_hvd_options``), so
-    that ``from_config`` copies distribute the same way."""
+    subclass."""
 
-    _hvd_options = None
-
-    def _hvd_state(self):
-        d = self.__dict__
-        if "_hvd_reducer" not in d:
-            from hvd.tensorflow.keras._optimizer import _Reducer
-            o = self._hvd_options
-            reducer = _Reducer(o["name"], o["device_dense"],
-                               o["device_sparse"], o["compression"],
-                               o["sparse_as_dense"], o["op"],
-                               o["gradient_predivide_factor"], o["groups"],
-                               o["process_set"])
-            helper = None
-            if o["backward_passes_per_step"] > 1:
-                helper = LocalAggregation(
-                    o["backward_passes_per_step"], self._hvd_allreduce,
-                    o["sparse_as_dense"], o["average_aggregated_gradients"])
-            # object.__setattr__: neither tracked by Keras nor taken for a
-            # hyperparameter by OptimizerV2.__setattr__.
-            object.__setattr__(self, "_hvd_reducer", reducer)
-            object.__setattr__(self, "_hvd_agg", helper)
-            object.__setattr__(self, "_hvd_local_vars", set())
-            object.__setattr__(self, "_hvd_reduced", None)
-            object.__setattr__(self, "_hvd_index", {})
-            object.__setattr__(self, "_hvd_seen", [])
-        return self.__dict__["_hvd_reducer"]
-
-    @property
-    def _agg_helper(self):
-        """Horovod's name for the gradient aggregation helper (None when
-        backward_passes_per_step is 1); its ``counter`` is the number of
-        backward passes since the last allreduce."""
-        self._hvd_state()
-        return self.__dict__["_hvd_agg"]
+    def _hvd_more_state(self):
+        object.__setattr__(self, "_hvd_index", {})
+        object.__setattr__(self, "_hvd_seen", [])
 
     @property
     def variables(self):
@@ -79,22 +46,7 @@ class _Keras2DistributedMixin:
         v = super().variables
         return CallableList(v() if callable(v) else v)
 
-    def register_local_var(self, var):
-        """Registers a variable as worker local: its gradient is not
-        allreduced (it is divided by size, as Horovod's
-        scale_local_gradients=True does)."""
-        self._hvd_state()
-        self.__dict__["_hvd_local_vars"].add(_ref(var))
-
     # -- reducing ------------------------------------------------------
-
-    def _hvd_allreduce(self, grads, variables):
-        reducer = self._hvd_state()
-        ps = self._hvd_options["process_set"]
-        n = _hvd.size() if ps is None else ps.size()
-        return reduce_but_local(
-            reducer, grads, variables, self.__dict__["_hvd_local_vars"],
-            self._hvd_options["scale_local_gradients"], n)
 
     def _hvd_indices(self, variables):
         """Each variable's number among all those this optimizer has seen
@@ -110,21 +62,6 @@ class _Keras2DistributedMixin:
             out.append(index[key])
         self.__dict__["_hvd_agg"].build(seen)
         return out
-
-    # Not converted by AutoGraph when a tf.function calls it: it has no
-    # Python control flow on tensors (tf.cond is explicit), and converting
-    # hvd's call graph made the first trace take seconds.
-    @tf.autograph.experimental.do_not_convert
-    def _hvd_reduce(self, grads, variables):
-        """This step's gradients as they are to be applied: allreduced, or
-        (backward_passes_per_step > 1) accumulated and allreduced on every
-        backward_passes_per_step-th pass."""
-        self._hvd_state()
-        helper = self.__dict__["_hvd_agg"]
-        if helper is not None:
-            indices = self._hvd_indices(variables)
-            return helper.compute_gradients(grads, variables, indices)
-        return self._hvd_allreduce(grads, variables)
 
     def _hvd_mark(self, reduced):
         object.__setattr__(self, "_hvd_reduced", list(reduced))
