@@ -50,7 +50,9 @@ else
     rm -rf "$tmp/src"/build "$tmp/src"/build-*
 fi
 echo "pip install $tmp/src"
-timeout 900 "$pip" install -q "$tmp/src"
+# On every core, as a user's CMAKE_BUILD_PARALLEL_LEVEL would (CMake builds
+# serially by default).
+CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) timeout 900 "$pip" install -q "$tmp/src"
 # The installed package is Python and libraries: the TensorFlow op
 # library's sources (python/hvd/tensorflow/_ops) are not in it.
 pkg=$(echo "$tmp"/venv/lib/python*/site-packages/hvd)
