@@ -295,7 +295,8 @@ hvd_status hvd_engine_express_run(hvd_engine *eng, hvd_request *req) {
 }
 
 /* How far into the submission queue a waiter looks for its asynchronous
- * request: one deeper than that is part of a burst. */
+ * request (under the lock, so the look is bounded): one deeper in a longer
+ * queue, and not its tail, is left to the engine thread. */
 #define WAIT_QUEUE_LOOK 16
 
 /*
