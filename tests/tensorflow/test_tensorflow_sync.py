@@ -1,4 +1,5 @@
-"""hvd.tensorflow's eager calls of CPU tensors run libhvd's blocking calls
+"""hvd.tensorflow's eager calls of CPU tensors (allreduce, grouped
+allreduce, broadcast, reducescatter) run libhvd's blocking calls
 on the calling thread (the ops' blocking attr); inside a tf.function the
 kernels stay asynchronous. Both ways give the same results, the same
 errors and use the same names, so ranks may mix them on one name. Run
@@ -62,6 +63,11 @@ def test_eager_exact(dtype):
         same(outs[1], total(3, dtype))
         same(hvd.broadcast(value(R, count, dtype), N - 1, name="bc." + key),
              value(N - 1, count, dtype))
+        # Reducescatter of 2N rows: this rank's two rows of the sum.
+        rows = tf.reshape(value(R, 2 * N * 3, dtype), (2 * N, 3))
+        want = tf.reshape(total(2 * N * 3, dtype), (2 * N, 3))
+        same(hvd.reducescatter(rows, op=hvd.Sum, name="rs." + key),
+             want[2 * R:2 * R + 2])
 
 
 @pytest.mark.parametrize("dtype", [tf.uint16, tf.int16, tf.bool],
@@ -110,6 +116,9 @@ def test_ways_mixed_on_one_name():
             b = bc_in_graph(x)
         same(got, want)
         same(b, tf.fill([5], float(i)))
+        rs = raw("hvd_reducescatter", tf.fill([2 * N, 2], float(R + i)),
+                 way == 0, "mixrs", reduce_op=hvd.Sum)
+        same(rs, tf.fill([2, 2], float(sum(q + i for q in range(N)))))
         # Grouped, the blocking and the asynchronous kernel.
         outs = mpi_ops.MPI_LIB.hvd_grouped_allreduce(
             [x, tf.ones([2])], reduce_op=hvd.Sum, tensor_name="mixg",
@@ -155,6 +164,12 @@ def test_errors_are_the_same_either_way():
     assert "hvd allreduce 'mm' on rank %d: " % R in texts[0], texts[0]
     assert "HVD_ERR_MISMATCH" in texts[0] and "hvd_ps_" not in texts[0]
     # Through the wrappers too, and the job goes on.
+    rs = [_error_of(lambda: raw(
+        "hvd_reducescatter", tf.ones([N, R + 1]), blocking, "mm.rs.%d" %
+        blocking, reduce_op=hvd.Sum)) for blocking in (True, False)]
+    assert type(rs[0]) is type(rs[1])
+    assert re.sub(r"mm\.rs\.[01]", "x", rs[0].message) == \
+        re.sub(r"mm\.rs\.[01]", "x", rs[1].message)
     e = _error_of(lambda: hvd.broadcast(
         tf.ones([2], tf.float32 if R else tf.int32), 0, name="mm.bc"))
     assert "HVD_ERR_MISMATCH" in e.message

@@ -336,6 +336,20 @@ static void scatter_compute(const kernel *k, TF_OpKernelContext *ctx,
                    free_arrays);
     CHECK_HVD_GOTO(hvd_tf_device_ready(p, k, why, sizeof(why)), st,
                    free_arrays);
+    if (hvd_tf_blocking(k) && n == 1) {
+        int64_t shape[SHAPE_DIMS];
+
+        /* A group's parts stay asynchronous: they are all in flight
+         * before any is waited for, on ranks that mix the ways too. */
+        st = hvd_ps_reducescatter_shaped(
+            k->ps, hvd_tf_op_name(k), hvd_tf_data_of(ins[0]),
+            hvd_tf_data_of(outs[0]), hvd_tf_shape_of(ins[0], shape), shape,
+            (hvd_dtype)hvd_tf_type_of(TF_TensorType(ins[0])),
+            (hvd_op)k->reduce_op);
+        hvd_tf_ended(p, st);
+        p = NULL;
+        goto free_arrays;
+    }
     scatter_submit(sc, p, k, n, ins, outs);
     sc = NULL; /* the parts' now: the last one frees it */
     p = NULL;
