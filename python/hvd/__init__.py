@@ -60,6 +60,8 @@ def _np():
 # Collectives on numpy arrays. Names and arguments are those of
 # horovod.torch; an out-of-place op accepts anything np.asarray takes and
 # returns a new array, an in-place op (trailing _) writes into its array.
+# The synchronous ones run libhvd's blocking calls on the calling thread
+# (sync=True: no handle, no hand-off to the engine thread), as hvd.torch's.
 
 
 def _ps(process_set):
@@ -86,16 +88,18 @@ def allreduce_async_(array, average=None, name=None, op=None,
 def allreduce(array, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """Reduces array across ranks (default op: Average, as Horovod's)."""
-    return synchronize(allreduce_async(array, average, name, op,
-                                       prescale_factor, postscale_factor,
-                                       process_set))
+    return _core.allreduce_async(_np(), array, name,
+                                 resolve_op(op, average), prescale_factor,
+                                 postscale_factor, False, _ps(process_set),
+                                 sync=True)
 
 
 def allreduce_(array, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
-    return synchronize(allreduce_async_(array, average, name, op,
-                                        prescale_factor, postscale_factor,
-                                        process_set))
+    return _core.allreduce_async(_np(), array, name,
+                                 resolve_op(op, average), prescale_factor,
+                                 postscale_factor, True, _ps(process_set),
+                                 sync=True)
 
 
 def grouped_allreduce_async(arrays, average=None, name=None, op=None,
@@ -119,18 +123,19 @@ def grouped_allreduce_async_(arrays, average=None, name=None, op=None,
 def grouped_allreduce(arrays, average=None, name=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0,
                       process_set=None):
-    return synchronize(grouped_allreduce_async(arrays, average, name, op,
-                                               prescale_factor,
-                                               postscale_factor, process_set))
+    return _core.grouped_allreduce_async(_np(), list(arrays), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         False, _ps(process_set), sync=True)
 
 
 def grouped_allreduce_(arrays, average=None, name=None, op=None,
                        prescale_factor=1.0, postscale_factor=1.0,
                        process_set=None):
-    return synchronize(grouped_allreduce_async_(arrays, average, name, op,
-                                                prescale_factor,
-                                                postscale_factor,
-                                                process_set))
+    return _core.grouped_allreduce_async(_np(), list(arrays), name,
+                                         resolve_op(op, average),
+                                         prescale_factor, postscale_factor,
+                                         True, _ps(process_set), sync=True)
 
 
 def allgather_async(array, name=None, process_set=None):
@@ -140,8 +145,8 @@ def allgather_async(array, name=None, process_set=None):
 def allgather(array, name=None, process_set=None):
     """Concatenates every rank's array along the first dimension (which
     may differ between ranks)."""
-    return synchronize(_core.allgather_async(_np(), array, name, False,
-                                             _ps(process_set)))
+    return _core.allgather_async(_np(), array, name, False,
+                                 _ps(process_set), sync=True)[0]
 
 
 def broadcast_async(array, root_rank, name=None, process_set=None):
@@ -157,11 +162,13 @@ def broadcast_async_(array, root_rank, name=None, process_set=None):
 def broadcast(array, root_rank, name=None, process_set=None):
     """root_rank's array on every rank (of process_set; root_rank is a
     rank of the job, as in Horovod)."""
-    return synchronize(broadcast_async(array, root_rank, name, process_set))
+    return _core.broadcast_async(_np(), array, root_rank, name, False,
+                                 _ps(process_set), sync=True)
 
 
 def broadcast_(array, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(array, root_rank, name, process_set))
+    return _core.broadcast_async(_np(), array, root_rank, name, True,
+                                 _ps(process_set), sync=True)
 
 
 def alltoall_async(array, splits=None, name=None, process_set=None):
@@ -173,9 +180,9 @@ def alltoall(array, splits=None, name=None, process_set=None):
     """Sends splits[r] rows of array (first dimension; equal parts without
     splits) to rank r and returns what every rank sent this one, in rank
     order, with splits also the rows received from each rank."""
-    out = synchronize(_core.alltoall_async(_np(), array, splits, name,
-                                           eager=False, with_splits=True,
-                                           ps=_ps(process_set)))
+    out = _core.alltoall_async(_np(), array, splits, name, eager=False,
+                               with_splits=True, ps=_ps(process_set),
+                               sync=True)
     return out if splits is not None else out[0]
 
 
@@ -190,8 +197,10 @@ def reducescatter(array, name=None, op=Average, prescale_factor=1.0,
                   postscale_factor=1.0, process_set=None):
     """Reduces array across ranks and returns this rank's rows of the
     result (the first ranks get one more when they do not divide)."""
-    return synchronize(reducescatter_async(array, name, op, prescale_factor,
-                                           postscale_factor, process_set))
+    return _core.reducescatter_async(_np(), array, name,
+                                     resolve_op(op, None), prescale_factor,
+                                     postscale_factor, _ps(process_set),
+                                     sync=True)
 
 
 def grouped_allgather(arrays, name=None, process_set=None):

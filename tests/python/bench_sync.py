@@ -1,7 +1,7 @@
 """The cost of one small synchronous collective from Python: a 4-byte
 hvd.torch.allreduce_ against torch.distributed.all_reduce on Gloo, in the
-same run (rounds interleaved), and the C blocking call through ctypes as
-the floor. Run under hvdrun (every rank runs it):
+same run (rounds interleaved), the C blocking call through ctypes as
+the floor, and allreduce_async_ followed at once by synchronize. Run under hvdrun (every rank runs it):
 
     hvdrun -np 2 -- python tests/python/bench_sync.py [--iters N]
 
@@ -56,8 +56,14 @@ def main():
     def c_call():
         lib.hvd_allreduce(b"c.x", ptr, ptr, 1, L.FLOAT32, L.SUM)
 
+    a = torch.zeros(1, dtype=torch.float32)
+
+    def async_call():
+        hvd.synchronize(hvd.allreduce_async_(a, name="a", op=hvd.Sum))
+
     cases = [("hvd.torch.allreduce_", hvd_call),
-             ("hvd_allreduce (ctypes)", c_call)]
+             ("hvd_allreduce (ctypes)", c_call),
+             ("allreduce_async_ + synchronize", async_call)]
     if not args.no_gloo:
         dist.init_process_group(
             "gloo", rank=rank, world_size=size,

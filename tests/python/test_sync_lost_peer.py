@@ -1,5 +1,6 @@
 """A rank is lost (killed, or gone without leaving the job) while the
-others make synchronous hvd.torch calls: each survivor's next calls raise
+others make synchronous hvd.torch calls (and an _async call synchronized
+at once, and a numpy call): each survivor's next calls raise
 hvd's error (HorovodInternalError, the lost rank named) instead of
 hanging, whether the call is blocked on this thread when the rank goes
 (the express way's wait) or starts after. Run under hvdrun at 2 or more
@@ -32,6 +33,9 @@ if how == "kill" and \
 
 import torch  # noqa: E402  (after the fork)
 
+import numpy  # noqa: E402
+
+import hvd as hnp  # noqa: E402
 import hvd.torch as hvd  # noqa: E402
 
 hvd.init()
@@ -74,6 +78,10 @@ ok = raises("allreduce", lambda: hvd.allreduce(torch.ones(2, 2),
                                                name="w2")) and ok
 ok = raises("broadcast_", lambda: hvd.broadcast_(x, 0, name="b")) and ok
 ok = raises("allgather", lambda: hvd.allgather(x, name="g")) and ok
+ok = raises("allreduce_async_ + synchronize", lambda: hvd.synchronize(
+    hvd.allreduce_async_(x, name="a"))) and ok
+ok = raises("numpy allreduce", lambda: hnp.allreduce(numpy.ones(3),
+                                                     name="n")) and ok
 if not ok:
     sys.exit(1)
 print("PASS rank %d" % rank, flush=True)

@@ -313,3 +313,156 @@ def test_c_blocking_shaped_forms():
                                       bad, 7, hvd.Sum)
         assert L.STATUS_NAMES[st] == "HVD_ERR_MISMATCH"
         assert "hvd_allreduce('c.mm')" in L.last_error()
+
+
+def test_synchronize_at_once():
+    """_async then synchronize at once: the waiter runs the engine for a
+    request the engine thread has not taken in yet (or leaves it to the
+    engine thread, HVD_CALLER_PROGRESS=0): exact results for every
+    collective, every time."""
+    r, n = hvd.rank(), hvd.size()
+    for i in range(100):
+        y = torch.full((5,), float(r + i))
+        hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum, name="now"))
+        same(y, torch.full((5,), float(sum(q + i for q in range(n)))))
+    for i in range(5):
+        key = "now.%d" % i
+        g = hvd.synchronize(hvd.allgather_async(
+            torch.full((r + 1, 2), float(r)), name="ag." + key))
+        same(g, torch.cat([torch.full((q + 1, 2), float(q))
+                           for q in range(n)]))
+        b = hvd.synchronize(hvd.broadcast_async(
+            torch.full((3,), float(r + i)), n - 1, name="bc." + key))
+        same(b, torch.full((3,), float(n - 1 + i)))
+        rs = hvd.synchronize(hvd.reducescatter_async(
+            torch.ones(2 * n, 3), op=hvd.Sum, name="rs." + key))
+        same(rs, torch.full((2, 3), float(n)))
+        a, _ = hvd.synchronize(hvd.alltoall_async(
+            torch.full((n,), float(r)), name="a2a." + key))
+        same(a, torch.arange(n, dtype=torch.float32))
+        outs = hvd.synchronize(hvd.grouped_allreduce_async(
+            [torch.ones(2), torch.ones(3, dtype=torch.int64)], op=hvd.Sum,
+            name="gar." + key))
+        same(outs[0], torch.full((2,), float(n)))
+        same(outs[1], torch.full((3,), n, dtype=torch.int64))
+    no_handles()
+
+
+def test_synchronize_a_burst_out_of_order():
+    """Several _async calls in flight, synchronized last first: whoever
+    runs the engine finishes them all."""
+    r, n = hvd.rank(), hvd.size()
+    for rnd in range(10):
+        ys = [torch.full((k + 1,), float(r + k)) for k in range(8)]
+        hs = [hvd.allreduce_async_(y, op=hvd.Sum, name="burst.%d" % k)
+              for k, y in enumerate(ys)]
+        for k in reversed(range(8)):
+            hvd.synchronize(hs[k])
+            same(ys[k], torch.full((k + 1,), float(sum(
+                q + k for q in range(n)))))
+    no_handles()
+
+
+def test_synchronize_two_threads():
+    """Two threads of every rank each submit and synchronize at once
+    (their own names): one runs the engine, the other waits or takes it
+    next; both exact."""
+    r, n = hvd.rank(), hvd.size()
+    errors = []
+    start = threading.Barrier(2, timeout=60)
+
+    def worker(t):
+        try:
+            start.wait()
+            for i in range(200):
+                y = torch.full((3,), float(r + t + i))
+                hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum,
+                                                     name="tha%d" % t))
+                want = float(sum(q + t + i for q in range(n)))
+                same(y, torch.full((3,), want))
+        except Exception as e:  # raised below, on the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+        assert not th.is_alive(), "a thread hung"
+    assert not errors, errors
+    no_handles()
+
+
+NP_DTYPES = ["uint8", "int8", "int16", "uint16", "int32", "uint32", "int64",
+             "float16", "float32", "float64", "bool"]
+
+
+@pytest.mark.parametrize("dt", NP_DTYPES)
+def test_numpy_calls(dt):
+    """hvd's numpy calls (blocking forms): exact results for every dtype,
+    no handle left."""
+    import numpy as np
+    import hvd as hnp
+    r, n = hvd.rank(), hvd.size()
+
+    def val(q, shape):
+        base = (np.arange(int(np.prod(shape))) + q) % 3
+        if dt != "bool":
+            base = base + 1
+        return base.reshape(shape).astype(dt)
+
+    def tot(shape):
+        if dt == "bool":
+            return np.logical_or.reduce([val(q, shape) for q in range(n)])
+        return sum(val(q, shape).astype(np.int64)
+                   for q in range(n)).astype(dt)
+
+    def eq(a, b):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+        assert np.array_equal(a, b), (a, b)
+
+    for shape in [(5,), (2, 3), (0,)]:
+        key = "np.%s.%d.%d" % (dt, len(shape), shape[0])
+        x = val(r, shape)
+        eq(hnp.allreduce(x, op=hnp.Sum, name="ar." + key), tot(shape))
+        y = x.copy()
+        assert hnp.allreduce_(y, op=hnp.Sum, name="ar_." + key) is y
+        eq(y, tot(shape))
+        for out in hnp.grouped_allreduce([x, x.copy()], op=hnp.Sum,
+                                         name="gar." + key):
+            eq(out, tot(shape))
+        y = x.copy()
+        hnp.grouped_allreduce_([y], op=hnp.Sum, name="gar_." + key)
+        eq(y, tot(shape))
+        eq(hnp.broadcast(x, n - 1, name="bc." + key), val(n - 1, shape))
+        y = x.copy()
+        hnp.broadcast_(y, 0, name="bc_." + key)
+        eq(y, val(0, shape))
+        rows = (r + 1,) + shape[1:]
+        eq(hnp.allgather(val(r, rows), name="ag." + key),
+           np.concatenate([val(q, (q + 1,) + shape[1:]) for q in range(n)]))
+        big = (2 * n,) + shape[1:]
+        if dt != "bool":
+            eq(hnp.reducescatter(val(r, big), op=hnp.Sum, name="rs." + key),
+               tot(big)[2 * r:2 * r + 2])
+        eq(hnp.alltoall(val(r, big), name="a2a." + key),
+           np.concatenate([val(q, big)[2 * r:2 * r + 2] for q in range(n)]))
+    no_handles()
+
+
+def test_numpy_mismatch_raises_on_every_rank():
+    import numpy as np
+    import hvd as hnp
+    r, n = hvd.rank(), hvd.size()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    with pytest.raises(hnp.MismatchError) as info:
+        hnp.allreduce(np.ones(r + 2), op=hnp.Sum, name="np.mm")
+    assert str(info.value).startswith(
+        "hvd_allreduce('allreduce.np.mm') on rank %d" % r)
+    with pytest.raises(hnp.MismatchError, match="int32"):
+        hnp.broadcast(np.ones(2, dtype=np.float32 if r else np.int32), 0,
+                      name="np.mm.bc")
+    eq = hnp.allreduce(np.ones(2), op=hnp.Sum, name="np.mm")
+    assert np.array_equal(eq, np.full(2, float(n)))
+    no_handles()

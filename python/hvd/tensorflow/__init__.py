@@ -42,6 +42,7 @@ from hvd.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum,
                                     shutdown, size, size_op,
                                     start_timeline, stop_timeline)
 from hvd.tensorflow.util import _executing_eagerly
+from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
 from hvd.tensorflow import mpi_ops as _mpi_ops
 
 
@@ -55,6 +56,14 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     Sum and Average are possible. device_dense and device_sparse place the
     op, as Horovod's."""
     op = resolve_op(op, average)
+    if type(tensor) is _EagerTensor and device_dense == "" and \
+            compression is Compression.none and prescale_factor == 1.0 and \
+            postscale_factor == 1.0 and process_set is global_process_set \
+            and tf.executing_eagerly():
+        # The commonest eager call, straight to the op (what _allreduce
+        # would make of it: the blocking kernel for a CPU tensor).
+        return _mpi_ops.MPI_LIB.hvd_allreduce(
+            tensor, reduce_op=int(op), tensor_name=name or "", blocking=True)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
             raise NotImplementedError(

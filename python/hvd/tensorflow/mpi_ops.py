@@ -4,7 +4,12 @@ horovod.tensorflow.mpi_ops' names.
 
 The ops are asynchronous TensorFlow kernels: each hands its tensors' memory
 to libhvd and completes when libhvd calls back, so TensorFlow runs other
-ops meanwhile and the gradients of a step are in flight together.
+ops meanwhile and the gradients of a step are in flight together. Executed
+eagerly, allreduce, grouped allreduce, broadcast and reducescatter of CPU
+tensors run libhvd's blocking call instead (the op's blocking attr), on
+the calling thread, which runs hvd's engine as a C caller's does; inside a
+graph an inter-op thread must not block, and the kernels stay
+asynchronous.
 
 Names: inside a graph (tf.function, TF1) an operation is keyed by a name
 unique in that graph, derived from its input's tensor name as Horovod does
@@ -154,7 +159,8 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0,
     key = _key("HvdAllreduce", tensor, name, ignore_name_scope)
     out = MPI_LIB.hvd_allreduce(_scale(tensor, prescale_factor),
                                 reduce_op=int(op), tensor_name=key,
-                                process_set_id=_psid(process_set))
+                                process_set_id=_psid(process_set),
+                                blocking=_executing_eagerly())
     return _scale(out, postscale_factor)
 
 
@@ -171,7 +177,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0,
     key = _key("HvdGroupedAllreduce", tensors[0], name, ignore_name_scope)
     outs = MPI_LIB.hvd_grouped_allreduce(
         [_scale(t, prescale_factor) for t in tensors], reduce_op=int(op),
-        tensor_name=key, process_set_id=_psid(process_set))
+        tensor_name=key, process_set_id=_psid(process_set),
+        blocking=_executing_eagerly())
     return [_scale(o, postscale_factor) for o in outs]
 
 
@@ -208,7 +215,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     key = _key("HvdBroadcast", tensor, name, ignore_name_scope)
     return MPI_LIB.hvd_broadcast(tensor, root_rank=int(root_rank),
                                  tensor_name=key,
-                                 process_set_id=_psid(process_set))
+                                 process_set_id=_psid(process_set),
+                                 blocking=_executing_eagerly())
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
@@ -246,7 +254,8 @@ def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
     key = _key("HvdReducescatter", tensor, name, ignore_name_scope)
     out = MPI_LIB.hvd_reducescatter(_scale(tensor, prescale_factor),
                                     reduce_op=int(op), tensor_name=key,
-                                    process_set_id=_psid(process_set))
+                                    process_set_id=_psid(process_set),
+                                    blocking=_executing_eagerly())
     return _scale(out, postscale_factor)
 
 

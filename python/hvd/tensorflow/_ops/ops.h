@@ -128,6 +128,9 @@ typedef struct kernel {
     int root_rank;
     int ps;     /* the process_set_id attr: 0 is every rank */
     int on_gpu; /* a GPU kernel: its tensors are in device memory */
+    /* The blocking attr (an eager call, register.c): a CPU kernel runs
+     * libhvd's blocking form on the calling thread. */
+    int blocking;
 } kernel;
 
 /* libhvd's name for an operation: NULL for an unnamed one (matched by
@@ -196,6 +199,16 @@ hvd_status hvd_tf_device_ready(const pending *p, const kernel *k, char *why,
 /* Hands h to the kernel's end (on libhvd's completion), or fails and ends
  * the kernel with the submission's st. p is no longer the caller's. */
 void hvd_tf_submitted(pending *p, hvd_status st, hvd_handle h);
+
+/* Whether k runs libhvd's blocking form on the calling thread. */
+static inline int hvd_tf_blocking(const kernel *k) {
+    return k->blocking && !k->on_gpu;
+}
+
+/* Ends p's kernel after libhvd's blocking call returned st: a failure
+ * says what the asynchronous form's would (hvd_last_error without the
+ * blocking call's own prefix). */
+void hvd_tf_ended(pending *p, hvd_status st);
 
 /* ------------------------------------------------------------------ */
 /* twostep.c                                                           */

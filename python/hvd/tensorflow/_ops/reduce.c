@@ -58,6 +58,14 @@ void hvd_tf_allreduce_compute(void *kp, TF_OpKernelContext *ctx,
     CHECK_HVD_GOTO(hvd_tf_device_ready(p, k, why, sizeof(why)), st,
                    fail_kernel);
     /* With its shape, so that ranks disagreeing on it fail as in Horovod. */
+    if (hvd_tf_blocking(k)) {
+        st = hvd_ps_allreduce_shaped(
+            k->ps, hvd_tf_op_name(k), hvd_tf_data_of(in), hvd_tf_data_of(out),
+            hvd_tf_shape_of(in, dims), dims,
+            (hvd_dtype)hvd_tf_type_of(TF_TensorType(in)), (hvd_op)k->reduce_op);
+        hvd_tf_ended(p, st);
+        return;
+    }
     st = hvd_ps_allreduce_shaped_async(
         k->ps, hvd_tf_op_name(k), hvd_tf_data_of(in), hvd_tf_data_of(out),
         hvd_tf_shape_of(in, dims), dims,
@@ -99,6 +107,15 @@ void hvd_tf_grouped_compute(void *kp, TF_OpKernelContext *ctx,
     }
     CHECK_HVD_GOTO(hvd_tf_device_ready(p, k, why, sizeof(why)), st,
                    free_arrays);
+    if (hvd_tf_blocking(k)) {
+        st = hvd_ps_grouped_allreduce(
+            k->ps, hvd_tf_op_name(k), n, (const void *const *)sends,
+            (void *const *)recvs, counts, (hvd_dtype)hvd_tf_type_of(type),
+            (hvd_op)k->reduce_op);
+        hvd_tf_ended(p, st);
+        p = NULL;
+        goto free_arrays;
+    }
     st = hvd_ps_grouped_allreduce_async(
         k->ps, hvd_tf_op_name(k), n, (const void *const *)sends,
         (void *const *)recvs, counts, (hvd_dtype)hvd_tf_type_of(type),
@@ -160,6 +177,17 @@ void hvd_tf_broadcast_compute(void *kp, TF_OpKernelContext *ctx,
         }
     }
     moved_as(in, &count, &type);
+    if (hvd_tf_blocking(k)) {
+        if (count == (size_t)TF_TensorElementCount(in))
+            st = hvd_ps_broadcast_shaped(
+                k->ps, hvd_tf_op_name(k), hvd_tf_data_of(buf),
+                hvd_tf_shape_of(in, dims), dims, type, k->root_rank);
+        else
+            st = hvd_ps_broadcast(k->ps, hvd_tf_op_name(k), hvd_tf_data_of(buf),
+                                  count, type, k->root_rank);
+        hvd_tf_ended(p, st);
+        return;
+    }
     if (count == (size_t)TF_TensorElementCount(in))
         st = hvd_ps_broadcast_shaped_async(
             k->ps, hvd_tf_op_name(k), hvd_tf_data_of(buf),
@@ -308,6 +336,20 @@ static void scatter_compute(const kernel *k, TF_OpKernelContext *ctx,
                    free_arrays);
     CHECK_HVD_GOTO(hvd_tf_device_ready(p, k, why, sizeof(why)), st,
                    free_arrays);
+    if (hvd_tf_blocking(k) && n == 1) {
+        int64_t shape[SHAPE_DIMS];
+
+        /* A group's parts stay asynchronous: they are all in flight
+         * before any is waited for, on ranks that mix the ways too. */
+        st = hvd_ps_reducescatter_shaped(
+            k->ps, hvd_tf_op_name(k), hvd_tf_data_of(ins[0]),
+            hvd_tf_data_of(outs[0]), hvd_tf_shape_of(ins[0], shape), shape,
+            (hvd_dtype)hvd_tf_type_of(TF_TensorType(ins[0])),
+            (hvd_op)k->reduce_op);
+        hvd_tf_ended(p, st);
+        p = NULL;
+        goto free_arrays;
+    }
     scatter_submit(sc, p, k, n, ins, outs);
     sc = NULL; /* the parts' now: the last one frees it */
     p = NULL;

@@ -66,6 +66,13 @@ static void *kernel_create(TF_OpKernelConstruction *c) {
     CHECK_TF_GOTO(s, delete_status);
     if (TF_OpKernelConstruction_HasAttr(c, "process_set_id", s))
         TF_OpKernelConstruction_GetAttrInt32(c, "process_set_id", &k->ps, s);
+    CHECK_TF_GOTO(s, delete_status);
+    if (TF_OpKernelConstruction_HasAttr(c, "blocking", s)) {
+        TF_Bool blocking = 0;
+
+        TF_OpKernelConstruction_GetAttrBool(c, "blocking", &blocking, s);
+        k->blocking = blocking != 0;
+    }
 delete_status:
     /* A kernel that failed is still returned, for kernel_delete. */
     if (TF_GetCode(s) != TF_OK)
@@ -260,10 +267,17 @@ typedef struct op_spec {
 /* The process set an operation runs in (0: every rank; hvd.h, "Process
  * sets"). */
 #define PS_ATTR "process_set_id: int = 0"
+/* Set by the Python wrapper when it executes eagerly: the CPU kernel then
+ * runs libhvd's blocking call on the calling thread (which drives the
+ * engine, docs/design.md "From Python"). Inside a graph an inter-op thread
+ * must not block: the op stays asynchronous. Either way the call is the
+ * same (name, buffers, shape, type, op), so ranks may mix them. */
+#define BLOCKING_ATTR "blocking: bool = false"
 
 static const op_spec specs[] = {
     {"HvdAllreduce",
-     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''", PS_ATTR},
+     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''", PS_ATTR,
+      BLOCKING_ATTR},
      {"tensor: T"},
      {"sum: T"},
      shape_same,
@@ -272,7 +286,7 @@ static const op_spec specs[] = {
      1},
     {"HvdGroupedAllreduce",
      {"T: " REDUCIBLE, "N: int >= 1", "reduce_op: int",
-      "tensor_name: string = ''", PS_ATTR},
+      "tensor_name: string = ''", PS_ATTR, BLOCKING_ATTR},
      {"tensors: N * T"},
      {"sums: N * T"},
      shape_same,
@@ -280,7 +294,8 @@ static const op_spec specs[] = {
      NULL,
      1},
     {"HvdBroadcast",
-     {"T: " MOVABLE, "root_rank: int", "tensor_name: string = ''", PS_ATTR},
+     {"T: " MOVABLE, "root_rank: int", "tensor_name: string = ''", PS_ATTR,
+      BLOCKING_ATTR},
      {"tensor: T"},
      {"output: T"},
      shape_same,
@@ -306,7 +321,8 @@ static const op_spec specs[] = {
      NULL,
      0},
     {"HvdReducescatter",
-     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''", PS_ATTR},
+     {"T: " REDUCIBLE, "reduce_op: int", "tensor_name: string = ''", PS_ATTR,
+      BLOCKING_ATTR},
      {"tensor: T"},
      {"output: T"},
      shape_scattered,
