@@ -140,20 +140,18 @@ static hvd_status reduce_chunk(hvd_comm *comm, const uint8_t *send,
 /*
  * Elements [off, off + cnt) of the reduction, out of every rank's sendbuf
  * (hvd_direct_begin has published them), into dst[0 .. cnt), a chunk of
- * chunk_bytes at a time; streamed (reduce_chunk) when the collective's
- * whole buffer, total bytes, is at least cfg.stream_min: then it cannot
- * stay in the cache anyway.
+ * chunk_bytes at a time; streamed (reduce_chunk) if stream and there are
+ * peers.
  */
 static hvd_status reduce_range(hvd_comm *comm, const void *sendbuf,
-                               uint8_t *dst, size_t off, size_t cnt,
-                               size_t total, hvd_dtype dtype, hvd_op op,
-                               size_t chunk_bytes) {
+                               uint8_t *dst, size_t off, size_t cnt, int stream,
+                               hvd_dtype dtype, hvd_op op, size_t chunk_bytes) {
     size_t es = hvd_dtype_size(dtype);
     size_t chunk = chunk_bytes / es;
-    int stream = comm->size > 1 && total >= comm->cfg.stream_min;
     uint8_t *acc, *tmp;
     hvd_status st;
 
+    stream = stream && comm->size > 1;
     if (chunk == 0)
         chunk = 1;
     if (cnt < chunk)
@@ -170,22 +168,33 @@ static hvd_status reduce_range(hvd_comm *comm, const void *sendbuf,
     return st;
 }
 
+/*
+ * Whether a reduction whose whole buffer is bytes long writes its result
+ * with non-temporal stores: from cfg.stream_min on, where that buffer and
+ * the peers' cannot stay in the cache anyway.
+ */
+static int streamed(const hvd_comm *comm, size_t bytes) {
+    return bytes >= comm->cfg.stream_min;
+}
+
 /* The reduce-scatter of the allreduce: segment rank into recvbuf. */
 static hvd_status reduce_scatter(hvd_comm *comm, const void *sendbuf,
                                  void *recvbuf, size_t count, hvd_dtype dtype,
-                                 hvd_op op, size_t chunk_bytes) {
+                                 hvd_op op, size_t chunk_bytes, int stream) {
     size_t es = hvd_dtype_size(dtype), off, cnt;
 
     hvd_part_range(count, (size_t)comm->size, (size_t)comm->rank, &off, &cnt);
     return reduce_range(comm, sendbuf, (uint8_t *)recvbuf + off * es, off, cnt,
-                        count * es, dtype, op, chunk_bytes);
+                        stream, dtype, op, chunk_bytes);
 }
 
+/* Hier's: its segment is what the cross-host allreduce reads next, so it
+ * is written the plain way, into the cache. */
 hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                                      void *recvbuf, size_t count,
                                      hvd_dtype dtype, hvd_op op) {
     return reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op,
-                          comm->cfg.chunk_bytes);
+                          comm->cfg.chunk_bytes, 0);
 }
 
 hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
@@ -199,7 +208,8 @@ hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
                    &cnt);
     if (st == HVD_OK)
         st = reduce_range(comm, sendbuf, block, off * unit, cnt * unit,
-                          count * es, dtype, op, comm->cfg.chunk_bytes);
+                          streamed(comm, count * es), dtype, op,
+                          comm->cfg.chunk_bytes);
     /* Nobody leaves while a peer may still read its sendbuf. */
     if (st == HVD_OK)
         st = hvd_direct_end(comm);
@@ -251,7 +261,8 @@ hvd_status hvd_direct_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
                                         size_t chunk) {
     hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
     if (st == HVD_OK)
-        st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk);
+        st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk,
+                            streamed(comm, count * hvd_dtype_size(dtype)));
     if (st == HVD_OK)
         st = hvd_direct_allgather_segments(comm, recvbuf, count, dtype);
     if (st == HVD_OK)
