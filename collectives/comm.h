@@ -52,6 +52,9 @@ typedef struct hvd_comm_config {
     int native;              /* the transport has native collectives */
     size_t stream_min;       /* bytes: from this size on, the direct reductions
                                 write their result with non-temporal stores */
+    size_t pipe_min;         /* bytes: from this size on, a direct allreduce
+                                of two ranks copies the peer's result as
+                                it is made */
 } hvd_comm_config;
 
 /* Defaults: the crossovers measured on loopback TCP (docs/benchmarks.md). */

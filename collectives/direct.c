@@ -22,15 +22,25 @@
 #include "collectives/reduce.h"
 #include "transport/base/error.h"
 
-/* Where each peer's buffers are: send, recv. */
+/* Where each peer's buffers are: send, recv, and its progress counter
+ * (elements of its segment reduced so far, in the pipelined allreduce). */
 typedef struct addrs {
     uint64_t send;
     uint64_t recv;
+    uint64_t done;
 } addrs;
+
+/*
+ * comm->peer_addrs holds size + 1 entries: one per comm rank, and after
+ * them this rank's own progress counter (in .send), which the peers read.
+ */
+static uint64_t *my_counter(hvd_comm *comm) {
+    return &((addrs *)comm->peer_addrs)[comm->size].send;
+}
 
 static hvd_status peer_addrs(hvd_comm *comm, addrs **out) {
     if (comm->peer_addrs == NULL) {
-        comm->peer_addrs = calloc((size_t)comm->size, sizeof(addrs));
+        comm->peer_addrs = calloc((size_t)comm->size + 1, sizeof(addrs));
         if (comm->peer_addrs == NULL)
             return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
@@ -68,10 +78,18 @@ static hvd_status barrier_round(hvd_comm *comm) {
 
 hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf,
                             void *recvbuf) {
-    addrs mine = {(uint64_t)(uintptr_t)sendbuf, (uint64_t)(uintptr_t)recvbuf};
+    addrs mine = {(uint64_t)(uintptr_t)sendbuf, (uint64_t)(uintptr_t)recvbuf,
+                  0};
     addrs *all = NULL;
     hvd_status st = peer_addrs(comm, &all);
-    return st == HVD_OK ? round_all(comm, &mine, all, sizeof(mine)) : st;
+
+    if (st != HVD_OK)
+        return st;
+    /* Reset before the round: a peer reads it only after this round's
+     * message, and the last call's readers are done (its end round). */
+    __atomic_store_n(my_counter(comm), 0, __ATOMIC_RELEASE);
+    mine.done = (uint64_t)(uintptr_t)my_counter(comm);
+    return round_all(comm, &mine, all, sizeof(mine));
 }
 
 /*
@@ -255,11 +273,89 @@ hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
 
 hvd_status hvd_direct_end(hvd_comm *comm) { return barrier_round(comm); }
 
+/*
+ * Copies into recvbuf what peer q has reduced of its segment (elements
+ * [off, off + cnt) of the whole) beyond the *copied elements this rank has
+ * already: all of it if final (after a round that says it is done), else
+ * what q's progress counter says, if that is at least min elements more.
+ */
+static hvd_status copy_ready(hvd_comm *comm, int q, uint8_t *recvbuf,
+                             size_t off, size_t cnt, size_t es, size_t *copied,
+                             size_t min, int final) {
+    const addrs *all = comm->peer_addrs;
+    uint64_t done = cnt;
+    hvd_status st = HVD_OK;
+
+    if (!final) {
+        st = hvd_comm_get(comm, q, &done, all[q].done, sizeof(done));
+        /* The counter is written after the data it counts (release). */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (done > cnt)
+            done = cnt;
+    }
+    if (st == HVD_OK && done > *copied && (final || done - *copied >= min)) {
+        size_t at = (off + *copied) * es;
+        st = hvd_comm_get(comm, q, recvbuf + at, all[q].recv + at,
+                          (done - *copied) * es);
+        if (st == HVD_OK)
+            *copied = done;
+    }
+    return st;
+}
+
+/*
+ * The allreduce of two ranks, pipelined: after each chunk of its own
+ * segment a rank publishes how far it is (its progress counter) and
+ * copies whatever the peer has finished of the other segment since,
+ * while that is still in the cache the peer wrote it into, instead of
+ * re-reading all of it from memory after a round. What is left is copied
+ * after the round that says both segments are done.
+ */
+static hvd_status allreduce_pipelined(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op,
+                                      size_t chunk) {
+    size_t es = hvd_dtype_size(dtype), off, cnt, qoff, qcnt, copied = 0;
+    int q = 1 - comm->rank;
+    uint8_t *tmp, *recv = recvbuf;
+    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+
+    chunk /= es;
+    if (chunk == 0)
+        chunk = 1;
+    hvd_part_range(count, 2, (size_t)comm->rank, &off, &cnt);
+    hvd_part_range(count, 2, (size_t)q, &qoff, &qcnt);
+    if (st == HVD_OK)
+        st = hvd_comm_scratch(comm, (cnt < chunk ? cnt : chunk) * es + 1,
+                              (void **)&tmp);
+    for (size_t c = 0; st == HVD_OK && c < cnt; c += chunk) {
+        size_t n = cnt - c < chunk ? cnt - c : chunk;
+        st = reduce_chunk(comm, sendbuf, recv + (off + c) * es, (off + c) * es,
+                          n, dtype, op, tmp, tmp, 0);
+        if (st != HVD_OK)
+            break;
+        __atomic_store_n(my_counter(comm), (uint64_t)(c + n), __ATOMIC_RELEASE);
+        st = copy_ready(comm, q, recv, qoff, qcnt, es, &copied, chunk, 0);
+    }
+    if (st == HVD_OK)
+        st = barrier_round(comm); /* both segments are done */
+    if (st == HVD_OK)
+        st = copy_ready(comm, q, recv, qoff, qcnt, es, &copied, 0, 1);
+    if (st == HVD_OK)
+        st = hvd_direct_end(comm);
+    return st;
+}
+
 hvd_status hvd_direct_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
                                         void *recvbuf, size_t count,
                                         hvd_dtype dtype, hvd_op op,
                                         size_t chunk) {
-    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+    hvd_status st;
+
+    if (comm->size == 2 && count * hvd_dtype_size(dtype) >= comm->cfg.pipe_min)
+        return allreduce_pipelined(comm, sendbuf, recvbuf, count, dtype, op,
+                                   chunk);
+    st = hvd_direct_begin(comm, sendbuf, recvbuf);
     if (st == HVD_OK)
         st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk,
                             streamed(comm, count * hvd_dtype_size(dtype)));
@@ -281,7 +377,7 @@ hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t bytes) {
     uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     int p = comm->size, r = comm->rank;
-    addrs where = {(uint64_t)(uintptr_t)mine, 0};
+    addrs where = {(uint64_t)(uintptr_t)mine, 0, 0};
     addrs *all = NULL;
     hvd_status st;
 

@@ -185,7 +185,8 @@ static void sweep_short(hvd_algo ar, hvd_algo bc) {
 
 /*
  * The direct reductions with their results written by non-temporal stores
- * (cfg.stream_min 0): every dtype and op, in place and out of place,
+ * (cfg.stream_min 0), and the pipelined allreduce of two ranks
+ * (cfg.pipe_min 0): every dtype and op, in place and out of place,
  * counts that are not a multiple of a chunk or of the streamed sub-block,
  * allreduce and reduce-scatter.
  */
@@ -241,11 +242,11 @@ static void stream_body(coll_fake_job *job, hvd_comm *comm, void *arg) {
     }
 }
 
-static void direct_streamed(void **state) {
+/* stream_min and pipe_min as given; ranks 1 to MAXP (only 2 pipeline). */
+static void direct_sweep(size_t stream_min, size_t pipe_min) {
     static const size_t chunks[] = {200, 64 * 1024};
     int errors = 0;
 
-    (void)state;
     for (int p = 1; p <= MAXP; p++) {
         for (size_t c = 0; c < N(chunks); c++) {
             hvd_comm_config cfg;
@@ -253,11 +254,24 @@ static void direct_streamed(void **state) {
             cfg.chunk_bytes = chunks[c];
             cfg.allreduce_algo = HVD_ALGO_DIRECT;
             cfg.bcast_algo = HVD_ALGO_DIRECT;
-            cfg.stream_min = 0;
+            cfg.stream_min = stream_min;
+            cfg.pipe_min = pipe_min;
             errors += coll_fake_run(p, &cfg, stream_body, NULL);
         }
     }
     assert_int_equal(errors, 0);
+}
+
+static void direct_streamed(void **state) {
+    (void)state;
+    direct_sweep(0, SIZE_MAX);
+}
+
+/* The pipelined allreduce of two ranks (the others as direct_streamed's,
+ * with plain stores). */
+static void direct_pipelined(void **state) {
+    (void)state;
+    direct_sweep(SIZE_MAX, 0);
 }
 
 static void rabenseifner_and_tree(void **state) {
@@ -312,6 +326,7 @@ int main(void) {
         cmocka_unit_test(rabenseifner_and_tree),
         cmocka_unit_test(direct),
         cmocka_unit_test(direct_streamed),
+        cmocka_unit_test(direct_pipelined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
