@@ -59,6 +59,8 @@ void hvd_comm_config_default(hvd_comm_config *cfg) {
     cfg->depth = 4;
     cfg->allreduce_rd_max = 512 * 1024;
     cfg->bcast_tree_max = 4 * 1024 * 1024;
+    cfg->stream_min = 64 * 1024 * 1024;
+    cfg->pipe_min = 64 * 1024 * 1024;
     cfg->allreduce_algo = HVD_ALGO_UNFORCED;
     cfg->bcast_algo = HVD_ALGO_UNFORCED;
 }

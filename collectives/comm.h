@@ -50,6 +50,11 @@ typedef struct hvd_comm_config {
     hvd_algo allreduce_algo; /* UNFORCED, RING, RD, ... or NATIVE */
     hvd_algo bcast_algo;     /* UNFORCED, TREE, PIPELINE or NATIVE */
     int native;              /* the transport has native collectives */
+    size_t stream_min;       /* bytes: from this size on, the direct reductions
+                                write their result with non-temporal stores */
+    size_t pipe_min;         /* bytes: from this size on, a direct allreduce
+                                of two ranks copies the peer's result as
+                                it is made */
 } hvd_comm_config;
 
 /* Defaults: the crossovers measured on loopback TCP (docs/benchmarks.md). */

@@ -22,15 +22,25 @@
 #include "collectives/reduce.h"
 #include "transport/base/error.h"
 
-/* Where each peer's buffers are: send, recv. */
+/* Where each peer's buffers are: send, recv, and its progress counter
+ * (elements of its segment reduced so far, in the pipelined allreduce). */
 typedef struct addrs {
     uint64_t send;
     uint64_t recv;
+    uint64_t done;
 } addrs;
+
+/*
+ * comm->peer_addrs holds size + 1 entries: one per comm rank, and after
+ * them this rank's own progress counter (in .send), which the peers read.
+ */
+static uint64_t *my_counter(hvd_comm *comm) {
+    return &((addrs *)comm->peer_addrs)[comm->size].send;
+}
 
 static hvd_status peer_addrs(hvd_comm *comm, addrs **out) {
     if (comm->peer_addrs == NULL) {
-        comm->peer_addrs = calloc((size_t)comm->size, sizeof(addrs));
+        comm->peer_addrs = calloc((size_t)comm->size + 1, sizeof(addrs));
         if (comm->peer_addrs == NULL)
             return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     }
@@ -68,91 +78,156 @@ static hvd_status barrier_round(hvd_comm *comm) {
 
 hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf,
                             void *recvbuf) {
-    addrs mine = {(uint64_t)(uintptr_t)sendbuf, (uint64_t)(uintptr_t)recvbuf};
+    addrs mine = {(uint64_t)(uintptr_t)sendbuf, (uint64_t)(uintptr_t)recvbuf,
+                  0};
     addrs *all = NULL;
     hvd_status st = peer_addrs(comm, &all);
-    return st == HVD_OK ? round_all(comm, &mine, all, sizeof(mine)) : st;
+
+    if (st != HVD_OK)
+        return st;
+    /* Reset before the round: a peer reads it only after this round's
+     * message, and the last call's readers are done (its end round). */
+    __atomic_store_n(my_counter(comm), 0, __ATOMIC_RELEASE);
+    mine.done = (uint64_t)(uintptr_t)my_counter(comm);
+    return round_all(comm, &mine, all, sizeof(mine));
 }
 
-/* The reduce-scatter, a chunk of chunk_bytes at a time. */
-static hvd_status reduce_scatter(hvd_comm *comm, const void *sendbuf,
-                                 void *recvbuf, size_t count, hvd_dtype dtype,
-                                 hvd_op op, size_t chunk_bytes) {
-    size_t es = hvd_dtype_size(dtype);
-    size_t chunk = chunk_bytes / es, off, cnt;
+/*
+ * dst = a op b (AVERAGE also divided by p), STREAM_SUB bytes at a time:
+ * each sub-block is combined into b, which is in cache, and copied to dst
+ * with non-temporal stores while it is still in L1. dst is written once
+ * and not read soon (a peer reads it after a round of messages, or the
+ * caller after the collective), so it skips the caches and the read for
+ * ownership a plain store costs: a third less memory traffic on the
+ * write, and the peers' buffers stay in the cache.
+ */
+#define STREAM_SUB (16 * 1024)
+
+static void combine_stream(uint8_t *dst, const uint8_t *a, uint8_t *b, size_t n,
+                           hvd_dtype dtype, hvd_op op, int p) {
+    size_t es = hvd_dtype_size(dtype), sub = STREAM_SUB / es;
+
+    for (size_t i = 0; i < n; i += sub) {
+        size_t m = n - i < sub ? n - i : sub;
+        uint8_t *t = b + i * es;
+        hvd_reduce(t, a + i * es, t, m, dtype, op);
+        if (op == HVD_AVERAGE)
+            hvd_reduce_scale_div(t, m, dtype, p);
+        hvd_copy_stream(dst + i * es, t, m * es);
+    }
+}
+
+/*
+ * One chunk of n elements at byte offset at of every rank's sendbuf,
+ * reduced into dst, peers in turn (not all on one at once), in the order
+ * sendbuf op peer r+1 op peer r+2 ... whichever way it is written. Plain:
+ * each peer's chunk is read into tmp and reduced into dst. Streamed: the
+ * partial result stays in acc (cache) and only the last combine writes
+ * dst, with non-temporal stores; tmp is used from the third rank on.
+ */
+static hvd_status reduce_chunk(hvd_comm *comm, const uint8_t *send,
+                               uint8_t *dst, size_t at, size_t n,
+                               hvd_dtype dtype, hvd_op op, uint8_t *acc,
+                               uint8_t *tmp, int stream) {
+    size_t bytes = n * hvd_dtype_size(dtype);
     int p = comm->size, r = comm->rank;
     const addrs *all = comm->peer_addrs;
-    uint8_t *tmp;
+    hvd_status st = HVD_OK;
+
+    for (int k = 1; k < p && st == HVD_OK; k++) {
+        int q = (r + k) % p;
+        uint8_t *in = stream && k == 1 ? acc : tmp;
+        st = hvd_comm_get(comm, q, in, all[q].send + at, bytes);
+        if (st != HVD_OK)
+            break;
+        if (!stream) {
+            hvd_reduce(dst, k == 1 ? send + at : dst, tmp, n, dtype, op);
+        } else if (k == p - 1) {
+            combine_stream(dst, k == 1 ? send + at : tmp, acc, n, dtype, op, p);
+        } else {
+            hvd_reduce(acc, k == 1 ? send + at : tmp, acc, n, dtype, op);
+        }
+    }
+    if (st == HVD_OK && p == 1 && send + at != dst)
+        memmove(dst, send + at, bytes);
+    if (st == HVD_OK && op == HVD_AVERAGE && !(stream && p > 1))
+        hvd_reduce_scale_div(dst, n, dtype, p);
+    return st;
+}
+
+/*
+ * Elements [off, off + cnt) of the reduction, out of every rank's sendbuf
+ * (hvd_direct_begin has published them), into dst[0 .. cnt), a chunk of
+ * chunk_bytes at a time; streamed (reduce_chunk) if stream and there are
+ * peers.
+ */
+static hvd_status reduce_range(hvd_comm *comm, const void *sendbuf,
+                               uint8_t *dst, size_t off, size_t cnt, int stream,
+                               hvd_dtype dtype, hvd_op op, size_t chunk_bytes) {
+    size_t es = hvd_dtype_size(dtype);
+    size_t chunk = chunk_bytes / es;
+    uint8_t *acc, *tmp;
     hvd_status st;
 
+    stream = stream && comm->size > 1;
     if (chunk == 0)
         chunk = 1;
-    hvd_part_range(count, (size_t)p, (size_t)r, &off, &cnt);
-    st = hvd_comm_scratch(comm, (cnt < chunk ? cnt : chunk) * es + 1,
-                          (void **)&tmp);
+    if (cnt < chunk)
+        chunk = cnt;
+    /* Streamed, acc and tmp are two chunks; plain, tmp is the only one. */
+    st = hvd_comm_scratch(comm, chunk * es * (stream ? 2 : 1) + 1,
+                          (void **)&acc);
+    tmp = stream ? acc + chunk * es : acc;
     for (size_t c = 0; st == HVD_OK && c < cnt; c += chunk) {
         size_t n = cnt - c < chunk ? cnt - c : chunk;
-        size_t at = (off + c) * es;
-        uint8_t *acc = (uint8_t *)recvbuf + at;
-        for (int k = 1; k < p && st == HVD_OK; k++) {
-            int q = (r + k) % p; /* peers in turn: not all on one at once */
-            st = hvd_comm_get(comm, q, tmp, all[q].send + at, n * es);
-            if (st != HVD_OK)
-                break;
-            hvd_reduce(acc, k == 1 ? (const uint8_t *)sendbuf + at : acc, tmp,
-                       n, dtype, op);
-        }
-        if (st == HVD_OK && p == 1 && sendbuf != recvbuf)
-            memcpy(acc, (const uint8_t *)sendbuf + at, n * es);
-        if (st == HVD_OK && op == HVD_AVERAGE)
-            hvd_reduce_scale_div(acc, n, dtype, p);
+        st = reduce_chunk(comm, sendbuf, dst + c * es, (off + c) * es, n, dtype,
+                          op, acc, tmp, stream);
     }
     return st;
 }
 
+/*
+ * Whether a reduction whose whole buffer is bytes long writes its result
+ * with non-temporal stores: from cfg.stream_min on, where that buffer and
+ * the peers' cannot stay in the cache anyway.
+ */
+static int streamed(const hvd_comm *comm, size_t bytes) {
+    return bytes >= comm->cfg.stream_min;
+}
+
+/* The reduce-scatter of the allreduce: segment rank into recvbuf. */
+static hvd_status reduce_scatter(hvd_comm *comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, hvd_dtype dtype,
+                                 hvd_op op, size_t chunk_bytes, int stream) {
+    size_t es = hvd_dtype_size(dtype), off, cnt;
+
+    hvd_part_range(count, (size_t)comm->size, (size_t)comm->rank, &off, &cnt);
+    return reduce_range(comm, sendbuf, (uint8_t *)recvbuf + off * es, off, cnt,
+                        stream, dtype, op, chunk_bytes);
+}
+
+/* Hier's: its segment is what the cross-host allreduce reads next, so it
+ * is written the plain way, into the cache. */
 hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                                      void *recvbuf, size_t count,
                                      hvd_dtype dtype, hvd_op op) {
     return reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op,
-                          comm->cfg.chunk_bytes);
+                          comm->cfg.chunk_bytes, 0);
 }
 
 hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
                                             void *block, size_t count,
                                             size_t unit, hvd_dtype dtype,
                                             hvd_op op) {
-    size_t es = hvd_dtype_size(dtype);
-    size_t chunk = comm->cfg.chunk_bytes / es, off, cnt;
-    int p = comm->size, r = comm->rank;
-    const addrs *all;
-    uint8_t *tmp;
+    size_t es = hvd_dtype_size(dtype), off, cnt;
     hvd_status st = hvd_direct_begin(comm, sendbuf, block);
 
-    if (chunk == 0)
-        chunk = 1;
-    all = comm->peer_addrs;
-    hvd_part_range(count / unit, (size_t)p, (size_t)r, &off, &cnt);
-    off *= unit;
-    cnt *= unit;
+    hvd_part_range(count / unit, (size_t)comm->size, (size_t)comm->rank, &off,
+                   &cnt);
     if (st == HVD_OK)
-        st = hvd_comm_scratch(comm, (cnt < chunk ? cnt : chunk) * es + 1,
-                              (void **)&tmp);
-    for (size_t c = 0; st == HVD_OK && c < cnt; c += chunk) {
-        size_t n = cnt - c < chunk ? cnt - c : chunk;
-        size_t at = (off + c) * es;
-        uint8_t *acc = (uint8_t *)block + c * es;
-        for (int k = 1; k < p && st == HVD_OK; k++) {
-            int q = (r + k) % p;
-            st = hvd_comm_get(comm, q, tmp, all[q].send + at, n * es);
-            if (st == HVD_OK)
-                hvd_reduce(acc, k == 1 ? (const uint8_t *)sendbuf + at : acc,
-                           tmp, n, dtype, op);
-        }
-        if (st == HVD_OK && p == 1)
-            memmove(acc, (const uint8_t *)sendbuf + at, n * es);
-        if (st == HVD_OK && op == HVD_AVERAGE)
-            hvd_reduce_scale_div(acc, n, dtype, p);
-    }
+        st = reduce_range(comm, sendbuf, block, off * unit, cnt * unit,
+                          streamed(comm, count * es), dtype, op,
+                          comm->cfg.chunk_bytes);
     /* Nobody leaves while a peer may still read its sendbuf. */
     if (st == HVD_OK)
         st = hvd_direct_end(comm);
@@ -198,13 +273,92 @@ hvd_status hvd_direct_allgather_segments(hvd_comm *comm, void *recvbuf,
 
 hvd_status hvd_direct_end(hvd_comm *comm) { return barrier_round(comm); }
 
+/*
+ * Copies into recvbuf what peer q has reduced of its segment (elements
+ * [off, off + cnt) of the whole) beyond the *copied elements this rank has
+ * already: all of it if final (after a round that says it is done), else
+ * what q's progress counter says, if that is at least min elements more.
+ */
+static hvd_status copy_ready(hvd_comm *comm, int q, uint8_t *recvbuf,
+                             size_t off, size_t cnt, size_t es, size_t *copied,
+                             size_t min, int final) {
+    const addrs *all = comm->peer_addrs;
+    uint64_t done = cnt;
+    hvd_status st = HVD_OK;
+
+    if (!final) {
+        st = hvd_comm_get(comm, q, &done, all[q].done, sizeof(done));
+        /* The counter is written after the data it counts (release). */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (done > cnt)
+            done = cnt;
+    }
+    if (st == HVD_OK && done > *copied && (final || done - *copied >= min)) {
+        size_t at = (off + *copied) * es;
+        st = hvd_comm_get(comm, q, recvbuf + at, all[q].recv + at,
+                          (done - *copied) * es);
+        if (st == HVD_OK)
+            *copied = done;
+    }
+    return st;
+}
+
+/*
+ * The allreduce of two ranks, pipelined: after each chunk of its own
+ * segment a rank publishes how far it is (its progress counter) and
+ * copies whatever the peer has finished of the other segment since,
+ * while that is still in the cache the peer wrote it into, instead of
+ * re-reading all of it from memory after a round. What is left is copied
+ * after the round that says both segments are done.
+ */
+static hvd_status allreduce_pipelined(hvd_comm *comm, const void *sendbuf,
+                                      void *recvbuf, size_t count,
+                                      hvd_dtype dtype, hvd_op op,
+                                      size_t chunk) {
+    size_t es = hvd_dtype_size(dtype), off, cnt, qoff, qcnt, copied = 0;
+    int q = 1 - comm->rank;
+    uint8_t *tmp, *recv = recvbuf;
+    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+
+    chunk /= es;
+    if (chunk == 0)
+        chunk = 1;
+    hvd_part_range(count, 2, (size_t)comm->rank, &off, &cnt);
+    hvd_part_range(count, 2, (size_t)q, &qoff, &qcnt);
+    if (st == HVD_OK)
+        st = hvd_comm_scratch(comm, (cnt < chunk ? cnt : chunk) * es + 1,
+                              (void **)&tmp);
+    for (size_t c = 0; st == HVD_OK && c < cnt; c += chunk) {
+        size_t n = cnt - c < chunk ? cnt - c : chunk;
+        st = reduce_chunk(comm, sendbuf, recv + (off + c) * es, (off + c) * es,
+                          n, dtype, op, tmp, tmp, 0);
+        if (st != HVD_OK)
+            break;
+        __atomic_store_n(my_counter(comm), (uint64_t)(c + n), __ATOMIC_RELEASE);
+        st = copy_ready(comm, q, recv, qoff, qcnt, es, &copied, chunk, 0);
+    }
+    if (st == HVD_OK)
+        st = barrier_round(comm); /* both segments are done */
+    if (st == HVD_OK)
+        st = copy_ready(comm, q, recv, qoff, qcnt, es, &copied, 0, 1);
+    if (st == HVD_OK)
+        st = hvd_direct_end(comm);
+    return st;
+}
+
 hvd_status hvd_direct_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
                                         void *recvbuf, size_t count,
                                         hvd_dtype dtype, hvd_op op,
                                         size_t chunk) {
-    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+    hvd_status st;
+
+    if (comm->size == 2 && count * hvd_dtype_size(dtype) >= comm->cfg.pipe_min)
+        return allreduce_pipelined(comm, sendbuf, recvbuf, count, dtype, op,
+                                   chunk);
+    st = hvd_direct_begin(comm, sendbuf, recvbuf);
     if (st == HVD_OK)
-        st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk);
+        st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk,
+                            streamed(comm, count * hvd_dtype_size(dtype)));
     if (st == HVD_OK)
         st = hvd_direct_allgather_segments(comm, recvbuf, count, dtype);
     if (st == HVD_OK)
@@ -223,7 +377,7 @@ hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t bytes) {
     uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     int p = comm->size, r = comm->rank;
-    addrs where = {(uint64_t)(uintptr_t)mine, 0};
+    addrs where = {(uint64_t)(uintptr_t)mine, 0, 0};
     addrs *all = NULL;
     hvd_status st;
 

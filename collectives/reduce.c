@@ -3,6 +3,11 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <emmintrin.h>
+#define HVD_HAVE_STREAM 1
+#endif
+
 /*
  * How the kernels are built.
  *
@@ -427,3 +432,35 @@ void hvd_reduce_fill_neutral(void *buf, size_t count, hvd_dtype dtype,
         break;
     }
 }
+
+#ifdef HVD_HAVE_STREAM
+void hvd_copy_stream(void *dst, const void *src, size_t bytes) {
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    /* The streaming stores need 16-byte alignment; the head is copied. */
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+
+    if (head > bytes)
+        head = bytes;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)s);
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+        _mm_stream_si128((__m128i *)(void *)d, x0);
+        _mm_stream_si128((__m128i *)(void *)(d + 16), x1);
+        _mm_stream_si128((__m128i *)(void *)(d + 32), x2);
+        _mm_stream_si128((__m128i *)(void *)(d + 48), x3);
+    }
+    memcpy(d, s, bytes);
+    _mm_sfence();
+}
+#else
+void hvd_copy_stream(void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+#endif

@@ -45,6 +45,15 @@ void hvd_reduce_fill_neutral(void *buf, size_t count, hvd_dtype dtype,
                              hvd_op op);
 
 /*
+ * memcpy with non-temporal stores where the CPU has them (x86-64): dst
+ * bypasses the caches and costs no read for ownership. For a result
+ * written once and not read soon. The stores are fenced before it returns,
+ * so whatever the caller does next (a message saying the data is there) is
+ * seen after them. Other CPUs: memcpy.
+ */
+void hvd_copy_stream(void *dst, const void *src, size_t bytes);
+
+/*
  * Conversions, bit-exact: round to nearest even (assumes the FPU's default
  * rounding mode), subnormals kept, overflow gives inf, NaN stays NaN (its
  * quiet bit set, sign and top payload bits kept).

@@ -193,12 +193,22 @@ static hvd_status fake_progress(hvd_transport *t, int timeout_ms) {
 /* One-sided reads, for the direct algorithms: the ranks are threads of one
  * process, so a peer's address is readable as it is; the direct
  * algorithms' rounds of messages order the reads against the owner's
- * writes and frees, as they must over the shm transport. */
+ * writes and frees, as they must over the shm transport. An aligned
+ * 8-byte read is an atomic load (acquire): that is how the pipelined
+ * allreduce reads a peer's progress counter, which its owner stores
+ * atomically while the peer reads it, and what orders the reads of the
+ * chunks it counts after the owner's writes (here, between threads, the
+ * C memory model is the one that must hold). */
 static hvd_status fake_get(hvd_transport *t, int peer, void *buf,
                            uint64_t remote, size_t len) {
     (void)t, (void)peer;
-    if (len)
+    if (len == sizeof(uint64_t) && remote % sizeof(uint64_t) == 0) {
+        uint64_t v = __atomic_load_n((const uint64_t *)(uintptr_t)remote,
+                                     __ATOMIC_ACQUIRE);
+        memcpy(buf, &v, sizeof(v));
+    } else if (len) {
         memcpy(buf, (const void *)(uintptr_t)remote, len);
+    }
     return HVD_OK;
 }
 

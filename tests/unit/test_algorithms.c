@@ -183,6 +183,97 @@ static void sweep_short(hvd_algo ar, hvd_algo bc) {
     sweep_some(ar, bc, chunks, N(chunks), depths, N(depths));
 }
 
+/*
+ * The direct reductions with their results written by non-temporal stores
+ * (cfg.stream_min 0), and the pipelined allreduce of two ranks
+ * (cfg.pipe_min 0): every dtype and op, in place and out of place,
+ * counts that are not a multiple of a chunk or of the streamed sub-block,
+ * allreduce and reduce-scatter.
+ */
+static const hvd_dtype all_dtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_INT32,
+                                       HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                       HVD_FLOAT32, HVD_FLOAT64};
+static const size_t stream_counts[] = {0, 1, 3, 7, 31, 257, 1000, 5003};
+
+static void reducescatter_ops(coll_fake_job *job, hvd_comm *comm, size_t n,
+                              hvd_dtype dt) {
+    int r = comm->rank, p = comm->size;
+    size_t es = hvd_dtype_size(dt), off, cnt;
+    uint8_t *in = malloc(n * es + 1), *out = malloc(n * es + 1);
+    uint8_t *scratch = malloc(n * es + 1);
+
+    hvd_part_range(n, (size_t)p, (size_t)r, &off, &cnt);
+    for (int op = HVD_SUM; op <= HVD_PRODUCT; op++) {
+        for (size_t i = 0; i < n; i++)
+            coll_fake_store(in, i, dt, coll_fake_value(r, i, (hvd_op)op, p));
+        hvd_status st = hvd_coll_reducescatter(comm, in, out, scratch, n, 1, dt,
+                                               (hvd_op)op);
+        if (st != HVD_OK || (p > 1 && strcmp(comm->last_path, "direct"))) {
+            coll_fake_fail(job, r, "reducescatter %s %s count %zu: %d %s",
+                           hvd_dtype_name(dt), hvd_op_name((hvd_op)op), n, st,
+                           comm->last_path);
+            continue;
+        }
+        for (size_t i = 0; i < cnt; i++) {
+            double want = coll_fake_expected(off + i, (hvd_op)op, p);
+            double got = coll_fake_load(out, i, dt);
+            if (got != want) {
+                coll_fake_fail(job, r,
+                               "reducescatter %s %s count %zu: [%zu] got %g "
+                               "want %g",
+                               hvd_dtype_name(dt), hvd_op_name((hvd_op)op), n,
+                               off + i, got, want);
+                break;
+            }
+        }
+    }
+    free(in);
+    free(out);
+    free(scratch);
+}
+
+static void stream_body(coll_fake_job *job, hvd_comm *comm, void *arg) {
+    (void)arg;
+    for (size_t ci = 0; ci < N(stream_counts); ci++) {
+        for (size_t di = 0; di < N(all_dtypes); di++) {
+            allreduce_ops(job, comm, stream_counts[ci], all_dtypes[di]);
+            reducescatter_ops(job, comm, stream_counts[ci], all_dtypes[di]);
+        }
+    }
+}
+
+/* stream_min and pipe_min as given, ranks pmin to pmax. */
+static void direct_sweep(size_t stream_min, size_t pipe_min, int pmin,
+                         int pmax) {
+    static const size_t chunks[] = {200, 64 * 1024};
+    int errors = 0;
+
+    for (int p = pmin; p <= pmax; p++) {
+        for (size_t c = 0; c < N(chunks); c++) {
+            hvd_comm_config cfg;
+            hvd_comm_config_default(&cfg);
+            cfg.chunk_bytes = chunks[c];
+            cfg.allreduce_algo = HVD_ALGO_DIRECT;
+            cfg.bcast_algo = HVD_ALGO_DIRECT;
+            cfg.stream_min = stream_min;
+            cfg.pipe_min = pipe_min;
+            errors += coll_fake_run(p, &cfg, stream_body, NULL);
+        }
+    }
+    assert_int_equal(errors, 0);
+}
+
+static void direct_streamed(void **state) {
+    (void)state;
+    direct_sweep(0, SIZE_MAX, 1, MAXP);
+}
+
+/* The pipelined allreduce: two ranks only. */
+static void direct_pipelined(void **state) {
+    (void)state;
+    direct_sweep(SIZE_MAX, 0, 2, 2);
+}
+
 static void rabenseifner_and_tree(void **state) {
     (void)state;
     sweep_short(HVD_ALGO_RABENSEIFNER, HVD_ALGO_TREE);
@@ -234,6 +325,8 @@ int main(void) {
         cmocka_unit_test(automatic),
         cmocka_unit_test(rabenseifner_and_tree),
         cmocka_unit_test(direct),
+        cmocka_unit_test(direct_streamed),
+        cmocka_unit_test(direct_pipelined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

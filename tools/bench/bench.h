@@ -56,6 +56,7 @@ struct options {
     const char *plot;       /* --plot FILE.png, or NULL */
     const char *model;      /* NULL: the sweep */
     const char *model_file; /* NULL: the model's file in shared/data */
+    int memcpy;             /* --memcpy: the memory bandwidth instead */
 };
 
 /* ---- main.c ---- */
@@ -156,5 +157,11 @@ void model_free(struct model *m);
 int model_load(const struct options *o, struct model *m);
 /* Returns the exit status: 0, or 1 if a value was wrong. */
 int bench_model(const struct options *o, struct model *m);
+
+/* ---- membw.c: --memcpy ---- */
+
+/* Prints memcpy's bandwidth on one and two threads. Returns the exit
+ * status: 0, or 1 after printing why. */
+int bench_memcpy(const struct options *o);
 
 #endif /* HVD_TOOLS_BENCH_BENCH_H */

@@ -30,8 +30,9 @@
  * of collectives, dtypes and operations), backend.c (the hvd and MPI
  * backends, and which one runs), sweep.c (the sweep over sizes: inputs,
  * expected values, timing, the table, --csv and --plot) and model.c
- * (--model); bench.h holds what they share. This file holds main(), which
- * runs the sweep or the model, and the line printed for each rank.
+ * (--model) and membw.c (--memcpy); bench.h holds what they share. This file
+ * holds main(), which runs the sweep or the model, and the line printed for
+ * each rank.
  */
 #include "tools/bench/bench.h"
 
@@ -199,6 +200,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse_args(argc, argv, &o) != 0)
         return 1;
+    if (o.memcpy)
+        return bench_memcpy(&o);
     be = choose_backend(&o);
     if (be == NULL)
         return 1;

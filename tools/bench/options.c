@@ -74,6 +74,9 @@ static void usage(FILE *f) {
             "  --model-file P   the model's tensor list, name<TAB>shape<TAB>\n"
             "                   elements per line, forward order\n"
             "                   (shared/data/<model>_params.tsv)\n"
+            "  --memcpy         instead of the sweep: memcpy bandwidth of\n"
+            "                   --maxbytes buffers on one thread, then on\n"
+            "                   two at once (run alone, no mpirun)\n"
             "  --help\n"
             "Size is the per-rank buffer (allreduce, broadcast, what a rank\n"
             "sends in alltoall, its input in reducescatter) or the total\n"
@@ -144,6 +147,9 @@ int parse_args(int argc, char **argv, struct options *o) {
             exit(0);
         } else if (strcmp(opt, "--inplace") == 0) {
             o->inplace = 1;
+            ok = 1;
+        } else if (strcmp(opt, "--memcpy") == 0) {
+            o->memcpy = 1;
             ok = 1;
         } else if (val == NULL) {
             ok = 0;
