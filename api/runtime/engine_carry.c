@@ -7,7 +7,8 @@
  * place), a broadcast (only the root's part holds data), a reduce-scatter
  * (each rank reduces its own block of every part) and an alltoall (each
  * part holds its sender's counts and whole buffer; each rank takes its
- * block of every part). Nothing else goes on the wire for them.
+ * block of every part); a barrier is the exchange itself (its part is
+ * empty). Nothing else goes on the wire for them.
  */
 
 #include "api/runtime/engine_state.h"
@@ -42,6 +43,7 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     case HVD_KIND_ALLGATHER:
     case HVD_KIND_REDUCESCATTER:
     case HVD_KIND_ALLTOALL:
+    case HVD_KIND_BARRIER: /* no data: listed, so that its step is lone */
         return 1;
     default:
         return 0;
@@ -51,7 +53,8 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
 size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req) {
     const hvd_opdesc *d = &req->desc;
 
-    if (d->kind == HVD_KIND_BROADCAST && d->root != eng->rank)
+    if ((d->kind == HVD_KIND_BROADCAST && d->root != eng->rank) ||
+        d->kind == HVD_KIND_BARRIER)
         return 0;
     if (d->kind == HVD_KIND_ALLTOALL)
         return pad8(a2a_head(eng) + data_bytes(d));
@@ -94,6 +97,8 @@ size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
     size_t es = hvd_dtype_size(d->dtype), sum = 0;
 
     switch (d->kind) {
+    case HVD_KIND_BARRIER:
+        return 0;
     case HVD_KIND_BROADCAST:
         return r == d->root ? pad8(data_bytes(d)) : 0;
     case HVD_KIND_ALLTOALL:
@@ -234,6 +239,8 @@ static const char *event_of(hvd_kind kind) {
         return "ALLTOALL";
     case HVD_KIND_REDUCESCATTER:
         return "REDUCESCATTER";
+    case HVD_KIND_BARRIER:
+        return "BARRIER";
     default:
         return "ALLREDUCE";
     }
@@ -268,6 +275,8 @@ hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
         break;
     case HVD_KIND_ALLTOALL:
         outcome = run_alltoall(eng, r, req, why, sizeof(why));
+        break;
+    case HVD_KIND_BARRIER: /* that every rank offered it is the barrier */
         break;
     default:
         run_allreduce(eng, r, req);
