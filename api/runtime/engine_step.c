@@ -5,8 +5,9 @@
  * has every part, it runs cycle k: the slots every rank offers, after rank
  * 0's erasures and before its negotiated responses. Every rank computes
  * that from the same messages, so they all run the same cycle without
- * asking rank 0, and a slot whose data every rank carried is reduced
- * where it arrived, with no collective at all (docs/design.md, "Steps").
+ * asking rank 0, and a slot whose data every rank carried is finished
+ * where it arrived (engine_carry.c), with no collective at all
+ * (docs/design.md, "Steps").
  */
 
 #include "api/runtime/engine_state.h"
@@ -97,7 +98,7 @@ static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
 /*
  * Sends this rank's part of step cycle + 1 to every peer: every cached
  * request it holds (each is offered again in every step until it runs),
- * the data of the small allreduces among them, and on rank 0 its
+ * the data of the small ones among them, and on rank 0 its
  * decision (eng->decision). The sends complete in the background.
  */
 hvd_status hvd_eng_step_start(hvd_engine *eng) {
