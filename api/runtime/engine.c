@@ -79,11 +79,12 @@ static int express_free(const hvd_engine *eng);
 
 /* Whether req may go the express way: a blocking collective (allreduce,
  * broadcast, allgather, alltoall, reduce-scatter, barrier; grouped or
- * not) of host memory in the job's set. Whether its data then travels in
- * the step is the step's to say (hvd_eng_carries); a join, a process
- * set's creation and an internal call are the engine thread's. */
+ * not) of host memory, in any process set. Whether its data then travels
+ * in the step is the step's to say (hvd_eng_carries: the job's set
+ * only); a join, a process set's creation and an internal call are the
+ * engine thread's. */
 static int express_kind(const hvd_request *req) {
-    if (!req->will_wait || req->desc.mem != HVD_MEM_HOST || req->desc.pset != 0)
+    if (!req->will_wait || req->desc.mem != HVD_MEM_HOST)
         return 0;
     switch (req->desc.kind) {
     case HVD_KIND_ALLREDUCE:
