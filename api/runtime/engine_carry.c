@@ -30,6 +30,21 @@ static size_t a2a_head(const hvd_engine *eng) {
     return (size_t)eng->size * sizeof(uint64_t);
 }
 
+/*
+ * The largest part of a kind other than an allreduce that a step carries:
+ * an eighth of the step's budget (8 KiB by default). A part goes to every
+ * peer and is copied three times on its way (into the message, out of the
+ * control channel, into the result); past a few KiB that costs more than
+ * the collective's own exchange of what each rank needs (measured at np 2
+ * on shared memory: a 4 KiB part was faster carried, a 16 KiB one slower;
+ * docs/benchmarks.md, "Issue 35: every collective's small messages"). An
+ * allreduce gains more (its collective is two exchanges and a reduction)
+ * and keeps the whole budget.
+ */
+static size_t other_part_max(const hvd_engine *eng) {
+    return eng->cfg.step_carry_bytes / 8;
+}
+
 int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     const hvd_opdesc *d = &req->desc;
 
@@ -43,6 +58,7 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     case HVD_KIND_ALLGATHER:
     case HVD_KIND_REDUCESCATTER:
     case HVD_KIND_ALLTOALL:
+        return hvd_eng_part_bytes(eng, req) <= other_part_max(eng);
     case HVD_KIND_BARRIER: /* no data: listed, so that its step is lone */
         return 1;
     default:
