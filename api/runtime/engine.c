@@ -77,13 +77,26 @@ void hvd_engine_set_timeline(hvd_engine *eng, hvd_timeline *tl,
  * read here while nobody runs it. */
 static int express_free(const hvd_engine *eng);
 
-/* Whether req may go the express way: a blocking allreduce of one host
- * buffer in the job's set (a set's allreduce never travels in the steps;
- * Adasum is never carried). */
+/* Whether req may go the express way: a blocking collective (allreduce,
+ * broadcast, allgather, alltoall, reduce-scatter, barrier; grouped or
+ * not) of host memory, in any process set. Whether its data then travels
+ * in the step is the step's to say (hvd_eng_carries: the job's set
+ * only); a join, a process set's creation and an internal call are the
+ * engine thread's. */
 static int express_kind(const hvd_request *req) {
-    return req->will_wait && req->desc.kind == HVD_KIND_ALLREDUCE &&
-           req->n == 1 && req->desc.mem == HVD_MEM_HOST &&
-           req->desc.pset == 0 && req->desc.op != HVD_ADASUM;
+    if (!req->will_wait || req->desc.mem != HVD_MEM_HOST)
+        return 0;
+    switch (req->desc.kind) {
+    case HVD_KIND_ALLREDUCE:
+    case HVD_KIND_BROADCAST:
+    case HVD_KIND_ALLGATHER:
+    case HVD_KIND_ALLTOALL:
+    case HVD_KIND_REDUCESCATTER:
+    case HVD_KIND_BARRIER:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Puts req in the submission queue (under the lock): a sentence if the

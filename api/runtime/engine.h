@@ -6,7 +6,7 @@
  *
  * It advances in steps (docs/design.md, "Steps"): in step k every rank
  * sends every other rank the cache slots it has requests for, the data of
- * the small allreduces among them and, rank 0 only, what it decided
+ * the small collectives among them and, rank 0 only, what it decided
  * (negotiated responses, erasures, join, stop); once a rank holds every
  * part it runs cycle k, the same on every rank. Requests the response
  * cache does not know go to rank 0 (the coordinator) in an update first.
@@ -187,10 +187,10 @@ const char *hvd_engine_step_path(const hvd_engine *eng, size_t bytes);
 /*
  * The engine's one entry for a call's request (named, filled): decides,
  * once and under the engine's lock, whether the calling thread runs it at
- * once (the express way: a blocking allreduce of one host buffer in the
- * job's set, when nobody runs the engine and nothing is queued or
- * pending; *express = 1, and the engine is this thread's until
- * hvd_engine_express_run has run req to its end) or it is queued
+ * once (the express way: a blocking collective of host memory, when
+ * nobody runs the engine and nothing is queued or pending; *express = 1, and
+ * the engine is this thread's until hvd_engine_express_run has run req to its
+ * end) or it is queued
  * (*express = 0; wait for it with hvd_engine_wait). On failure req is
  * untouched (still the caller's) and the sentence is set.
  */

@@ -362,43 +362,6 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
 }
 
 /*
- * An allreduce whose data every rank carried in its step message: reduced
- * here, in rank order (the same sum, bit for bit, on every rank).
- */
-hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
-                               hvd_request *req) {
-    if (req == NULL)
-        req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
-    hvd_dtype dtype = r->desc.dtype;
-    size_t count = (size_t)hvd_opdesc_total(&r->desc);
-    int64_t t = stamp(eng);
-
-    if (req == NULL)
-        return hvd_error_set(HVD_ERR_INTERNAL,
-                             "rank %d has no request '%s' to run", eng->rank,
-                             r->name);
-    hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
-    hvd_timeline_begin(eng->timeline, r->name, "ALLREDUCE", t,
-                       "\"transport\": \"control\", \"algorithm\": "
-                       "\"step\", \"tensors\": 1");
-    if (eng->size == 1) {
-        if (count > 0 && req->recv[0] != r->parts[0])
-            memcpy(req->recv[0], r->parts[0], count * hvd_dtype_size(dtype));
-    } else {
-        hvd_reduce(req->recv[0], r->parts[0], r->parts[1], count, dtype,
-                   r->desc.op);
-        for (int k = 2; k < eng->size; k++)
-            hvd_reduce(req->recv[0], req->recv[0], r->parts[k], count, dtype,
-                       r->desc.op);
-    }
-    if (r->desc.op == HVD_AVERAGE)
-        hvd_reduce_scale_div(req->recv[0], count, dtype, eng->size);
-    hvd_timeline_end(eng->timeline, r->name, stamp(eng));
-    hvd_eng_complete(eng, req, HVD_OK, NULL);
-    return HVD_OK;
-}
-
-/*
  * An alltoall. Each rank knows what it sends; what it receives, where its
  * part starts in each peer's sendbuf, and how much every rank sends in all
  * (which picks the path the same way everywhere), it learns first, in a

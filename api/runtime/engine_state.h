@@ -25,7 +25,11 @@
  *                                       engine_vote.c, engine_pset.c
  *   engine_run.c    running a cycle's responses: fused host allreduces,
  *                   the other collectives, device tensors
- *                           -> engine_pset.c, engine_done.c
+ *                           -> engine_carry.c, engine_pset.c,
+ *                              engine_done.c
+ *   engine_carry.c  the data steps carry, of every kind: its layout and
+ *                   lengths, and running it where it arrives
+ *                           -> engine_done.c
  *   engine_msg.c    control messages between the ranks, and taking
  *                   submitted requests in
  *                           -> engine_vote.c, engine_done.c
@@ -337,8 +341,23 @@ int hvd_eng_dev_ready(hvd_engine *eng);
 hvd_status hvd_eng_dev_drain(hvd_engine *eng);
 void hvd_eng_dev_fail_all(hvd_engine *eng, hvd_status status, const char *text);
 hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n);
-/* An allreduce every rank carried in its step (r->parts): reduced here and
- * its request (req, or NULL: the one of that name) completed. */
+
+/* engine_carry.c: the data steps carry (docs/design.md, "Steps"). */
+/* 1 if req's data may travel in a step message (its kind, memory, set
+ * and size allow it; the step's budget is the caller's). */
+int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req);
+/* Bytes this rank's part of req takes in a step message (padded to 8). */
+size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req);
+/* Writes that part (hvd_eng_part_bytes bytes) at out. */
+void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,
+                        uint8_t *out);
+/* Bytes rank r's part of an operation d takes, read from its data (avail
+ * bytes left in the message); SIZE_MAX if they do not add up. */
+size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
+                        const uint8_t *data, size_t avail);
+/* An operation every rank carried in its step (r->parts: each rank's
+ * part, in rank order): run here, and its request (req, or NULL: the one
+ * of that name) completed. */
 hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
                                hvd_request *req);
 

@@ -5,8 +5,9 @@
  * has every part, it runs cycle k: the slots every rank offers, after rank
  * 0's erasures and before its negotiated responses. Every rank computes
  * that from the same messages, so they all run the same cycle without
- * asking rank 0, and a slot whose data every rank carried is reduced
- * where it arrived, with no collective at all (docs/design.md, "Steps").
+ * asking rank 0, and a slot whose data every rank carried is finished
+ * where it arrived (engine_carry.c), with no collective at all
+ * (docs/design.md, "Steps").
  */
 
 #include "api/runtime/engine_state.h"
@@ -75,30 +76,29 @@ int hvd_eng_peer_started(const hvd_engine *eng) {
     return 0;
 }
 
-/* Carried tensors start at multiples of 8 bytes in the message (the body
- * starts so aligned: its buffers come from malloc), so that each is read
- * where it lies, as its dtype needs. */
+/* The data of a step message starts at a multiple of 8 bytes (the body
+ * starts so aligned: its buffers come from malloc), and so does each part
+ * in it (engine_carry.c), so that each is read where it lies. */
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* Bytes a cached request's data takes in the step message (padded), if
  * it may travel there after `used` bytes of others; else 0 with *ok = 0. */
 static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
                           size_t used, int *ok) {
-    size_t bytes =
-        (size_t)hvd_opdesc_total(&req->desc) * hvd_dtype_size(req->desc.dtype);
+    size_t bytes = 0;
 
-    *ok = eng->size > 1 && req->desc.kind == HVD_KIND_ALLREDUCE &&
-          req->desc.pset == 0 && req->desc.op != HVD_ADASUM &&
-          req->desc.mem == HVD_MEM_HOST && req->n == 1 &&
-          bytes <= eng->cfg.fusion_tensor_max &&
-          used + pad8(bytes) <= eng->cfg.step_carry_bytes;
-    return *ok ? pad8(bytes) : 0;
+    *ok = hvd_eng_carries(eng, req);
+    if (*ok) {
+        bytes = hvd_eng_part_bytes(eng, req);
+        *ok = used + bytes <= eng->cfg.step_carry_bytes;
+    }
+    return *ok ? bytes : 0;
 }
 
 /*
  * Sends this rank's part of step cycle + 1 to every peer: every cached
  * request it holds (each is offered again in every step until it runs),
- * the data of the small allreduces among them, and on rank 0 its
+ * the data of the small ones among them, and on rank 0 its
  * decision (eng->decision). The sends complete in the background.
  */
 hvd_status hvd_eng_step_start(hvd_engine *eng) {
@@ -147,11 +147,8 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
         hvd__engine__step__pack(m, body);
     for (size_t i = 0, off = 0; i < m->n_carried; i++) {
         const hvd_request *req = eng->mine_creq[i];
-        size_t bytes = (size_t)req->counts[0] * hvd_dtype_size(req->desc.dtype);
-        if (bytes > 0)
-            memcpy(body + dstart + off, req->send[0], bytes);
-        memset(body + dstart + off + bytes, 0, pad8(bytes) - bytes);
-        off += pad8(bytes);
+        hvd_eng_part_write(eng, req, body + dstart + off);
+        off += hvd_eng_part_bytes(eng, req);
     }
     memset(body + proto, 0, dstart - proto);
     size_t rest = hvd_eng_frame(eng->out, brief > 0 ? MSG_BRIEF : MSG_STEP,
@@ -183,11 +180,12 @@ int hvd_eng_step_complete(hvd_engine *eng) {
     return 1;
 }
 
-/* Bytes the data of the operation in cache slot s takes in a step
- * message (padded). */
-static size_t slot_bytes(const hvd_cache *cache, uint32_t s) {
-    return pad8((size_t)hvd_opdesc_total(&cache->slots[s].desc) *
-                hvd_dtype_size(cache->slots[s].desc.dtype));
+/* Bytes rank r's part of the operation in cache slot s takes in its step
+ * message at data (avail bytes left); SIZE_MAX if they do not add up. */
+static size_t slot_bytes(const hvd_engine *eng, uint32_t s, int r,
+                         const uint8_t *data, size_t avail) {
+    size_t n = hvd_eng_part_len(eng, &eng->cache.slots[s].desc, r, data, avail);
+    return n <= avail ? n : SIZE_MAX;
 }
 
 /* Checks that the slots rank r lists (what it does with them: "offers",
@@ -224,8 +222,16 @@ static hvd_status count_offers(hvd_engine *eng, int r, const step_msg *sm) {
             eng->offers[s]++;
         }
     }
-    for (size_t i = 0; i < m->n_carried; i++)
-        data += slot_bytes(&eng->cache, m->carried[i]);
+    for (size_t i = 0; i < m->n_carried && data != SIZE_MAX; i++) {
+        size_t n = slot_bytes(eng, m->carried[i], r, sm->data + data,
+                              sm->data_len - data);
+        data = n == SIZE_MAX ? n : data + n;
+    }
+    if (data == SIZE_MAX)
+        return hvd_error_set(HVD_ERR_PROTOCOL,
+                             "step %llu from rank %d carries %zu bytes of "
+                             "data whose parts do not add up",
+                             (unsigned long long)m->number, r, sm->data_len);
     if (data != sm->data_len)
         return hvd_error_set(HVD_ERR_PROTOCOL,
                              "step %llu from rank %d carries %zu bytes of "
@@ -238,7 +244,6 @@ static hvd_status count_offers(hvd_engine *eng, int r, const step_msg *sm) {
 /* Points parts[] at every rank's data of each slot to run that every rank
  * carried. */
 static void find_parts(hvd_engine *eng, uint64_t step, size_t nrun) {
-    const hvd_cache *cache = &eng->cache;
     size_t n = (size_t)eng->size;
 
     memset(eng->carried_all, 0, nrun * sizeof(*eng->carried_all));
@@ -252,7 +257,7 @@ static void find_parts(hvd_engine *eng, uint64_t step, size_t nrun) {
                 eng->parts[(size_t)k * n + (size_t)r] = sm->data + off;
                 eng->carried_all[k]++;
             }
-            off += slot_bytes(cache, s);
+            off += slot_bytes(eng, s, r, sm->data + off, sm->data_len - off);
         }
     }
     /* carried_all[k] counted the ranks in order: size means all did. */
@@ -281,7 +286,7 @@ static int lone_slot(hvd_engine *eng, const Hvd__Engine__Cycle *dec,
         const step_msg *sm = part_of(eng, r, k);
         if (sm->msg->n_ready != 1 || sm->msg->n_carried != 1 ||
             sm->msg->ready[0] != s || sm->msg->carried[0] != s ||
-            sm->data_len != eng->mine.data_len)
+            slot_bytes(eng, s, r, sm->data, sm->data_len) != sm->data_len)
             return -1;
     }
     return (int)s;

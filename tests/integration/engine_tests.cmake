@@ -50,6 +50,38 @@ foreach(subtest dtypes mismatch join threads mixed inflight)
   endforeach()
 endforeach()
 
+# The steps' fast path for every kind of collective (test_steps_kinds.c),
+# and a rank killed amid it (run_peer_lost.sh).
+add_executable(test_steps_kinds ${CMAKE_CURRENT_SOURCE_DIR}/test_steps_kinds.c)
+target_link_libraries(test_steps_kinds PRIVATE hvd Threads::Threads)
+target_include_directories(test_steps_kinds PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_steps_kinds PRIVATE ${HVD_WARNINGS})
+foreach(case "exact;1" "exact;2" "exact;3" "exact;4" "mismatch;2"
+        "mismatch;3" "join;2" "join;3" "threads;2" "threads;3" "mixed;2"
+        "mixed;3")
+  list(GET case 0 subtest)
+  list(GET case 1 np)
+  set(test_name integration.engine.steps.kinds.${subtest}.np${np})
+  add_test(NAME ${test_name}
+           COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps_kinds>
+                   ${subtest})
+  set_tests_properties(${test_name} PROPERTIES
+                       LABELS "integration;engine" TIMEOUT 180
+                       SKIP_RETURN_CODE 77)
+endforeach()
+foreach(case "3;1;40" "2;0;31")
+  list(GET case 0 np)
+  list(GET case 1 victim)
+  list(GET case 2 after)
+  set(test_name integration.engine.steps.kinds.peer_lost.np${np}.victim${victim})
+  add_test(NAME ${test_name}
+           COMMAND sh ${HVD_SH}/run_peer_lost.sh
+                   $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_steps_kinds>
+                   ${np} ${victim} ${after})
+  set_tests_properties(${test_name} PROPERTIES
+                       LABELS "integration;engine;failure" TIMEOUT 120)
+endforeach()
+
 # Alltoall and reducescatter (test_scatter.c), through hvdrun at np 1-4 and
 # under Open MPI's mpirun over TCP and over the MPI transport.
 add_executable(test_scatter ${CMAKE_CURRENT_SOURCE_DIR}/test_scatter.c)

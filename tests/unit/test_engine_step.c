@@ -266,6 +266,25 @@ static void malformed_steps_refused(void **state) {
                         "step 2 from rank 0 has no cycle 2 in it");
 }
 
+/* An alltoall's part is as long as the counts it starts with say: a part
+ * whose counts ask for more than came is refused, naming the sender. */
+static void alltoall_part_checked(void **state) {
+    ef_engine *ef = *state;
+    hvd_engine *eng = ef->eng;
+    const uint32_t slot[] = {0};
+    const uint64_t part[2] = {1000, 1000}; /* counts, and no data */
+    Hvd__Engine__Cycle dec = decision(1);
+    int last = 0;
+
+    eng->cache.slots[0].desc.kind = HVD_KIND_ALLTOALL;
+    assert_int_equal(hvd_eng_step_start(eng), HVD_OK);
+    ef_peer_step(ef, 0, 1, slot, 1, slot, 1, part, sizeof(part), &dec);
+    assert_int_equal(hvd_eng_step_finish(eng, 0, &last), HVD_ERR_PROTOCOL);
+    assert_string_equal(hvd_error_get(),
+                        "step 1 from rank 0 carries 16 bytes of data whose "
+                        "parts do not add up");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(start_carries_data, setup, teardown),
@@ -278,6 +297,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(malformed_steps_refused, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(alltoall_part_checked, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,305 @@
+/*
+ * The engine (engine.h): the data a step message carries (docs/design.md,
+ * "Steps"), of every kind of operation, and running it where it arrives.
+ * Every rank sends every other rank its part of a step, so one exchange
+ * of parts is already each of the collectives: an allreduce (each rank
+ * reduces every part), an allgather (each rank puts every part in its
+ * place), a broadcast (only the root's part holds data), a reduce-scatter
+ * (each rank reduces its own block of every part) and an alltoall (each
+ * part holds its sender's counts and whole buffer; each rank takes its
+ * block of every part); a barrier is the exchange itself (its part is
+ * empty). Nothing else goes on the wire for them.
+ */
+
+#include "api/runtime/engine_state.h"
+
+/* Carried tensors start at multiples of 8 bytes in the message (the body
+ * starts so aligned: its buffers come from malloc), so that each is read
+ * where it lies, as its dtype needs. */
+static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Bytes of the data an operation of d gives (its buffers, one after the
+ * other: each a whole number of elements, so each is aligned as its
+ * dtype needs when the first is). */
+static size_t data_bytes(const hvd_opdesc *d) {
+    return (size_t)hvd_opdesc_total(d) * hvd_dtype_size(d->dtype);
+}
+
+/* An alltoall's part starts with the sender's counts, one per rank. */
+static size_t a2a_head(const hvd_engine *eng) {
+    return (size_t)eng->size * sizeof(uint64_t);
+}
+
+/*
+ * The largest part of a kind other than an allreduce that a step carries:
+ * an eighth of the step's budget (8 KiB by default). A part goes to every
+ * peer and is copied three times on its way (into the message, out of the
+ * control channel, into the result); past a few KiB that costs more than
+ * the collective's own exchange of what each rank needs (measured at np 2
+ * on shared memory: a 4 KiB part was faster carried, a 16 KiB one slower;
+ * docs/benchmarks.md, "Issue 35: every collective's small messages"). An
+ * allreduce gains more (its collective is two exchanges and a reduction)
+ * and keeps the whole budget.
+ */
+static size_t other_part_max(const hvd_engine *eng) {
+    return eng->cfg.step_carry_bytes / 8;
+}
+
+int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
+    const hvd_opdesc *d = &req->desc;
+
+    if (eng->size < 2 || d->pset != 0 || d->mem != HVD_MEM_HOST ||
+        data_bytes(d) > eng->cfg.fusion_tensor_max)
+        return 0;
+    switch (d->kind) {
+    case HVD_KIND_ALLREDUCE:
+        return d->op != HVD_ADASUM;
+    case HVD_KIND_BROADCAST:
+    case HVD_KIND_ALLGATHER:
+    case HVD_KIND_REDUCESCATTER:
+    case HVD_KIND_ALLTOALL:
+        return hvd_eng_part_bytes(eng, req) <= other_part_max(eng);
+    case HVD_KIND_BARRIER: /* no data: listed, so that its step is lone */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req) {
+    const hvd_opdesc *d = &req->desc;
+
+    if ((d->kind == HVD_KIND_BROADCAST && d->root != eng->rank) ||
+        d->kind == HVD_KIND_BARRIER)
+        return 0;
+    if (d->kind == HVD_KIND_ALLTOALL)
+        return pad8(a2a_head(eng) + data_bytes(d));
+    return pad8(data_bytes(d));
+}
+
+void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,
+                        uint8_t *out) {
+    const hvd_opdesc *d = &req->desc;
+    size_t es = hvd_dtype_size(d->dtype), off = 0;
+    size_t len = hvd_eng_part_bytes(eng, req);
+
+    if (len == 0)
+        return;
+    if (d->kind == HVD_KIND_ALLTOALL) {
+        /* The counts, then the whole sendbuf (send[k] lie in it, in
+         * order, from send[0]). */
+        memcpy(out, req->counts, a2a_head(eng));
+        off = a2a_head(eng);
+        if (data_bytes(d) > 0)
+            memcpy(out + off, req->send[0], data_bytes(d));
+        off += data_bytes(d);
+    } else if (d->kind == HVD_KIND_BROADCAST) {
+        if (data_bytes(d) > 0)
+            memcpy(out, req->recv[0], data_bytes(d));
+        off = data_bytes(d);
+    } else {
+        for (int i = 0; i < req->n; i++) {
+            size_t b = (size_t)req->counts[i] * es;
+            if (b > 0)
+                memcpy(out + off, req->send[i], b);
+            off += b;
+        }
+    }
+    memset(out + off, 0, len - off);
+}
+
+size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
+                        const uint8_t *data, size_t avail) {
+    size_t es = hvd_dtype_size(d->dtype), sum = 0;
+
+    switch (d->kind) {
+    case HVD_KIND_BARRIER:
+        return 0;
+    case HVD_KIND_BROADCAST:
+        return r == d->root ? pad8(data_bytes(d)) : 0;
+    case HVD_KIND_ALLTOALL:
+        /* Its length is in it: the counts it starts with. */
+        if (avail < a2a_head(eng))
+            return SIZE_MAX;
+        for (int k = 0; k < eng->size; k++) {
+            uint64_t c;
+            memcpy(&c, data + (size_t)k * sizeof(c), sizeof(c));
+            if (c > avail / es || sum + c > avail / es)
+                return SIZE_MAX;
+            sum += (size_t)c;
+        }
+        return pad8(a2a_head(eng) + sum * es);
+    default:
+        return pad8(data_bytes(d));
+    }
+}
+
+/* An allreduce (grouped or not): each buffer reduced from every rank's
+ * part in rank order, the same bit for bit on every rank. */
+static void run_allreduce(const hvd_engine *eng, const resp *r,
+                          hvd_request *req) {
+    size_t es = hvd_dtype_size(r->desc.dtype), off = 0;
+
+    for (int i = 0; i < req->n; i++) {
+        size_t count = (size_t)req->counts[i];
+        void *out = req->recv[i];
+        if (eng->size == 1) {
+            if (count > 0 && out != r->parts[0] + off)
+                memcpy(out, r->parts[0] + off, count * es);
+        } else {
+            hvd_reduce(out, r->parts[0] + off, r->parts[1] + off, count,
+                       r->desc.dtype, r->desc.op);
+            for (int k = 2; k < eng->size; k++)
+                hvd_reduce(out, out, r->parts[k] + off, count, r->desc.dtype,
+                           r->desc.op);
+        }
+        if (r->desc.op == HVD_AVERAGE)
+            hvd_reduce_scale_div(out, count, r->desc.dtype, eng->size);
+        off += count * es;
+    }
+}
+
+/* A reduce-scatter (grouped or not): this rank's block of each buffer
+ * (the collective's cut: hvd_part_range of whole units), reduced from
+ * every rank's part in rank order. */
+static void run_reducescatter(const hvd_engine *eng, const resp *r,
+                              hvd_request *req) {
+    size_t es = hvd_dtype_size(r->desc.dtype), off = 0;
+    size_t unit = (size_t)hvd_opdesc_unit(&r->desc);
+
+    if (unit == 0)
+        unit = 1;
+    for (int i = 0; i < req->n; i++) {
+        size_t count = (size_t)req->counts[i], b, cnt;
+        hvd_part_range(count / unit, (size_t)eng->size, (size_t)eng->rank, &b,
+                       &cnt);
+        b = off + b * unit * es;
+        cnt *= unit;
+        void *out = req->recv[i];
+        hvd_reduce(out, r->parts[0] + b, r->parts[1] + b, cnt, r->desc.dtype,
+                   r->desc.op);
+        for (int k = 2; k < eng->size; k++)
+            hvd_reduce(out, out, r->parts[k] + b, cnt, r->desc.dtype,
+                       r->desc.op);
+        if (r->desc.op == HVD_AVERAGE)
+            hvd_reduce_scale_div(out, cnt, r->desc.dtype, eng->size);
+        off += count * es;
+    }
+}
+
+/* An allgather (grouped or not): rank k's part of buffer i goes to block
+ * k of recv[i]. */
+static void run_allgather(const hvd_engine *eng, const resp *r,
+                          hvd_request *req) {
+    size_t es = hvd_dtype_size(r->desc.dtype), off = 0;
+
+    for (int i = 0; i < req->n; i++) {
+        size_t b = (size_t)req->counts[i] * es;
+        for (int k = 0; k < eng->size && b > 0; k++)
+            memcpy((uint8_t *)req->recv[i] + (size_t)k * b, r->parts[k] + off,
+                   b);
+        off += b;
+    }
+}
+
+/* An alltoall: this rank's block of every rank's part, in rank order; a
+ * recvbuf too small for them fails this rank's request alone (no other
+ * rank waits on it), with the collective's sentence. */
+static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
+                               char *why, size_t whylen) {
+    size_t es = hvd_dtype_size(r->desc.dtype), got = 0, p = (size_t)eng->size;
+    size_t me = (size_t)eng->rank;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t k = 0; k < p; k++) {
+            uint64_t c[1], before = 0;
+            for (size_t j = 0; j <= me; j++) {
+                memcpy(c, r->parts[k] + j * sizeof(c[0]), sizeof(c[0]));
+                if (j < me)
+                    before += c[0];
+            }
+            if (pass == 0) {
+                got += (size_t)c[0];
+                continue;
+            }
+            if (c[0] > 0)
+                memcpy((uint8_t *)req->recv[0] + got * es,
+                       r->parts[k] + a2a_head(eng) + (size_t)before * es,
+                       (size_t)c[0] * es);
+            if (req->recv_counts != NULL)
+                req->recv_counts[k] = (size_t)c[0];
+            got += (size_t)c[0];
+        }
+        if (pass == 0 && got > req->recv_cap) {
+            hvd_error_set(HVD_ERR_INVALID_ARG,
+                          "'%s': %zu elements arrive at rank %d but its "
+                          "recvbuf holds %llu: pass a larger recvcap (the "
+                          "data was dropped)",
+                          r->name, got, eng->rank,
+                          (unsigned long long)req->recv_cap);
+            snprintf(why, whylen, "%s", hvd_error_get());
+            return HVD_ERR_INVALID_ARG;
+        }
+        got = 0;
+    }
+    return HVD_OK;
+}
+
+static const char *event_of(hvd_kind kind) {
+    switch (kind) {
+    case HVD_KIND_BROADCAST:
+        return "BROADCAST";
+    case HVD_KIND_ALLGATHER:
+        return "ALLGATHER";
+    case HVD_KIND_ALLTOALL:
+        return "ALLTOALL";
+    case HVD_KIND_REDUCESCATTER:
+        return "REDUCESCATTER";
+    case HVD_KIND_BARRIER:
+        return "BARRIER";
+    default:
+        return "ALLREDUCE";
+    }
+}
+
+hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
+                               hvd_request *req) {
+    hvd_status outcome = HVD_OK;
+    char why[HVD_ERROR_MAX] = "";
+
+    if (req == NULL)
+        req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
+    if (req == NULL)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "rank %d has no request '%s' to run", eng->rank,
+                             r->name);
+    int64_t t = eng->timeline != NULL ? hvd_now_ns() : 0;
+    hvd_timeline_end(eng->timeline, r->name, t); /* QUEUE */
+    hvd_timeline_begin(eng->timeline, r->name, event_of(r->desc.kind), t,
+                       "\"transport\": \"control\", \"algorithm\": "
+                       "\"step\", \"tensors\": 1");
+    switch (r->desc.kind) {
+    case HVD_KIND_BROADCAST:
+        if (eng->rank != r->desc.root && data_bytes(&r->desc) > 0)
+            memcpy(req->recv[0], r->parts[r->desc.root], data_bytes(&r->desc));
+        break;
+    case HVD_KIND_ALLGATHER:
+        run_allgather(eng, r, req);
+        break;
+    case HVD_KIND_REDUCESCATTER:
+        run_reducescatter(eng, r, req);
+        break;
+    case HVD_KIND_ALLTOALL:
+        outcome = run_alltoall(eng, r, req, why, sizeof(why));
+        break;
+    case HVD_KIND_BARRIER: /* that every rank offered it is the barrier */
+        break;
+    default:
+        run_allreduce(eng, r, req);
+        break;
+    }
+    if (eng->timeline != NULL)
+        hvd_timeline_end(eng->timeline, r->name, hvd_now_ns());
+    hvd_eng_complete(eng, req, outcome, outcome != HVD_OK ? why : NULL);
+    return HVD_OK;
+}
