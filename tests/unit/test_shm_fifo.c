@@ -134,9 +134,11 @@ static void one_cell(void **state) {
     cell *c = written(pr, 0, 1, DATA, 0);
     assert_int_equal(atomic_load(&c->seq), 1);
     assert_int_equal(c->len, sizeof(out));
-    assert_int_equal(c->msg_len, sizeof(out));
-    assert_int_equal(c->first, 1);
     assert_int_equal(c->kind, CELL_DATA);
+    /* Its first bytes ride in the header line, the rest in the payload. */
+    assert_memory_equal(c->inl, out, CELL_INLINE);
+    assert_memory_equal(payload_of(c), out + CELL_INLINE,
+                        sizeof(out) - CELL_INLINE);
     assert_int_equal(r.done, 0);
     settle(pr);
     assert_int_equal(r.done, 1);
@@ -343,6 +345,127 @@ static void length_mismatch(void **state) {
                      HVD_ERR_MISMATCH);
 }
 
+/* Sends len pattern bytes from rank 0 to rank 1 on ch and receives them
+ * into a buffer whose bytes past len must stay as they were; returns the
+ * kind of the (first) cell that carried it. The payload of the cell is
+ * filled with a sentinel first: a message that fits the header line must
+ * leave it untouched. */
+static unsigned send_exact(pair *pr, int ch, size_t len, unsigned seed) {
+    uint8_t *out = malloc(len + 1), *in = malloc(len + 16);
+    uint64_t n = pr->peers[0][1].tail[ch];
+    cell *c = written(pr, 0, 1, ch, n);
+    hvd_req s, r;
+    unsigned kind;
+
+    assert_non_null(out);
+    assert_non_null(in);
+    pattern(out, len, seed);
+    memset(in, 0xee, len + 16);
+    memset(payload_of(c), 0xa5, 64);
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, ch, out, len, &s), HVD_OK);
+    kind = c->kind;
+    if (len <= CELL_INLINE)
+        for (size_t i = 0; i < 64; i++)
+            assert_int_equal(payload_of(c)[i], 0xa5);
+    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, ch, in, len, &r), HVD_OK);
+    settle(pr);
+    assert_int_equal(s.done, 1);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, HVD_OK);
+    if (len > 0)
+        assert_memory_equal(in, out, len);
+    for (size_t i = len; i < len + 16; i++)
+        assert_int_equal(in[i], 0xee);
+    free(out);
+    free(in);
+    return kind;
+}
+
+/* Every length from 0 to past the header line's inline bytes, on both
+ * channels, one after the other (the ring wraps several times): bytes
+ * exact, one cell each, the payload untouched while the message fits the
+ * header line. */
+static void inline_lengths(void **state) {
+    pair *pr = *state;
+
+    for (int ch = 0; ch < NCHANNELS; ch++) {
+        uint64_t t0 = pr->peers[0][1].tail[ch];
+        for (size_t len = 0; len <= CELL_INLINE + 70; len++)
+            assert_int_equal(send_exact(pr, ch, len, (unsigned)len), CELL_DATA);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, CELL_INLINE + 71);
+        assert_true(CELL_INLINE + 71 > 3 * ncells_of[ch]);
+    }
+}
+
+/* A message of a cell's payload plus the inline bytes is the longest that
+ * goes whole; one byte more goes in pieces (two cells). */
+static void whole_or_pieces(void **state) {
+    pair *pr = *state;
+
+    for (int ch = 0; ch < NCHANNELS; ch++) {
+        size_t most = cell_bytes_of[ch] + CELL_INLINE;
+        uint64_t t0 = pr->peers[0][1].tail[ch];
+        assert_int_equal(send_exact(pr, ch, most, 3), CELL_DATA);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, 1);
+        assert_int_equal(send_exact(pr, ch, most + 1, 4), CELL_PART);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, 3);
+        assert_int_equal(send_exact(pr, ch, cell_bytes_of[ch] - 1, 5),
+                         CELL_DATA);
+    }
+}
+
+/* A cell that cannot be what a sender writes (a length past the cell, an
+ * unknown kind) fails the transport with a sentence, and nothing is
+ * copied out of the FIFO. */
+static void malformed_cell(void **state) {
+    pair *pr = *state;
+    struct {
+        uint8_t kind;
+        uint32_t len;
+    } bad[] = {{CELL_DATA, 4096 + CELL_INLINE + 1}, {CELL_PART, 4097}, {9, 8}};
+
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        uint8_t in[64];
+        hvd_req r;
+        pair_teardown(state);
+        pair_setup(state);
+        pr = *state;
+        cell *c = written(pr, 0, 1, CTRL, 0);
+        c->kind = bad[k].kind;
+        c->len = bad[k].len;
+        c->msg_len = sizeof(in);
+        c->first = 1;
+        atomic_store(&c->seq, 1);
+        memset(in, 0xee, sizeof(in));
+        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, CTRL, in, sizeof(in), &r),
+                         HVD_OK);
+        hvd_shm_pass(&pr->side[1]);
+        assert_int_equal(r.done, 1);
+        assert_int_equal(r.status, HVD_ERR_PROTOCOL);
+        assert_non_null(strstr(pr->side[1].failure.text, "malformed"));
+        for (size_t i = 0; i < sizeof(in); i++)
+            assert_int_equal(in[i], 0xee);
+    }
+}
+
+/* The doorbell rings only for a rank that sleeps: a polling one finds its
+ * messages by looking (no write to a line it reads, no system call); a
+ * sleeping one is rung for a message and for freed cells. */
+static void ring_only_sleepers(void **state) {
+    pair *pr = *state;
+    seg_hdr *h1 = hdr_of(pr->side[1].seg), *h0 = hdr_of(pr->side[0].seg);
+    uint32_t b1 = atomic_load(&h1->doorbell), b0 = atomic_load(&h0->doorbell);
+
+    assert_int_equal(send_exact(pr, CTRL, 8, 1), CELL_DATA);
+    assert_int_equal(atomic_load(&h1->doorbell), b1);
+    assert_int_equal(atomic_load(&h0->doorbell), b0);
+    atomic_store(&h1->sleeping, 1);
+    atomic_store(&h0->sleeping, 1);
+    assert_int_equal(send_exact(pr, CTRL, 8, 2), CELL_DATA);
+    assert_int_equal(atomic_load(&h1->doorbell), b1 + 1); /* a message */
+    assert_int_equal(atomic_load(&h0->doorbell), b0 + 1); /* a freed cell */
+}
+
 /* The ring arithmetic: capacities are powers of two, cell n and cell
  * n + capacity are the same, the cells of one FIFO are distinct and
  * inside it, and the FIFOs tile the segment. */
@@ -449,6 +572,14 @@ int main(void) {
         cmocka_unit_test_setup_teardown(length_mismatch, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(ring_layout, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(inline_lengths, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(whole_or_pieces, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(malformed_cell, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(ring_only_sleepers, pair_setup,
+                                        pair_teardown),
         cmocka_unit_test(message_queue),
         cmocka_unit_test(segment_names),
     };

@@ -128,8 +128,10 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
     /* Spin while the doorbell is quiet (HVD_SHM_SPIN_US), yielding the
      * core at every look. */
     spin_end = now + tp->spin_ns;
-    /* Any ring of the doorbell ends the wait: data, freed cells, or
-     * another thread's wake; the caller looks at its requests again. */
+    /* Anything that moved in the FIFOs (data, freed cells, an
+     * acknowledgement: peers do not ring a rank that is awake) or a ring
+     * of the doorbell (another thread's wake, a peer's failure) ends the
+     * wait; the caller looks at its requests again. */
     while (hvd_now_ns() < spin_end) {
         uint32_t bell =
             atomic_load_explicit(&me->doorbell, memory_order_acquire);
@@ -138,6 +140,8 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
             hvd_shm_pass(tp);
             goto out;
         }
+        if (hvd_shm_pass(tp))
+            goto out;
         /* Give the core to any other runnable thread (the peer, if they
          * share it; this rank's own application thread): a busy loop would
          * hold it for a whole time slice. */
@@ -148,11 +152,14 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
         int64_t left;
         struct timespec ts;
 
-        atomic_store(&me->sleeping, 1);
+        /* The store, the fence, then the look: hvd_shm_notify says why a
+         * peer that publishes meanwhile either is seen here or rings. */
+        atomic_store_explicit(&me->sleeping, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
         bell = atomic_load(&me->doorbell);
         if (bell != tp->seen_bell || hvd_shm_pass(tp)) {
             tp->seen_bell = bell;
-            atomic_store(&me->sleeping, 0);
+            atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
             hvd_shm_pass(tp);
             break;
         }
@@ -165,7 +172,7 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
             ts.tv_nsec = left % 1000000000LL;
             hvd_shm_futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
         }
-        atomic_store(&me->sleeping, 0);
+        atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
         if (atomic_load(&me->doorbell) != bell) {
             tp->seen_bell = atomic_load(&me->doorbell);
             hvd_shm_pass(tp);
