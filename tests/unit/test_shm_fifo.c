@@ -9,8 +9,12 @@
  * messages of many cells, a message larger than the whole FIFO, the zero
  * tails of control messages (not copied, written by the receiver), the
  * buffered control send, a length mismatch, and the ring arithmetic of the
- * power-of-two capacities; and the segments' names (setup.c), which must
- * not show the job id.
+ * power-of-two capacities; messages carried in the cell's header line
+ * (every length from 0 to past it, exact, the payload untouched), the
+ * longest whole message and one byte more, malformed cells, the doorbell
+ * rung only for a sleeping rank, and a sleeping receiver (a forked child
+ * on shared memory) woken by a message; and the segments' names
+ * (setup.c), which must not show the job id.
  *
  * The internal functions called (transport/shm/shm_internal.h):
  * hvd_shm_isend, hvd_shm_irecv, hvd_shm_pass, hvd_shm_push, and the inline
@@ -18,12 +22,15 @@
  * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of),
  * and hvd_shm_segment_name.
  */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -466,6 +473,68 @@ static void ring_only_sleepers(void **state) {
     assert_int_equal(atomic_load(&h0->doorbell), b0 + 1); /* a freed cell */
 }
 
+/* Rank 1's part of sleeper_woken, in the child: waits (no spin, so in the
+ * futex at once) for one control message; exits 0 if it came, exact, and
+ * rank 0 rang the doorbell for it. */
+static void sleeper(pair *pr, uint32_t bell0) {
+    shm *tp = &pr->side[1];
+    uint8_t in[8] = {0}, want[8];
+    hvd_req r;
+
+    tp->spin_ns = 0;
+    tp->timeout_ns = 30 * 1000000000LL;
+    pattern(want, sizeof(want), 9);
+    if (hvd_shm_irecv(T(pr, 1), 0, CTRL, in, sizeof(in), &r) != HVD_OK)
+        _exit(2);
+    for (int i = 0; i < 100 && !r.done; i++)
+        if (hvd_shm_progress(T(pr, 1), 1000) != HVD_OK)
+            _exit(3);
+    if (!r.done || r.status != HVD_OK || memcmp(in, want, sizeof(in)) != 0)
+        _exit(4);
+    _exit(atomic_load(&hdr_of(tp->seg)->doorbell) != bell0 ? 0 : 5);
+}
+
+/* A receiver asleep on its futex (another process) is woken by a message:
+ * the sender sees its flag and rings. The segments are shared memory, so
+ * the child's futex is the parent's doorbell. */
+static void sleeper_woken(void **state) {
+    pair *pr = *state;
+    size_t len = (segment_bytes(2) + LINE - 1) / LINE * LINE;
+    uint8_t *mem = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0),
+            out[8];
+    hvd_req s;
+    int status = -1;
+
+    assert_true(mem != MAP_FAILED);
+    for (int r = 0; r < 2; r++) {
+        free(pr->side[r].seg);
+        pr->side[r].seg = mem + (size_t)r * len;
+        pr->peers[1 - r][r].seg = pr->side[r].seg;
+    }
+    seg_hdr *h1 = hdr_of(pr->side[1].seg);
+    uint32_t bell0 = atomic_load(&h1->doorbell);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        sleeper(pr, bell0);
+    /* Bounded: the child sleeps within microseconds, or has failed. */
+    for (int i = 0; i < 2000000 && !atomic_load(&h1->sleeping); i++)
+        if (i % 64 == 0 && waitpid(pid, &status, WNOHANG) == pid)
+            break;
+    assert_int_equal(atomic_load(&h1->sleeping), 1);
+    pattern(out, sizeof(out), 9);
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, sizeof(out), &s),
+                     HVD_OK);
+    assert_int_equal(s.done, 1);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    for (int r = 0; r < 2; r++)
+        pr->side[r].seg = NULL;
+    munmap(mem, 2 * len);
+}
+
 /* The ring arithmetic: capacities are powers of two, cell n and cell
  * n + capacity are the same, the cells of one FIFO are distinct and
  * inside it, and the FIFOs tile the segment. */
@@ -579,6 +648,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(malformed_cell, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(ring_only_sleepers, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(sleeper_woken, pair_setup,
                                         pair_teardown),
         cmocka_unit_test(message_queue),
         cmocka_unit_test(segment_names),
