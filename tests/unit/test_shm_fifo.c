@@ -404,20 +404,31 @@ static void inline_lengths(void **state) {
     }
 }
 
-/* A message of a cell's payload plus the inline bytes is the longest that
- * goes whole; one byte more goes in pieces (two cells). */
+/* Up to CELL_SPLIT_MAX bytes a message starts in the header line; one
+ * byte more and it is all in the payload (aligned copies). A cell's
+ * payload is the longest message that goes whole; one byte more goes in
+ * pieces (two cells). */
 static void whole_or_pieces(void **state) {
     pair *pr = *state;
 
     for (int ch = 0; ch < NCHANNELS; ch++) {
-        size_t most = cell_bytes_of[ch] + CELL_INLINE;
+        size_t most = cell_bytes_of[ch];
         uint64_t t0 = pr->peers[0][1].tail[ch];
+        for (size_t len = CELL_SPLIT_MAX; len <= CELL_SPLIT_MAX + 1; len++) {
+            uint8_t want[CELL_SPLIT_MAX + 1];
+            cell *c = written(pr, 0, 1, ch, pr->peers[0][1].tail[ch]);
+            pattern(want, len, 7);
+            assert_int_equal(send_exact(pr, ch, len, 7), CELL_DATA);
+            size_t k = len > CELL_SPLIT_MAX ? 0 : CELL_INLINE;
+            assert_int_equal(cell_inline_of(len), k);
+            if (k > 0)
+                assert_memory_equal(c->inl, want, k);
+            assert_memory_equal(payload_of(c), want + k, len - k);
+        }
         assert_int_equal(send_exact(pr, ch, most, 3), CELL_DATA);
-        assert_int_equal(pr->peers[0][1].tail[ch] - t0, 1);
-        assert_int_equal(send_exact(pr, ch, most + 1, 4), CELL_PART);
         assert_int_equal(pr->peers[0][1].tail[ch] - t0, 3);
-        assert_int_equal(send_exact(pr, ch, cell_bytes_of[ch] - 1, 5),
-                         CELL_DATA);
+        assert_int_equal(send_exact(pr, ch, most + 1, 4), CELL_PART);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, 5);
     }
 }
 
@@ -429,7 +440,7 @@ static void malformed_cell(void **state) {
     struct {
         uint8_t kind;
         uint32_t len;
-    } bad[] = {{CELL_DATA, 4096 + CELL_INLINE + 1}, {CELL_PART, 4097}, {9, 8}};
+    } bad[] = {{CELL_DATA, 4097}, {CELL_PART, 4097}, {9, 8}};
 
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         uint8_t in[64];

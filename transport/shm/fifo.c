@@ -127,15 +127,15 @@ static int has_room(speer *pe, fifo *f, int ch, uint32_t cap) {
     return pe->tail[ch] - pe->head_seen[ch] < cap;
 }
 
-/* Writes message m, whole, into cell c: its first CELL_INLINE bytes in
- * the header line, the rest in the payload; a control message's zero
- * tail is left for the receiver to write. */
+/* Writes message m, whole, into cell c: a short one's first bytes in the
+ * header line (cell_inline_of), the rest in the payload; a control
+ * message's zero tail is left for the receiver to write. */
 static void write_whole(cell *c, int ch, const msg *m) {
     size_t z = ch == HVD_CHANNEL_CONTROL ? zero_tail(m->buf, m->len) : 0;
-    size_t n = m->len - z, k = n < CELL_INLINE ? n : CELL_INLINE;
 
     if (z > UINT16_MAX) /* never with 4 KiB control cells */
-        z = 0, n = m->len, k = n < CELL_INLINE ? n : CELL_INLINE;
+        z = 0;
+    size_t n = m->len - z, k = cell_inline_of(n);
     c->kind = CELL_DATA;
     c->zeros = (uint16_t)z;
     c->len = (uint32_t)n;
@@ -172,7 +172,7 @@ int hvd_shm_push(shm *tp, int p, int ch) {
     speer *pe = &tp->peers[p];
     fifo *f = fifo_of(pe->seg, tp->my_local, ch);
     uint32_t cap = ncells_of[ch];
-    size_t whole_max = cell_bytes_of[ch] + CELL_INLINE;
+    size_t whole_max = cell_bytes_of[ch];
     int wrote = 0, moved = 0;
     msg *m;
 
@@ -230,9 +230,7 @@ static void bad_cell(shm *tp, int p, const cell *c, const msg *m, uint64_t sent,
                      "%s wrote a malformed cell (kind %u, %u bytes, %zu "
                      "at most) into rank %d's FIFO",
                      who, (unsigned)c->kind, (unsigned)c->len,
-                     (size_t)cell_bytes_of[ch] +
-                         (c->kind == CELL_DATA ? CELL_INLINE : 0),
-                     tp->rank);
+                     (size_t)cell_bytes_of[ch], tp->rank);
     else
         hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, p,
                      "%s sent a message of %llu bytes where rank %d expected "
@@ -249,8 +247,8 @@ static int take(shm *tp, int p, int ch, cell *c, msg *m, fifo *f) {
     unsigned kind = c->kind;
 
     if (kind == CELL_DATA) {
-        size_t z = c->zeros, k = n < CELL_INLINE ? n : CELL_INLINE;
-        if (n > cbytes + CELL_INLINE) {
+        size_t z = c->zeros, k = cell_inline_of(n);
+        if (n > cbytes) {
             bad_cell(tp, p, c, m, 0, ch, 1);
             return -1;
         }

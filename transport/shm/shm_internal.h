@@ -50,15 +50,24 @@ static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
 #define HEARTBEAT_NS (100 * 1000000LL)
 
 /*
- * Cell kinds. CELL_DATA holds a whole message: its first CELL_INLINE bytes
- * in the header's own line, the rest in the payload, so a message of up to
- * CELL_INLINE bytes (after its zero tail) moves as one cache line: the
- * sender writes it, the receiver reads it, nothing else. CELL_PART is one
- * piece of a message longer than a cell (payload only); CELL_RNDV carries
- * the address of a large message for process_vm_readv.
+ * Cell kinds. CELL_DATA holds a whole message. Up to CELL_SPLIT_MAX bytes
+ * (after its zero tail), its first CELL_INLINE bytes are in the header's
+ * own line and the rest in the payload, so a message of up to CELL_INLINE
+ * bytes moves as one cache line: the sender writes it, the receiver reads
+ * it, nothing else. A longer one is all in the payload, where the copies
+ * stay aligned to the line (split at 48 bytes, a 32 KiB message took 7 to
+ * 12 % longer). CELL_PART is one piece of a message longer than a cell
+ * (payload only); CELL_RNDV carries the address of a large message for
+ * process_vm_readv.
  */
 enum { CELL_DATA = 1, CELL_RNDV = 2, CELL_PART = 3 };
 #define CELL_INLINE 48
+#define CELL_SPLIT_MAX 1024
+
+/* The bytes of a CELL_DATA of n bytes that are in its header line. */
+static inline size_t cell_inline_of(size_t n) {
+    return n > CELL_SPLIT_MAX ? 0 : n < CELL_INLINE ? n : CELL_INLINE;
+}
 
 /* A cell's header line; the payload follows. seq is written last
  * (release): seq == n + 1 says the n-th cell of the FIFO is there. */
