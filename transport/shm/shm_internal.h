@@ -55,10 +55,10 @@ static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
  * own line and the rest in the payload, so a message of up to CELL_INLINE
  * bytes moves as one cache line: the sender writes it, the receiver reads
  * it, nothing else. A longer one is all in the payload, where the copies
- * stay aligned to the line (split at 48 bytes, a 32 KiB message took 7 to
- * 12 % longer). CELL_PART is one piece of a message longer than a cell
- * (payload only); CELL_RNDV carries the address of a large message for
- * process_vm_readv.
+ * stay aligned to the line: one line saved is nothing to it, and a copy
+ * split at 48 bytes is misaligned. CELL_PART is one piece of a message longer
+ * than a cell (payload only); CELL_RNDV carries the address of a large message
+ * for process_vm_readv.
  */
 enum { CELL_DATA = 1, CELL_RNDV = 2, CELL_PART = 3 };
 #define CELL_INLINE 48
