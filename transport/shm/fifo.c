@@ -99,24 +99,6 @@ static size_t zero_tail(const uint8_t *buf, size_t len) {
     return z;
 }
 
-/*
- * Hints that the cache line at p, just written for another core, be moved
- * out of this core's caches to the shared one (CLDEMOTE): the receiver,
- * polling, then reads it from there instead of snooping this core. A
- * round trip of one-line messages took 1 to 5 % less with it
- * (docs/benchmarks.md, issue 35); on the payload's lines it cost more than
- * it saved. The
- * instruction is in the NOP space, so older x86 processors skip it; the
- * bytes are spelled out for assemblers that do not know it.
- */
-static inline void demote(const void *p) {
-#if defined(__x86_64__)
-    __asm__ volatile(".byte 0x0f, 0x1c, 0x00" ::"a"(p) : "memory");
-#else
-    (void)p;
-#endif
-}
-
 /* 1 if the FIFO f to pe on ch has a free cell. The receiver's head is
  * read only when the last value read says the FIFO is full: its line then
  * moves between the cores once per FIFO's worth of cells, not per cell. */
@@ -190,7 +172,6 @@ int hvd_shm_push(shm *tp, int p, int ch) {
         if (rndv)
             m->ack_id = ++pe->rndv_sent[ch];
         atomic_store_explicit(&c->seq, ++pe->tail[ch], memory_order_release);
-        demote(c);
         wrote = 1;
         if (rndv && q_push(&pe->ackq[ch], m) != 0) {
             hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_NO_MEMORY, -1,
