@@ -9,8 +9,12 @@
  * messages of many cells, a message larger than the whole FIFO, the zero
  * tails of control messages (not copied, written by the receiver), the
  * buffered control send, a length mismatch, and the ring arithmetic of the
- * power-of-two capacities; and the segments' names (setup.c), which must
- * not show the job id.
+ * power-of-two capacities; messages carried in the cell's header line
+ * (every length from 0 to past it, exact, the payload untouched), the
+ * longest whole message and one byte more, malformed cells, the doorbell
+ * rung only for a sleeping rank, and a sleeping receiver (a forked child
+ * on shared memory) woken by a message; and the segments' names
+ * (setup.c), which must not show the job id.
  *
  * The internal functions called (transport/shm/shm_internal.h):
  * hvd_shm_isend, hvd_shm_irecv, hvd_shm_pass, hvd_shm_push, and the inline
@@ -18,12 +22,15 @@
  * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of),
  * and hvd_shm_segment_name.
  */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -134,9 +141,11 @@ static void one_cell(void **state) {
     cell *c = written(pr, 0, 1, DATA, 0);
     assert_int_equal(atomic_load(&c->seq), 1);
     assert_int_equal(c->len, sizeof(out));
-    assert_int_equal(c->msg_len, sizeof(out));
-    assert_int_equal(c->first, 1);
     assert_int_equal(c->kind, CELL_DATA);
+    /* Its first bytes ride in the header line, the rest in the payload. */
+    assert_memory_equal(c->inl, out, CELL_INLINE);
+    assert_memory_equal(payload_of(c), out + CELL_INLINE,
+                        sizeof(out) - CELL_INLINE);
     assert_int_equal(r.done, 0);
     settle(pr);
     assert_int_equal(r.done, 1);
@@ -343,6 +352,200 @@ static void length_mismatch(void **state) {
                      HVD_ERR_MISMATCH);
 }
 
+/* Sends len pattern bytes from rank 0 to rank 1 on ch and receives them
+ * into a buffer whose bytes past len must stay as they were; returns the
+ * kind of the (first) cell that carried it. The payload of the cell is
+ * filled with a sentinel first: a message that fits the header line must
+ * leave it untouched. */
+static unsigned send_exact(pair *pr, int ch, size_t len, unsigned seed) {
+    uint8_t *out = malloc(len + 1), *in = malloc(len + 16);
+    uint64_t n = pr->peers[0][1].tail[ch];
+    cell *c = written(pr, 0, 1, ch, n);
+    hvd_req s, r;
+    unsigned kind;
+
+    assert_non_null(out);
+    assert_non_null(in);
+    pattern(out, len, seed);
+    memset(in, 0xee, len + 16);
+    memset(payload_of(c), 0xa5, 64);
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, ch, out, len, &s), HVD_OK);
+    kind = c->kind;
+    if (len <= CELL_INLINE)
+        for (size_t i = 0; i < 64; i++)
+            assert_int_equal(payload_of(c)[i], 0xa5);
+    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, ch, in, len, &r), HVD_OK);
+    settle(pr);
+    assert_int_equal(s.done, 1);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, HVD_OK);
+    if (len > 0)
+        assert_memory_equal(in, out, len);
+    for (size_t i = len; i < len + 16; i++)
+        assert_int_equal(in[i], 0xee);
+    free(out);
+    free(in);
+    return kind;
+}
+
+/* Every length from 0 to past the header line's inline bytes, on both
+ * channels, one after the other (the ring wraps several times): bytes
+ * exact, one cell each, the payload untouched while the message fits the
+ * header line. */
+static void inline_lengths(void **state) {
+    pair *pr = *state;
+
+    for (int ch = 0; ch < NCHANNELS; ch++) {
+        uint64_t t0 = pr->peers[0][1].tail[ch];
+        for (size_t len = 0; len <= CELL_INLINE + 70; len++)
+            assert_int_equal(send_exact(pr, ch, len, (unsigned)len), CELL_DATA);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, CELL_INLINE + 71);
+        assert_true(CELL_INLINE + 71 > 3 * ncells_of[ch]);
+    }
+}
+
+/* Up to CELL_SPLIT_MAX bytes a message starts in the header line; one
+ * byte more and it is all in the payload (aligned copies). A cell's
+ * payload is the longest message that goes whole; one byte more goes in
+ * pieces (two cells). */
+static void whole_or_pieces(void **state) {
+    pair *pr = *state;
+
+    for (int ch = 0; ch < NCHANNELS; ch++) {
+        size_t most = cell_bytes_of[ch];
+        uint64_t t0 = pr->peers[0][1].tail[ch];
+        for (size_t len = CELL_SPLIT_MAX; len <= CELL_SPLIT_MAX + 1; len++) {
+            uint8_t want[CELL_SPLIT_MAX + 1];
+            cell *c = written(pr, 0, 1, ch, pr->peers[0][1].tail[ch]);
+            pattern(want, len, 7);
+            assert_int_equal(send_exact(pr, ch, len, 7), CELL_DATA);
+            size_t k = len > CELL_SPLIT_MAX ? 0 : CELL_INLINE;
+            assert_int_equal(cell_inline_of(len), k);
+            if (k > 0)
+                assert_memory_equal(c->inl, want, k);
+            assert_memory_equal(payload_of(c), want + k, len - k);
+        }
+        assert_int_equal(send_exact(pr, ch, most, 3), CELL_DATA);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, 3);
+        assert_int_equal(send_exact(pr, ch, most + 1, 4), CELL_PART);
+        assert_int_equal(pr->peers[0][1].tail[ch] - t0, 5);
+    }
+}
+
+/* A cell that cannot be what a sender writes (a length past the cell, an
+ * unknown kind) fails the transport with a sentence, and nothing is
+ * copied out of the FIFO. */
+static void malformed_cell(void **state) {
+    pair *pr = *state;
+    struct {
+        uint8_t kind;
+        uint32_t len;
+    } bad[] = {{CELL_DATA, 4097}, {CELL_PART, 4097}, {9, 8}};
+
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        uint8_t in[64];
+        hvd_req r;
+        pair_teardown(state);
+        pair_setup(state);
+        pr = *state;
+        cell *c = written(pr, 0, 1, CTRL, 0);
+        c->kind = bad[k].kind;
+        c->len = bad[k].len;
+        c->msg_len = sizeof(in);
+        c->first = 1;
+        atomic_store(&c->seq, 1);
+        memset(in, 0xee, sizeof(in));
+        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, CTRL, in, sizeof(in), &r),
+                         HVD_OK);
+        hvd_shm_pass(&pr->side[1]);
+        assert_int_equal(r.done, 1);
+        assert_int_equal(r.status, HVD_ERR_PROTOCOL);
+        assert_non_null(strstr(pr->side[1].failure.text, "malformed"));
+        for (size_t i = 0; i < sizeof(in); i++)
+            assert_int_equal(in[i], 0xee);
+    }
+}
+
+/* The doorbell rings only for a rank that sleeps: a polling one finds its
+ * messages by looking (no write to a line it reads, no system call); a
+ * sleeping one is rung for a message and for freed cells. */
+static void ring_only_sleepers(void **state) {
+    pair *pr = *state;
+    seg_hdr *h1 = hdr_of(pr->side[1].seg), *h0 = hdr_of(pr->side[0].seg);
+    uint32_t b1 = atomic_load(&h1->doorbell), b0 = atomic_load(&h0->doorbell);
+
+    assert_int_equal(send_exact(pr, CTRL, 8, 1), CELL_DATA);
+    assert_int_equal(atomic_load(&h1->doorbell), b1);
+    assert_int_equal(atomic_load(&h0->doorbell), b0);
+    atomic_store(&h1->sleeping, 1);
+    atomic_store(&h0->sleeping, 1);
+    assert_int_equal(send_exact(pr, CTRL, 8, 2), CELL_DATA);
+    assert_int_equal(atomic_load(&h1->doorbell), b1 + 1); /* a message */
+    assert_int_equal(atomic_load(&h0->doorbell), b0 + 1); /* a freed cell */
+}
+
+/* Rank 1's part of sleeper_woken, in the child: waits (no spin, so in the
+ * futex at once) for one control message; exits 0 if it came, exact, and
+ * rank 0 rang the doorbell for it. */
+static void sleeper(pair *pr, uint32_t bell0) {
+    shm *tp = &pr->side[1];
+    uint8_t in[8] = {0}, want[8];
+    hvd_req r;
+
+    tp->spin_ns = 0;
+    tp->timeout_ns = 30 * 1000000000LL;
+    pattern(want, sizeof(want), 9);
+    if (hvd_shm_irecv(T(pr, 1), 0, CTRL, in, sizeof(in), &r) != HVD_OK)
+        _exit(2);
+    for (int i = 0; i < 100 && !r.done; i++)
+        if (hvd_shm_progress(T(pr, 1), 1000) != HVD_OK)
+            _exit(3);
+    if (!r.done || r.status != HVD_OK || memcmp(in, want, sizeof(in)) != 0)
+        _exit(4);
+    _exit(atomic_load(&hdr_of(tp->seg)->doorbell) != bell0 ? 0 : 5);
+}
+
+/* A receiver asleep on its futex (another process) is woken by a message:
+ * the sender sees its flag and rings. The segments are shared memory, so
+ * the child's futex is the parent's doorbell. */
+static void sleeper_woken(void **state) {
+    pair *pr = *state;
+    size_t len = (segment_bytes(2) + LINE - 1) / LINE * LINE;
+    uint8_t *mem = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0),
+            out[8];
+    hvd_req s;
+    int status = -1;
+
+    assert_true(mem != MAP_FAILED);
+    for (int r = 0; r < 2; r++) {
+        free(pr->side[r].seg);
+        pr->side[r].seg = mem + (size_t)r * len;
+        pr->peers[1 - r][r].seg = pr->side[r].seg;
+    }
+    seg_hdr *h1 = hdr_of(pr->side[1].seg);
+    uint32_t bell0 = atomic_load(&h1->doorbell);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        sleeper(pr, bell0);
+    /* Bounded: the child sleeps within microseconds, or has failed. */
+    for (int i = 0; i < 2000000 && !atomic_load(&h1->sleeping); i++)
+        if (i % 64 == 0 && waitpid(pid, &status, WNOHANG) == pid)
+            break;
+    assert_int_equal(atomic_load(&h1->sleeping), 1);
+    pattern(out, sizeof(out), 9);
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, sizeof(out), &s),
+                     HVD_OK);
+    assert_int_equal(s.done, 1);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    for (int r = 0; r < 2; r++)
+        pr->side[r].seg = NULL;
+    munmap(mem, 2 * len);
+}
+
 /* The ring arithmetic: capacities are powers of two, cell n and cell
  * n + capacity are the same, the cells of one FIFO are distinct and
  * inside it, and the FIFOs tile the segment. */
@@ -449,6 +652,16 @@ int main(void) {
         cmocka_unit_test_setup_teardown(length_mismatch, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(ring_layout, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(inline_lengths, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(whole_or_pieces, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(malformed_cell, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(ring_only_sleepers, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(sleeper_woken, pair_setup,
+                                        pair_teardown),
         cmocka_unit_test(message_queue),
         cmocka_unit_test(segment_names),
     };

@@ -22,12 +22,38 @@ long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
     return syscall(SYS_futex, (uint32_t *)(void *)addr, op, val, ts, NULL, 0);
 }
 
-/* Tells the owner of seg that there is something for it. */
+/* Tells the owner of seg that there is something for it, whatever it
+ * does: the doorbell ends its spin as well as its sleep. */
 void hvd_shm_ring(uint8_t *seg) {
     seg_hdr *h = hdr_of(seg);
     atomic_fetch_add(&h->doorbell, 1);
     if (atomic_load(&h->sleeping))
         hvd_shm_futex(&h->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/*
+ * Tells the owner of seg about what this rank has just published in it
+ * (a cell's seq, a FIFO's head or acked count, all stores to its
+ * segment), ringing only if it sleeps: a polling owner finds it by
+ * looking, with no write to a line it reads and no system call.
+ *
+ * Why no wake-up is lost: the owner, before it sleeps, stores
+ * sleeping = 1, then a seq_cst fence (Y), then looks at its FIFOs; this
+ * rank stores what it published, then a seq_cst fence (X), then loads
+ * sleeping. X and Y are ordered in the single total order of seq_cst
+ * fences. If X comes first, the owner's look (after Y) sees what was
+ * published before X (C11 7.17.4, fences), and it does not sleep. If Y
+ * comes first, this load (after X) sees sleeping = 1 (or a later store:
+ * the owner already woke), and this rank rings: the futex wait compares
+ * the doorbell in the kernel, so a ring between the owner's look and its
+ * wait makes the wait return at once. One fence per publication is what
+ * this needs (on x86 the only one; the store itself is plain).
+ */
+void hvd_shm_notify(uint8_t *seg) {
+    seg_hdr *h = hdr_of(seg);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&h->sleeping, memory_order_relaxed))
+        hvd_shm_ring(seg);
 }
 
 void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen) {

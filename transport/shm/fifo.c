@@ -109,51 +109,80 @@ static int has_room(speer *pe, fifo *f, int ch, uint32_t cap) {
     return pe->tail[ch] - pe->head_seen[ch] < cap;
 }
 
+/* Writes message m, whole, into cell c: a short one's first bytes in the
+ * header line (cell_inline_of), the rest in the payload; a control
+ * message's zero tail is left for the receiver to write. */
+static void write_whole(cell *c, int ch, const msg *m) {
+    size_t z = ch == HVD_CHANNEL_CONTROL ? zero_tail(m->buf, m->len) : 0;
+
+    if (z > UINT16_MAX) /* never with 4 KiB control cells */
+        z = 0;
+    size_t n = m->len - z, k = cell_inline_of(n);
+    c->kind = CELL_DATA;
+    c->zeros = (uint16_t)z;
+    c->len = (uint32_t)n;
+    if (k > 0)
+        memcpy(c->inl, m->buf, k);
+    if (n > k)
+        memcpy(payload_of(c), m->buf + k, n - k);
+}
+
+/* Writes into cell c the next piece of m, a message longer than a cell,
+ * or its address (CELL_RNDV); returns the bytes it covers. */
+static size_t write_piece(shm *tp, cell *c, int ch, msg *m) {
+    size_t cbytes = cell_bytes_of[ch];
+    size_t n = m->len - m->off < cbytes ? m->len - m->off : cbytes;
+
+    c->msg_len = m->len;
+    c->first = m->off == 0;
+    c->zeros = 0;
+    if (m->off == 0 && m->len > tp->eager_max && tp->cma) {
+        c->kind = CELL_RNDV;
+        c->addr = (uint64_t)(uintptr_t)m->buf;
+        c->len = 0;
+        return m->len;
+    }
+    c->kind = CELL_PART;
+    c->len = (uint32_t)n;
+    memcpy(payload_of(c), m->buf + m->off, n);
+    return n;
+}
+
 /* Writes what fits of the messages queued for peer p on ch; retires the
  * CELL_RNDV ones p has read. Returns 1 if anything moved. */
 int hvd_shm_push(shm *tp, int p, int ch) {
     speer *pe = &tp->peers[p];
     fifo *f = fifo_of(pe->seg, tp->my_local, ch);
-    uint32_t cap = ncells_of[ch], cbytes = cell_bytes_of[ch];
+    uint32_t cap = ncells_of[ch];
+    size_t whole_max = cell_bytes_of[ch];
     int wrote = 0, moved = 0;
     msg *m;
 
     while ((m = q_front(&pe->sendq[ch])) != NULL && has_room(pe, f, ch, cap)) {
         cell *c = cell_of(f, ch, pe->tail[ch]);
-        c->msg_len = m->len;
-        c->first = m->off == 0;
-        if (m->off == 0 && m->len > tp->eager_max && tp->cma) {
-            c->kind = CELL_RNDV;
-            c->addr = (uint64_t)(uintptr_t)m->buf;
-            c->len = 0;
-            m->ack_id = ++pe->rndv_sent[ch];
-            atomic_store_explicit(&c->seq, ++pe->tail[ch],
-                                  memory_order_release);
-            if (q_push(&pe->ackq[ch], m) != 0) {
-                hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_NO_MEMORY,
-                             -1, "out of memory");
-                return 1;
-            }
-            q_pop(&pe->sendq[ch]);
+        int rndv = 0;
+        if (m->off == 0 && m->len <= whole_max &&
+            !(m->len > tp->eager_max && tp->cma)) {
+            write_whole(c, ch, m);
+            m->off = m->len;
         } else {
-            size_t n = m->len - m->off < cbytes ? m->len - m->off : cbytes;
-            size_t z = ch == HVD_CHANNEL_CONTROL && m->off == 0 && n == m->len
-                           ? zero_tail(m->buf, n)
-                           : 0;
-            c->kind = CELL_DATA;
-            c->len = n - z;
-            c->zeros = (uint32_t)z;
-            if (n > z)
-                memcpy(payload_of(c), m->buf + m->off, n - z);
-            m->off += n;
-            atomic_store_explicit(&c->seq, ++pe->tail[ch],
-                                  memory_order_release);
-            if (m->off == m->len) {
-                retire(pe, m);
-                q_pop(&pe->sendq[ch]);
-            }
+            rndv = m->off == 0 && m->len > tp->eager_max && tp->cma;
+            m->off += write_piece(tp, c, ch, m);
         }
+        if (rndv)
+            m->ack_id = ++pe->rndv_sent[ch];
+        atomic_store_explicit(&c->seq, ++pe->tail[ch], memory_order_release);
         wrote = 1;
+        if (rndv && q_push(&pe->ackq[ch], m) != 0) {
+            hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_NO_MEMORY, -1,
+                         "out of memory");
+            return 1;
+        }
+        if (m->off == m->len) {
+            if (!rndv)
+                retire(pe, m);
+            q_pop(&pe->sendq[ch]);
+        }
     }
     if (pe->ackq[ch].count > 0) {
         uint64_t acked = atomic_load_explicit(&f->acked, memory_order_acquire);
@@ -164,10 +193,80 @@ int hvd_shm_push(shm *tp, int p, int ch) {
         }
     }
     if (wrote) {
-        hvd_shm_ring(pe->seg);
+        hvd_shm_notify(pe->seg);
         pe->last_active = hvd_coarse_ns();
     }
     return wrote || moved;
+}
+
+/* Fails the transport: peer p wrote a cell that does not fit the receive
+ * posted for it (m): a mismatch of the ranks' calls, or a malformed cell. */
+static void bad_cell(shm *tp, int p, const cell *c, const msg *m, uint64_t sent,
+                     int ch, int malformed) {
+    char who[160];
+
+    hvd_shm_describe(tp, p, who, sizeof(who));
+    if (malformed)
+        hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_PROTOCOL, p,
+                     "%s wrote a malformed cell (kind %u, %u bytes, %zu "
+                     "at most) into rank %d's FIFO",
+                     who, (unsigned)c->kind, (unsigned)c->len,
+                     (size_t)cell_bytes_of[ch], tp->rank);
+    else
+        hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, p,
+                     "%s sent a message of %llu bytes where rank %d expected "
+                     "%zu: ranks called collectives in different orders or "
+                     "with different counts",
+                     who, (unsigned long long)sent, tp->rank, m->len);
+}
+
+/* Takes cell c from peer p into m; returns 0, or -1 if the transport
+ * failed (the cell does not fit m, or a process_vm_readv failed). */
+static int take(shm *tp, int p, int ch, cell *c, msg *m, fifo *f) {
+    /* Each field is read once: what is checked is what is used. */
+    size_t cbytes = cell_bytes_of[ch], n = c->len;
+    unsigned kind = c->kind;
+
+    if (kind == CELL_DATA) {
+        size_t z = c->zeros, k = cell_inline_of(n);
+        if (n > cbytes) {
+            bad_cell(tp, p, c, m, 0, ch, 1);
+            return -1;
+        }
+        if (m->off != 0 || n + z != m->len) {
+            bad_cell(tp, p, c, m, n + z, ch, 0);
+            return -1;
+        }
+        if (k > 0)
+            memcpy(m->buf, c->inl, k);
+        if (n > k)
+            memcpy(m->buf + k, payload_of(c), n - k);
+        if (z > 0)
+            memset(m->buf + n, 0, z);
+        m->off = m->len;
+        return 0;
+    }
+    if ((kind != CELL_PART && kind != CELL_RNDV) ||
+        (kind == CELL_PART && n > cbytes)) {
+        bad_cell(tp, p, c, m, 0, ch, 1);
+        return -1;
+    }
+    uint64_t msg_len = c->msg_len, addr = c->addr;
+    if (c->first != (m->off == 0) || msg_len != m->len ||
+        (kind == CELL_PART && n > m->len - m->off)) {
+        bad_cell(tp, p, c, m, msg_len, ch, 0);
+        return -1;
+    }
+    if (kind == CELL_RNDV) {
+        if (hvd_shm_cma_read(tp, p, m->buf, addr, m->len) != HVD_OK)
+            return -1;
+        m->off = m->len;
+        atomic_fetch_add_explicit(&f->acked, 1, memory_order_release);
+        return 0;
+    }
+    memcpy(m->buf + m->off, payload_of(c), n);
+    m->off += n;
+    return 0;
 }
 
 /* Takes what has arrived from peer p on ch into the posted receives.
@@ -183,32 +282,8 @@ static int pull(shm *tp, int p, int ch) {
         if (atomic_load_explicit(&c->seq, memory_order_acquire) !=
             pe->rx_head[ch] + 1)
             break;
-        if (c->first != (m->off == 0) || c->msg_len != m->len ||
-            (c->kind == CELL_DATA &&
-             (uint64_t)c->len + c->zeros > m->len - m->off) ||
-            (c->kind != CELL_DATA && c->kind != CELL_RNDV)) {
-            char who[160];
-            hvd_shm_describe(tp, p, who, sizeof(who));
-            hvd_tp_failf(
-                hvd_shm_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, p,
-                "%s sent a message of %llu bytes where rank %d expected "
-                "%zu: ranks called collectives in different orders or with "
-                "different counts",
-                who, (unsigned long long)c->msg_len, tp->rank, m->len);
+        if (take(tp, p, ch, c, m, f) != 0)
             return 1;
-        }
-        if (c->kind == CELL_RNDV) {
-            if (hvd_shm_cma_read(tp, p, m->buf, c->addr, m->len) != HVD_OK)
-                return 1;
-            m->off = m->len;
-            atomic_fetch_add_explicit(&f->acked, 1, memory_order_release);
-        } else {
-            if (c->len > 0)
-                memcpy(m->buf + m->off, payload_of(c), c->len);
-            if (c->zeros > 0)
-                memset(m->buf + m->off + c->len, 0, c->zeros);
-            m->off += c->len + c->zeros;
-        }
         atomic_store_explicit(&f->head, ++pe->rx_head[ch],
                               memory_order_release);
         moved = 1;
@@ -219,7 +294,8 @@ static int pull(shm *tp, int p, int ch) {
         }
     }
     if (moved) {
-        hvd_shm_ring(pe->seg); /* cells freed, or a CELL_RNDV read */
+        /* Cells freed, or a CELL_RNDV read: the sender may wait on them. */
+        hvd_shm_notify(pe->seg);
         pe->last_active = hvd_coarse_ns();
     }
     return moved;

@@ -96,12 +96,75 @@ hvd_status hvd_shm_check_peers(shm *tp, int64_t now) {
     return HVD_OK;
 }
 
+/*
+ * What the peers have done with this rank, as one number that changes when
+ * any of them writes a cell into its FIFOs or consumes one of the cells it
+ * wrote into theirs. Read only while spinning (these are lines the peers
+ * write), never on the polling path.
+ */
+static uint64_t activity(const shm *tp) {
+    uint64_t sum = 0;
+
+    for (int p = 0; p < tp->size; p++) {
+        const speer *pe = &tp->peers[p];
+        if (pe->seg == NULL)
+            continue;
+        for (int ch = 0; ch < NCHANNELS; ch++) {
+            fifo *in = fifo_of(tp->seg, pe->local, ch);
+            fifo *out = fifo_of(pe->seg, tp->my_local, ch);
+            sum += atomic_load_explicit(&cell_of(in, ch, pe->rx_head[ch])->seq,
+                                        memory_order_relaxed);
+            sum += atomic_load_explicit(&out->head, memory_order_relaxed);
+        }
+    }
+    return sum;
+}
+
+/*
+ * Spins for HVD_SHM_SPIN_US (at most until deadline), yielding the core at
+ * every look, until this rank's requests move (data, freed cells, an
+ * acknowledgement: peers do not ring a rank that is awake), its doorbell
+ * rings (another thread's wake, a peer's failure), or a peer does anything
+ * else with this rank (it consumed this rank's cells, or sent what no
+ * receive is posted for yet). Returns 1 if something happened (the caller
+ * looks again, and progress starts a new spin), 0 if it is time to sleep.
+ * The last kind of event ended the spin when every message rang the
+ * doorbell; without it, on a host with more ranks than cores, ranks slept
+ * while the job was busy and each wake-up cost milliseconds
+ * (docs/benchmarks.md, issue 35).
+ */
+static int spin(shm *tp, seg_hdr *me, int64_t deadline) {
+    int64_t now = hvd_now_ns(), spin_end = now + tp->spin_ns;
+    uint64_t seen = tp->spin_ns > 0 ? activity(tp) : 0;
+
+    if (spin_end > deadline)
+        spin_end = deadline;
+    while (hvd_now_ns() < spin_end) {
+        uint32_t bell =
+            atomic_load_explicit(&me->doorbell, memory_order_acquire);
+        if (bell != tp->seen_bell) {
+            tp->seen_bell = bell;
+            hvd_shm_pass(tp);
+            return 1;
+        }
+        if (hvd_shm_pass(tp))
+            return 1;
+        if (activity(tp) != seen)
+            return 1;
+        /* Give the core to any other runnable thread (the peer, if they
+         * share it; this rank's own application thread): a busy loop would
+         * hold it for a whole time slice. */
+        sched_yield();
+    }
+    return 0;
+}
+
 hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
     shm *tp = (shm *)t;
     seg_hdr *me = tp->seg != NULL ? hdr_of(tp->seg) : NULL;
     /* The heartbeat and the peers' checks need only the coarse clock; a
      * wait reads the fine one. */
-    int64_t now = hvd_coarse_ns(), deadline, spin_end;
+    int64_t now = hvd_coarse_ns(), deadline;
 
     if (tp->failure.status != HVD_OK)
         return hvd_tp_failure_error(&tp->failure);
@@ -125,34 +188,21 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
         goto out;
     now = hvd_now_ns();
     deadline = timeout_ms < 0 ? INT64_MAX : now + timeout_ms * 1000000LL;
-    /* Spin while the doorbell is quiet (HVD_SHM_SPIN_US), yielding the
-     * core at every look. */
-    spin_end = now + tp->spin_ns;
-    /* Any ring of the doorbell ends the wait: data, freed cells, or
-     * another thread's wake; the caller looks at its requests again. */
-    while (hvd_now_ns() < spin_end) {
-        uint32_t bell =
-            atomic_load_explicit(&me->doorbell, memory_order_acquire);
-        if (bell != tp->seen_bell) {
-            tp->seen_bell = bell;
-            hvd_shm_pass(tp);
-            goto out;
-        }
-        /* Give the core to any other runnable thread (the peer, if they
-         * share it; this rank's own application thread): a busy loop would
-         * hold it for a whole time slice. */
-        sched_yield();
-    }
+    if (spin(tp, me, deadline))
+        goto out;
     for (;;) {
         uint32_t bell;
         int64_t left;
         struct timespec ts;
 
-        atomic_store(&me->sleeping, 1);
+        /* The store, the fence, then the look: hvd_shm_notify says why a
+         * peer that publishes meanwhile either is seen here or rings. */
+        atomic_store_explicit(&me->sleeping, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
         bell = atomic_load(&me->doorbell);
         if (bell != tp->seen_bell || hvd_shm_pass(tp)) {
             tp->seen_bell = bell;
-            atomic_store(&me->sleeping, 0);
+            atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
             hvd_shm_pass(tp);
             break;
         }
@@ -165,7 +215,7 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
             ts.tv_nsec = left % 1000000000LL;
             hvd_shm_futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
         }
-        atomic_store(&me->sleeping, 0);
+        atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
         if (atomic_load(&me->doorbell) != bell) {
             tp->seen_bell = atomic_load(&me->doorbell);
             hvd_shm_pass(tp);

@@ -36,7 +36,7 @@
 #include "transport/transport.h"
 
 #define SHM_MAGIC 0x31306d6873647668ULL /* "hvdshm01" */
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 #define LINE 64
 #define NCHANNELS 2
 /* Cells per FIFO and payload bytes per cell, per channel. The data
@@ -49,21 +49,46 @@ static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
 /* How often a waiting rank writes its heartbeat. */
 #define HEARTBEAT_NS (100 * 1000000LL)
 
-enum { CELL_DATA = 1, CELL_RNDV = 2 };
+/*
+ * Cell kinds. CELL_DATA holds a whole message. Up to CELL_SPLIT_MAX bytes
+ * (after its zero tail), its first CELL_INLINE bytes are in the header's
+ * own line and the rest in the payload, so a message of up to CELL_INLINE
+ * bytes moves as one cache line: the sender writes it, the receiver reads
+ * it, nothing else. A longer one is all in the payload, where the copies
+ * stay aligned to the line: one line saved is nothing to it, and a copy
+ * split at 48 bytes is misaligned. CELL_PART is one piece of a message longer
+ * than a cell (payload only); CELL_RNDV carries the address of a large message
+ * for process_vm_readv.
+ */
+enum { CELL_DATA = 1, CELL_RNDV = 2, CELL_PART = 3 };
+#define CELL_INLINE 48
+#define CELL_SPLIT_MAX 1024
 
-/* A cell's header; its payload follows. seq is written last (release):
- * seq == n + 1 says the n-th cell of the FIFO is there. */
+/* The bytes of a CELL_DATA of n bytes that are in its header line. */
+static inline size_t cell_inline_of(size_t n) {
+    return n > CELL_SPLIT_MAX ? 0 : n < CELL_INLINE ? n : CELL_INLINE;
+}
+
+/* A cell's header line; the payload follows. seq is written last
+ * (release): seq == n + 1 says the n-th cell of the FIFO is there. */
 typedef struct cell {
     _Atomic uint64_t seq;
-    uint64_t len;     /* payload bytes in this cell */
-    uint64_t msg_len; /* the whole message */
-    uint64_t addr;    /* CELL_RNDV: the message in the sender's memory */
-    uint32_t kind;
-    uint32_t first; /* 1 on a message's first cell */
-    uint32_t zeros; /* zero bytes after the payload, not copied */
-    uint8_t pad[LINE - 44];
+    uint8_t kind;
+    uint8_t first;  /* CELL_PART: 1 on a message's first piece */
+    uint16_t zeros; /* CELL_DATA: zero bytes after the data, not copied */
+    uint32_t len;   /* bytes copied into this cell (inline + payload) */
+    union {
+        uint8_t inl[CELL_INLINE]; /* CELL_DATA: the message's first bytes */
+        struct {
+            uint64_t msg_len; /* CELL_PART, CELL_RNDV: the whole message */
+            uint64_t addr;    /* CELL_RNDV: the message in the sender's
+                                 memory */
+        };
+    };
 } cell;
 _Static_assert(sizeof(cell) == LINE, "a cell header is one cache line");
+_Static_assert(offsetof(cell, inl) + CELL_INLINE == LINE,
+               "inline bytes fill the header line");
 
 /* A FIFO's receiver-written counters, then its cells. */
 typedef struct fifo {
@@ -233,6 +258,7 @@ extern const hvd_setting hvd_shm_settings_table[HVD_SHM_NSETTINGS];
 long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
                    const struct timespec *ts);
 void hvd_shm_ring(uint8_t *seg);
+void hvd_shm_notify(uint8_t *seg);
 void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen);
 void hvd_shm_complete(hvd_req *req, hvd_status status);
 hvd_status hvd_shm_fail_with(void *arg, hvd_status status, int culprit,
