@@ -134,6 +134,20 @@ size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
     }
 }
 
+/* out = the reduction of count elements at byte off of every rank's part,
+ * in rank order (carried parts come only from jobs of two or more ranks:
+ * hvd_eng_carries). */
+static void reduce_parts(const hvd_engine *eng, const resp *r, void *out,
+                         size_t off, size_t count) {
+    hvd_reduce(out, r->parts[0] + off, r->parts[1] + off, count, r->desc.dtype,
+               r->desc.op);
+    for (int k = 2; k < eng->size; k++)
+        hvd_reduce(out, out, r->parts[k] + off, count, r->desc.dtype,
+                   r->desc.op);
+    if (r->desc.op == HVD_AVERAGE)
+        hvd_reduce_scale_div(out, count, r->desc.dtype, eng->size);
+}
+
 /* An allreduce (grouped or not): each buffer reduced from every rank's
  * part in rank order, the same bit for bit on every rank. */
 static void run_allreduce(const hvd_engine *eng, const resp *r,
@@ -143,18 +157,7 @@ static void run_allreduce(const hvd_engine *eng, const resp *r,
     for (int i = 0; i < req->n; i++) {
         size_t count = (size_t)req->counts[i];
         void *out = req->recv[i];
-        if (eng->size == 1) {
-            if (count > 0 && out != r->parts[0] + off)
-                memcpy(out, r->parts[0] + off, count * es);
-        } else {
-            hvd_reduce(out, r->parts[0] + off, r->parts[1] + off, count,
-                       r->desc.dtype, r->desc.op);
-            for (int k = 2; k < eng->size; k++)
-                hvd_reduce(out, out, r->parts[k] + off, count, r->desc.dtype,
-                           r->desc.op);
-        }
-        if (r->desc.op == HVD_AVERAGE)
-            hvd_reduce_scale_div(out, count, r->desc.dtype, eng->size);
+        reduce_parts(eng, r, out, off, count);
         off += count * es;
     }
 }
@@ -175,14 +178,7 @@ static void run_reducescatter(const hvd_engine *eng, const resp *r,
                        &cnt);
         b = off + b * unit * es;
         cnt *= unit;
-        void *out = req->recv[i];
-        hvd_reduce(out, r->parts[0] + b, r->parts[1] + b, cnt, r->desc.dtype,
-                   r->desc.op);
-        for (int k = 2; k < eng->size; k++)
-            hvd_reduce(out, out, r->parts[k] + b, cnt, r->desc.dtype,
-                       r->desc.op);
-        if (r->desc.op == HVD_AVERAGE)
-            hvd_reduce_scale_div(out, cnt, r->desc.dtype, eng->size);
+        reduce_parts(eng, r, req->recv[i], b, cnt);
         off += count * es;
     }
 }
