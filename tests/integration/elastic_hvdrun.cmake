@@ -4,4 +4,4 @@
 add_test(NAME integration.elastic.hvdrun
          COMMAND sh ${HVD_SH}/run_elastic_hvdrun.sh $<TARGET_FILE:hvdrun>)
 set_tests_properties(integration.elastic.hvdrun PROPERTIES
-                     LABELS "integration;elastic" TIMEOUT 300)
+                     LABELS "integration;elastic;beside" TIMEOUT 300)

@@ -13,3 +13,8 @@ foreach(case kills shrink state-lost min-np grow laggard late-join no-server)
   set_tests_properties(integration.elastic.${case} PROPERTIES
                        LABELS "integration;elastic" TIMEOUT 300)
 endforeach()
+# "beside" (tools/run-tests): these wait on restarts and timeouts most of
+# their time, so they run beside the rest of the suite.
+set_property(TEST integration.elastic.kills integration.elastic.shrink
+             integration.elastic.laggard integration.elastic.late-join
+             APPEND PROPERTY LABELS beside)

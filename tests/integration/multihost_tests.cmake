@@ -14,5 +14,5 @@ add_test(NAME integration.multihost
                  $<TARGET_FILE:hvdrun> $<TARGET_FILE:test_multihost>
                  $<TARGET_FILE:test_elastic>)
 set_tests_properties(integration.multihost PROPERTIES
-                     LABELS "integration;multihost" TIMEOUT 300
+                     LABELS "integration;multihost;beside" TIMEOUT 300
                      SKIP_RETURN_CODE 77)
