@@ -54,8 +54,11 @@ def allgather_cases(x, lib):
          lambda: op(x, tensor_name="b", blocking=True)),
         ("HvdAllgather blocking=False (async)",
          lambda: op(x, tensor_name="a", blocking=False)),
+        # The buffers stay alive with the lambda (their addresses alone
+        # would not keep them).
         ("hvd_allgather (ctypes)",
-         lambda: lib.hvd_allgather(b"c", sptr, rptr, 1, L.FLOAT32)),
+         lambda bufs=(send, recv): lib.hvd_allgather(b"c", sptr, rptr, 1,
+                                                     L.FLOAT32)),
     ]
     return cases, cases[1][1]
 
