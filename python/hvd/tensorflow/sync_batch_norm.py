@@ -98,6 +98,7 @@ def keras3_class():
     SyncBatchNormalization.__doc__ = _DOC.format(
         base="keras.layers.BatchNormalization")
     SyncBatchNormalization.__module__ = __name__
+    SyncBatchNormalization.__qualname__ = "SyncBatchNormalization"
     cls = keras.saving.register_keras_serializable(package="hvd")(
         SyncBatchNormalization)
     _classes["keras3"] = cls
@@ -135,6 +136,7 @@ def keras2_class(keras2=None):
     SyncBatchNormalization.__doc__ = _DOC.format(
         base="tf_keras.layers.BatchNormalization")
     SyncBatchNormalization.__module__ = __name__
+    SyncBatchNormalization.__qualname__ = "SyncBatchNormalization"
     cls = keras2.utils.register_keras_serializable(package="hvd")(
         SyncBatchNormalization)
     _classes[keras2.__name__] = cls
