@@ -9,7 +9,11 @@ np 1-2 (every rank runs the same tests in the same order):
   and without sparse_as_dense;
 - the four callbacks, against Horovod's formulas;
 - load_model gives the distributed optimizer with the saved state;
-- the elastic KerasState on a tf_keras model.
+- the elastic KerasState on a tf_keras model;
+- hvd.tensorflow's SyncBatchNormalization is a tf_keras layer whose output
+  and moving statistics are one BatchNormalization's over every rank's
+  rows (eager, tf.function, a TF1 session; masked; uneven batches), and
+  PartialDistributedGradientTape takes tf_keras (and Keras 3) layers.
 
 Models are tiny and float64.
 """
@@ -28,6 +32,7 @@ except ImportError:
     tf_keras = None
 
 import hvd.keras as hvd_keras  # noqa: E402
+import hvd.tensorflow as hvd_tf  # noqa: E402
 import hvd.tensorflow.keras as hvd  # noqa: E402
 
 keras = tf.keras  # tf_keras, as a Keras 2 user writes it
@@ -337,3 +342,159 @@ def test_elastic_keras_state():
     assert_weights_close(model.get_weights(), root, 0)
     assert isinstance(hvd.elastic.CommitStateCallback(state),
                       hvd.callbacks._Callback)
+
+
+# ---- hvd.tensorflow's Keras layers: tf_keras ones ---------------------------
+
+
+def syncbn_data(rows_of, shape, seed=11):
+    """Every rank's input (rank r has rows_of(r) rows of small integers,
+    whose float64 sums are exact), the same on every rank, and their
+    concatenation."""
+    rs = np.random.RandomState(seed)
+    parts = [rs.randint(-8, 9, (rows_of(r),) + shape).astype(np.float64) + r
+             for r in range(hvd.size())]
+    return parts, np.concatenate(parts)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "session"])
+@pytest.mark.parametrize("case", ["dense", "conv_axis1", "uneven", "masked"])
+def test_sync_batch_normalization(case, mode):
+    # hvd.SyncBatchNormalization is tf_keras' (tf.keras is tf_keras here):
+    # the output on each rank is its rows of one plain BatchNormalization
+    # over every rank's rows, and the moving statistics are that layer's.
+    r = hvd.rank()
+    rows_of, shape, axis = lambda k: 4, (3,), -1
+    if case == "conv_axis1":
+        rows_of, shape, axis = lambda k: 2, (3, 2, 2), 1
+    elif case == "uneven":  # ranks hold 1, 4, 7... rows: weighted by count
+        rows_of, shape = lambda k: 1 + 3 * k, (2,)
+    parts, whole = syncbn_data(rows_of, shape)
+    lo = sum(len(p) for p in parts[:r])
+    hi = lo + len(parts[r])
+    mask = None
+    if case == "masked":
+        mask = np.arange(len(whole)) % 3 != 1
+    kw = dict(axis=axis, momentum=0.5, epsilon=1e-3,
+              gamma_initializer=keras.initializers.Constant(1.5),
+              beta_initializer=keras.initializers.Constant(0.25))
+    sbn = hvd_tf.SyncBatchNormalization(**kw)
+    assert isinstance(sbn, tf_keras.layers.BatchNormalization)
+    assert sbn.name.startswith("sync_batch_normalization")
+    bn = keras.layers.BatchNormalization(**kw)
+
+    def both():
+        if mask is None:
+            return bn(whole, training=True), sbn(parts[r], training=True)
+        return (bn(whole, training=True, mask=tf.constant(mask)),
+                sbn(parts[r], training=True, mask=tf.constant(mask[lo:hi])))
+
+    if mode == "session":
+        # Horovod's test_horovod_syncbn_cpu: a TF1 graph in a session.
+        with tf.Graph().as_default():
+            outs = both()
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                want, got = sess.run(outs)
+        rounds = 0
+    else:
+        run = tf.function(both) if mode == "function" else both
+        for _ in range(2):  # the moving statistics move twice
+            want, got = [t.numpy() for t in run()]
+        rounds = 2
+    np.testing.assert_allclose(got, want[lo:hi], rtol=1e-9, atol=1e-9)
+    if rounds:
+        assert not np.allclose(sbn.moving_mean.numpy(), 0)
+        np.testing.assert_allclose(sbn.moving_mean.numpy(),
+                                   bn.moving_mean.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(sbn.moving_variance.numpy(),
+                                   bn.moving_variance.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(
+            sbn(parts[r], training=False).numpy(),
+            bn(whole, training=False).numpy()[lo:hi], rtol=1e-9, atol=1e-9)
+
+
+def test_sync_batch_normalization_gradient_and_config():
+    # The loss summed over ranks: each rank's input gradient is its rows'
+    # of the one-process loss on the concatenation, and gamma's and
+    # beta's, averaged by a DistributedGradientTape, the one-process
+    # gradients / size.
+    n, r = hvd.size(), hvd.rank()
+    parts, whole = syncbn_data(lambda k: 3, (2,), seed=5)
+    coef = np.random.RandomState(9).randn(*whole.shape)
+    lo, hi = 3 * r, 3 * r + 3
+    bn = keras.layers.BatchNormalization()
+    sbn = hvd_tf.SyncBatchNormalization()
+    x_all, x_me = tf.constant(whole), tf.constant(parts[r])
+    with tf.GradientTape() as tape:
+        tape.watch(x_all)
+        loss = tf.reduce_sum(bn(x_all, training=True) * coef)
+    want = tape.gradient(loss, [x_all] + bn.trainable_weights)
+    with tf.GradientTape() as tape:
+        tape.watch(x_me)
+        loss = tf.reduce_sum(sbn(x_me, training=True) * coef[lo:hi])
+    dtape = hvd_tf.DistributedGradientTape(tape)
+    dtape.register_local_source(x_me)
+    got = dtape.gradient(loss, [x_me] + sbn.trainable_weights)
+    np.testing.assert_allclose(got[0].numpy() * n, want[0].numpy()[lo:hi],
+                               rtol=1e-9, atol=1e-9)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g.numpy() * n, w.numpy(), rtol=1e-9,
+                                   atol=1e-9)
+    with pytest.raises(ValueError, match="fused"):
+        hvd_tf.SyncBatchNormalization(fused=True)
+    again = keras.layers.deserialize(keras.layers.serialize(sbn))
+    assert type(again) is type(sbn)
+    assert again.get_config() == sbn.get_config()
+
+
+@pytest.mark.parametrize("num_local_layers", [0, 1, 2])
+def test_partial_distributed_gradient_tape(num_local_layers):
+    # Horovod's test with tf_keras layers: the local layers' gradients are
+    # this rank's / size, the others the average of every rank's.
+    n, r = hvd.size(), hvd.rank()
+    model = keras.Sequential([
+        keras.Input((3,)),
+        keras.layers.Dense(2, kernel_initializer=keras.initializers.Constant(
+            r + 1.0), bias_initializer="ones"),
+        keras.layers.Dense(3, kernel_initializer=keras.initializers.Constant(
+            0.5 * (r + 1)), bias_initializer="zeros"),
+        keras.layers.Dense(1, kernel_initializer="ones")])
+    x = tf.constant(np.random.RandomState(r).randint(-4, 5, (4, 3)),
+                    tf.float64)
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_sum(tf.square(model(x, training=True) - 1.0))
+    plain = [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
+    everyone = hvd.allgather_object(plain)
+    local = model.layers[:num_local_layers]
+    n_local = 2 * num_local_layers
+    if num_local_layers == 1:
+        local = local[0]  # one layer, not in a list
+    dtape = hvd_tf.PartialDistributedGradientTape(tape, local_layers=local)
+    got = dtape.gradient(loss, model.trainable_weights)
+    for i, g in enumerate(got):
+        if i < n_local:
+            want = plain[i] / n
+        else:
+            want = np.mean([e[i] for e in everyone], axis=0)
+        np.testing.assert_allclose(g.numpy(), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="local layers"):
+        hvd_tf.PartialDistributedGradientTape(tape, local_layers=[object()])
+
+
+def test_keras3_layers_too():
+    # A process may hold both Kerases: Keras 3's layers are local layers
+    # too, and keras3_class() gives the Keras 3 SyncBatchNormalization.
+    import keras as keras3
+    from hvd.tensorflow import sync_batch_norm
+    if not keras3.__version__.startswith("3."):
+        pytest.skip("keras is not Keras 3 here")
+    dense = keras3.layers.Dense(1)
+    dense.build((None, 2))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(dense(tf.ones((1, 2), tf.float64)))
+    dtape = hvd_tf.PartialDistributedGradientTape(tape, local_layers=[dense])
+    assert len(dtape._local_sources) == 2
+    sbn = sync_batch_norm.keras3_class()()
+    assert isinstance(sbn, keras3.layers.BatchNormalization)
+    assert not isinstance(sbn, tf_keras.layers.Layer)

@@ -921,6 +921,25 @@ def test_partial_distributed_gradient_tape(num_local_layers):
         hvd.PartialDistributedGradientTape(tape, local_layers=[object()])
 
 
+def test_tf_keras_layers_are_local_layers_too():
+    # A process may hold both Kerases: tf_keras' layers are local layers
+    # too, while hvd.SyncBatchNormalization stays Keras 3's (tf.keras is
+    # Keras 3 here) and keras2_class() gives tf_keras' one.
+    import keras
+    tf_keras = pytest.importorskip("tf_keras")
+    from hvd.tensorflow import sync_batch_norm
+    dense = tf_keras.layers.Dense(1)
+    dense.build((None, 2))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(dense(tf.ones((1, 2))))
+    dtape = hvd.PartialDistributedGradientTape(tape, local_layers=dense)
+    assert len(dtape._local_sources) == 2
+    assert isinstance(hvd.SyncBatchNormalization(),
+                      keras.layers.BatchNormalization)
+    sbn = sync_batch_norm.keras2_class()()
+    assert isinstance(sbn, tf_keras.layers.BatchNormalization)
+
+
 def test_tf1_optimizer_register_local_var():
     with tf.Graph().as_default():
         w = tf.compat.v1.Variable([0.0, 0.0], dtype=tf.float64)

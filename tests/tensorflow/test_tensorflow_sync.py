@@ -1,5 +1,7 @@
 """hvd.tensorflow's eager calls of CPU tensors (allreduce, grouped
-allreduce, broadcast, reducescatter) run libhvd's blocking calls
+allreduce, broadcast, reducescatter; allgather and alltoall, whose two
+steps are two blocking calls; grouped reducescatter, its parts one after
+the other) run libhvd's blocking calls
 on the calling thread (the ops' blocking attr); inside a tf.function the
 kernels stay asynchronous. Both ways give the same results, the same
 errors and use the same names, so ranks may mix them on one name. Run
@@ -175,3 +177,149 @@ def test_errors_are_the_same_either_way():
     assert "HVD_ERR_MISMATCH" in e.message
     same(hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="mm.after"),
          tf.fill([2], float(N)))
+
+
+# ---- allgather, alltoall, grouped reducescatter: two steps or parts ------
+
+
+def gathered(count_of, dtype):
+    """Every rank's value(q, count_of(q)), concatenated: an allgather's
+    result."""
+    return tf.concat([value(q, count_of(q), dtype) for q in range(N)], 0)
+
+
+def a2a_splits(r):
+    """Rank r sends (r + d) % 3 rows to rank d (zero parts included)."""
+    return [(r + d) % 3 for d in range(N)]
+
+
+def a2a_want(dtype, cols=2):
+    """The rows every rank sends this one, in rank order: rank q's rows
+    are value(q, ...) reshaped (rows, cols)."""
+    parts = []
+    for q in range(N):
+        sp = a2a_splits(q)
+        rows = tf.reshape(value(q, sum(sp) * cols, dtype), (sum(sp), cols))
+        lo = sum(sp[:R])
+        parts.append(rows[lo:lo + sp[R]])
+    return tf.concat(parts, 0), tf.constant([a2a_splits(q)[R]
+                                             for q in range(N)], tf.int32)
+
+
+@pytest.mark.parametrize("dtype", MOVABLE, ids=lambda d: d.name)
+def test_eager_two_steps_exact(dtype):
+    for count in (0, 1, 7):
+        key = "%s.%d" % (dtype.name, count)
+        same(hvd.allgather(value(R, count, dtype), name="ag." + key),
+             gathered(lambda q: count, dtype))
+    # Uneven first dimensions (rank q has q + 1 rows of 3), unnamed.
+    x = tf.reshape(value(R, 3 * (R + 1), dtype), (R + 1, 3))
+    same(hvd.allgather(x), tf.reshape(gathered(lambda q: 3 * (q + 1), dtype),
+                                      (-1, 3)))
+    sp = a2a_splits(R)
+    rows = tf.reshape(value(R, sum(sp) * 2, dtype), (sum(sp), 2))
+    out, rsplits = hvd.alltoall(rows, splits=sp, name="a2a." + dtype.name)
+    want, want_splits = a2a_want(dtype)
+    same(out, want)
+    same(rsplits, want_splits)
+    # Even cut, unnamed.
+    even = tf.reshape(value(R, 2 * N, dtype), (2 * N, 1))
+    same(hvd.alltoall(even), tf.reshape(tf.concat(
+        [value(q, 2 * N, dtype)[2 * R:2 * R + 2] for q in range(N)], 0),
+        (2 * N, 1)))
+
+
+@pytest.mark.parametrize("dtype", REDUCIBLE, ids=lambda d: d.name)
+def test_eager_grouped_reducescatter_exact(dtype):
+    a = tf.reshape(value(R, 2 * N * 3, dtype), (2 * N, 3))
+    b = value(R, N + 1, dtype)  # N + 1 rows: rank 0 gets two
+    want_a = tf.reshape(total(2 * N * 3, dtype), (2 * N, 3))
+    lo = R + (1 if R > 0 else 0)
+    for name in ("grs." + dtype.name, None):
+        outs = hvd.grouped_reducescatter([a, b], op=hvd.Sum, name=name)
+        same(outs[0], want_a[2 * R:2 * R + 2])
+        same(outs[1], total(N + 1, dtype)[lo:lo + (2 if R == 0 else 1)])
+
+
+def test_two_steps_and_parts_mixed_on_one_name():
+    """Each rank picks its way for the same names, changing every round:
+    blocking (eager), asynchronous (eager), inside a tf.function."""
+
+    @tf.function
+    def in_graph(x, rows, a, b):
+        return (hvd.allgather(x, name="mixag", ignore_name_scope=True),
+                hvd.alltoall(rows, splits=a2a_splits(R), name="mixa2a",
+                             ignore_name_scope=True),
+                hvd.grouped_reducescatter([a, b], op=hvd.Sum, name="mixgrs",
+                                          ignore_name_scope=True))
+
+    lib = mpi_ops.MPI_LIB
+    sp = a2a_splits(R)
+    for i in range(4 * N + 2):
+        way = (R + i) % 3
+        x = tf.fill([R + 1, 2], float(R + i))
+        rows = tf.reshape(value(R, sum(sp) * 2, tf.float32), (sum(sp), 2))
+        a = tf.fill([2 * N, 2], float(R + i))
+        b = tf.fill([N], float(R))
+        if way == 2:
+            ag, (out, rsplits), (ra, rb) = in_graph(x, rows, a, b)
+        else:
+            blocking = way == 0
+            ag = lib.hvd_allgather(x, tensor_name="mixag", blocking=blocking)
+            out, rsplits = lib.hvd_alltoall(rows, sp, tensor_name="mixa2a",
+                                            blocking=blocking)
+            ra, rb = lib.hvd_grouped_reducescatter(
+                [a, b], reduce_op=hvd.Sum, tensor_name="mixgrs",
+                blocking=blocking)
+        same(ag, tf.concat([tf.fill([q + 1, 2], float(q + i))
+                            for q in range(N)], 0))
+        want, want_splits = a2a_want(tf.float32)
+        same(out, want)
+        same(rsplits, want_splits)
+        same(ra, tf.fill([2, 2], float(sum(q + i for q in range(N)))))
+        same(rb, tf.fill([1], float(N * (N - 1) // 2)))
+
+
+def test_two_steps_in_graph_stay_asynchronous():
+    @tf.function
+    def f(t):
+        return (hvd.allgather(t, name="g.ag"), hvd.alltoall(t, name="g.a2a"),
+                hvd.grouped_reducescatter([t, t], op=hvd.Sum, name="g.grs"))
+
+    graph = f.get_concrete_function(tf.ones([N])).graph
+    ops = [op for op in graph.get_operations() if op.type in (
+        "HvdAllgather", "HvdAlltoall", "HvdGroupedReducescatter")]
+    assert len(ops) == 3 and not any(op.get_attr("blocking") for op in ops)
+    ag, a2a, (r0, r1) = f(tf.ones([N]))
+    same(ag, tf.ones([N * N]))
+    same(a2a, tf.ones([N]))
+    same(r0, tf.fill([1], float(N)))
+
+
+def test_two_step_errors_are_the_same_either_way():
+    """An allgather whose ranks disagree after the first dimension, an
+    alltoall whose splits do not add up, a grouped reducescatter whose
+    second part's shapes differ: the same error either way, on every
+    rank, and the job goes on."""
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    lib = mpi_ops.MPI_LIB
+
+    def texts(make):
+        errs = [_error_of(lambda: make(b, "e.%d" % b)) for b in (True, False)]
+        assert type(errs[0]) is type(errs[1]), errs
+        got = [re.sub(r"e\.[01]", "e", e.message) for e in errs]
+        assert got[0] == got[1], got
+        return got[0]
+
+    t = texts(lambda b, n: lib.hvd_allgather(
+        tf.ones([2, R + 1]), tensor_name=n + ".ag", blocking=b))
+    assert "disagree" in t, t
+    t = texts(lambda b, n: lib.hvd_alltoall(
+        tf.ones([3]), [1] * N if R else [2] * N, tensor_name=n + ".a2a",
+        blocking=b))
+    t = texts(lambda b, n: lib.hvd_grouped_reducescatter(
+        [tf.ones([N]), tf.ones([N, R + 1])], reduce_op=hvd.Sum,
+        tensor_name=n + ".grs", blocking=b))
+    assert "HVD_ERR_MISMATCH" in t, t
+    same(hvd.allgather(tf.ones([1]), name="e.after"), tf.ones([N]))

@@ -139,6 +139,16 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                process_set, scale_local_gradients)
 
 
+def _is_keras_layer(obj):
+    """True when obj is a Layer of its own Keras (Keras 3 or tf_keras, both
+    of which a process may hold)."""
+    from hvd.tensorflow import _keras_compat
+    if _keras_compat.keras_package_of(obj) is None:
+        return False
+    keras = _keras_compat.keras_of(obj)
+    return keras is not None and isinstance(obj, keras.layers.Layer)
+
+
 def PartialDistributedGradientTape(gradtape, device_dense="",
                                    device_sparse="",
                                    compression=Compression.none,
@@ -148,16 +158,14 @@ def PartialDistributedGradientTape(gradtape, device_dense="",
                                    process_set=None, local_layers=None,
                                    scale_local_gradients=True):
     """Horovod's: a DistributedGradientTape on which the trainable
-    weights of local_layers (a keras Layer or a list of them) are
-    registered as local sources: their gradients are not reduced. Without
-    local_layers it is a DistributedGradientTape."""
-    import keras
+    weights of local_layers (a Layer of Keras 3 or of tf_keras, or a list
+    of them) are registered as local sources: their gradients are not
+    reduced. Without local_layers it is a DistributedGradientTape."""
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif _is_keras_layer(local_layers):
         local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer)
-                 for layer in local_layers):
+    elif not all(_is_keras_layer(layer) for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer "
                          "type.")
     tape = DistributedGradientTape(

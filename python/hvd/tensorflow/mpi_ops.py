@@ -5,11 +5,11 @@ horovod.tensorflow.mpi_ops' names.
 The ops are asynchronous TensorFlow kernels: each hands its tensors' memory
 to libhvd and completes when libhvd calls back, so TensorFlow runs other
 ops meanwhile and the gradients of a step are in flight together. Executed
-eagerly, allreduce, grouped allreduce, broadcast and reducescatter of CPU
-tensors run libhvd's blocking call instead (the op's blocking attr), on
-the calling thread, which runs hvd's engine as a C caller's does; inside a
-graph an inter-op thread must not block, and the kernels stay
-asynchronous.
+eagerly, every collective of CPU tensors runs libhvd's blocking calls
+instead (the op's blocking attr), on the calling thread, which runs hvd's
+engine as a C caller's does: allgather's and alltoall's two steps one
+after the other, a grouped reducescatter's parts too; inside a graph an
+inter-op thread must not block, and the kernels stay asynchronous.
 
 Names: inside a graph (tf.function, TF1) an operation is keyed by a name
 unique in that graph, derived from its input's tensor name as Horovod does
@@ -189,7 +189,8 @@ def allgather(tensor, name=None, ignore_name_scope=False,
     tensor = tf.convert_to_tensor(tensor)
     key = _key("HvdAllgather", tensor, name, ignore_name_scope)
     out = MPI_LIB.hvd_allgather(tensor, tensor_name=key,
-                                process_set_id=_psid(process_set))
+                                process_set_id=_psid(process_set),
+                                blocking=_executing_eagerly())
     if not _executing_eagerly() and tensor.shape.rank is not None:
         out.set_shape([None] + tensor.shape.as_list()[1:])
     return out
@@ -239,7 +240,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
             splits_ = tf.cast(splits_, tf.int32)
     key = _key("HvdAlltoall", tensor, name, ignore_name_scope)
     output, rsplits = MPI_LIB.hvd_alltoall(
-        tensor, splits_, tensor_name=key, process_set_id=_psid(process_set))
+        tensor, splits_, tensor_name=key, process_set_id=_psid(process_set),
+        blocking=_executing_eagerly())
     return (output, rsplits) if splits is not None else output
 
 
@@ -275,7 +277,8 @@ def _grouped_reducescatter(tensors, name=None, op=Sum,
                ignore_name_scope)
     outs = MPI_LIB.hvd_grouped_reducescatter(
         [_scale(t, prescale_factor) for t in tensors], reduce_op=int(op),
-        tensor_name=key, process_set_id=_psid(process_set))
+        tensor_name=key, process_set_id=_psid(process_set),
+        blocking=_executing_eagerly())
     return [_scale(o, postscale_factor) for o in outs]
 
 

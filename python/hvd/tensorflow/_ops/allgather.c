@@ -2,7 +2,8 @@
  * HvdAllgather: the shapes first, then the data (an operation in two
  * libhvd steps, twostep.c). Every rank's first dimension may differ, as in
  * Horovod: the data are then gathered padded to the largest and unpadded
- * into the output on the helper thread.
+ * into the output on the helper thread. Executed eagerly on the CPU, both
+ * steps are libhvd's blocking calls on the calling thread (twostep.c).
  */
 #include "python/hvd/tensorflow/_ops/ops.h"
 
@@ -83,6 +84,17 @@ static hvd_status gather_pad(gather *g, size_t count, char *why, size_t len) {
     return HVD_OK;
 }
 
+/* One step's allgather: libhvd's blocking call for a blocking kernel
+ * (twostep.c then runs the next on this thread), else its asynchronous
+ * one. */
+static hvd_status gather_submit(const twostep *t, const char *name,
+                                const void *send, void *recv, size_t count,
+                                hvd_dtype type, hvd_handle *h) {
+    if (hvd_tf_twostep_blocking(t))
+        return hvd_ps_allgather(t->k.ps, name, send, recv, count, type);
+    return hvd_ps_allgather_async(t->k.ps, name, send, recv, count, type, h);
+}
+
 /* The shapes are in: checks that they agree after the first dimension,
  * makes the output and gathers the data (helper thread). */
 static void gather_data(gather *g) {
@@ -120,14 +132,12 @@ static void gather_data(gather *g) {
     hvd_tf_pending_keep(p, out);
     g->out_data = hvd_tf_data_of(out);
     g->t.step = 2;
-    if (same) {
-        st = hvd_ps_allgather_async(g->t.k.ps, name, hvd_tf_data_of(g->in),
-                                    g->out_data, count, type, &h);
-    } else {
+    if (!same) {
         CHECK_HVD_GOTO(gather_pad(g, count, why, sizeof(why)), st, fail_kernel);
-        st = hvd_ps_allgather_async(g->t.k.ps, name, g->send_pad, g->recv_pad,
-                                    (size_t)g->most * g->row, type, &h);
+        count = (size_t)g->most * g->row;
     }
+    st = gather_submit(&g->t, name, same ? hvd_tf_data_of(g->in) : g->send_pad,
+                       same ? g->out_data : g->recv_pad, count, type, &h);
     CHECK_HVD_GOTO(hvd_tf_twostep_submitted(&g->t, st, h, why, sizeof(why)), st,
                    fail_kernel);
     return;
@@ -198,9 +208,9 @@ void hvd_tf_allgather_compute(void *kp, TF_OpKernelContext *ctx,
     g->mine[0] = nd;
     g->mine[1] = (int64_t)TF_TensorType(in);
     hvd_tf_dims_of(in, &g->mine[2]);
-    st = hvd_ps_allgather_async(
-        k->ps, hvd_tf_step_name(&g->t, "shape", nbuf, sizeof(nbuf)), g->mine,
-        g->metas, META, HVD_INT64, &h);
+    st = gather_submit(&g->t,
+                       hvd_tf_step_name(&g->t, "shape", nbuf, sizeof(nbuf)),
+                       g->mine, g->metas, META, HVD_INT64, &h);
     CHECK_HVD_GOTO(hvd_tf_twostep_submitted(&g->t, st, h, why, sizeof(why)), st,
                    fail_kernel);
     return;

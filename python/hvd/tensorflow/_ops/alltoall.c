@@ -86,6 +86,20 @@ static hvd_status a2a_agree(const a2a *a, int64_t *total_out, char *why,
     return HVD_OK;
 }
 
+/* One step's alltoall: libhvd's blocking call for a blocking kernel
+ * (twostep.c then runs the next on this thread), else its asynchronous
+ * one. */
+static hvd_status a2a_submit(const twostep *t, const char *name,
+                             const void *send, size_t count,
+                             const size_t *counts, void *recv, size_t cap,
+                             hvd_dtype type, hvd_handle *h) {
+    if (hvd_tf_twostep_blocking(t))
+        return hvd_ps_alltoall(t->k.ps, name, send, count, counts, recv, cap,
+                               NULL, type);
+    return hvd_ps_alltoall_async(t->k.ps, name, send, count, counts, recv, cap,
+                                 NULL, type, h);
+}
+
 /* The records are in: checks them, makes the outputs and moves the data
  * (helper thread). */
 static void a2a_data(a2a *a) {
@@ -117,10 +131,9 @@ static void a2a_data(a2a *a) {
     TF_DeleteTensor(rsplits);
     a->t.step = 2;
     count = a->rows * (int64_t)a->row;
-    st = hvd_ps_alltoall_async(
-        a->t.k.ps, hvd_tf_step_name(&a->t, "data", nbuf, sizeof(nbuf)),
-        hvd_tf_data_of(a->in), (size_t)count, a->counts, hvd_tf_data_of(out),
-        (size_t)total * a->row, NULL, a->type, &h);
+    st = a2a_submit(&a->t, hvd_tf_step_name(&a->t, "data", nbuf, sizeof(nbuf)),
+                    hvd_tf_data_of(a->in), (size_t)count, a->counts,
+                    hvd_tf_data_of(out), (size_t)total * a->row, a->type, &h);
     CHECK_HVD_GOTO(hvd_tf_twostep_submitted(&a->t, st, h, why, sizeof(why)), st,
                    fail_kernel);
     return;
@@ -257,10 +270,9 @@ void hvd_tf_alltoall_compute(void *kp, TF_OpKernelContext *ctx,
     a->nranks = hvd_tf_set_size(k->ps);
     CHECK_HVD_GOTO(a2a_alloc(a, why, sizeof(why)), st, fail_kernel);
     a2a_records(a, in, sp);
-    st = hvd_ps_alltoall_async(
-        k->ps, hvd_tf_step_name(&a->t, "shape", nbuf, sizeof(nbuf)), a->sends,
-        (size_t)a->nranks * META, NULL, a->metas, (size_t)a->nranks * META,
-        NULL, HVD_INT64, &h);
+    st = a2a_submit(&a->t, hvd_tf_step_name(&a->t, "shape", nbuf, sizeof(nbuf)),
+                    a->sends, (size_t)a->nranks * META, NULL, a->metas,
+                    (size_t)a->nranks * META, HVD_INT64, &h);
     CHECK_HVD_GOTO(hvd_tf_twostep_submitted(&a->t, st, h, why, sizeof(why)), st,
                    fail_kernel);
     return;

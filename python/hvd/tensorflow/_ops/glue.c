@@ -261,19 +261,19 @@ void hvd_tf_pending_fail(pending *p, hvd_status st, const char *sentence) {
     hvd_tf_pending_end(p);
 }
 
-void hvd_tf_ended(pending *p, hvd_status st) {
-    const char *text = NULL, *mark;
+const char *hvd_tf_blocking_error(void) {
+    const char *text = hvd_last_error(), *mark = strstr(text, "') on rank ");
 
     /* A blocking call's sentence starts "<call>('<name>') on rank <r>: ",
      * which hvd_tf_fail says in its own words. */
-    if (st != HVD_OK) {
-        text = hvd_last_error();
-        mark = strstr(text, "') on rank ");
-        if (strncmp(text, "hvd_", 4) == 0 && mark != NULL &&
-            strchr(mark, ':') != NULL && strchr(mark, ':')[1] == ' ')
-            text = strchr(mark, ':') + 2;
-    }
-    hvd_tf_pending_fail(p, st, text);
+    if (strncmp(text, "hvd_", 4) == 0 && mark != NULL &&
+        strchr(mark, ':') != NULL && strchr(mark, ':')[1] == ' ')
+        text = strchr(mark, ':') + 2;
+    return text;
+}
+
+void hvd_tf_ended(pending *p, hvd_status st) {
+    hvd_tf_pending_fail(p, st, st != HVD_OK ? hvd_tf_blocking_error() : NULL);
 }
 
 /* hvd_on_done's function (engine thread): ends the kernel. */

@@ -210,6 +210,10 @@ static inline int hvd_tf_blocking(const kernel *k) {
  * blocking call's own prefix). */
 void hvd_tf_ended(pending *p, hvd_status st);
 
+/* libhvd's last error on this thread after a blocking call failed, without
+ * the call's own prefix: what the asynchronous form's failure says. */
+const char *hvd_tf_blocking_error(void);
+
 /* ------------------------------------------------------------------ */
 /* twostep.c                                                           */
 
@@ -229,6 +233,12 @@ typedef struct twostep {
     int step; /* 1: the sizes are in; 2: the data */
 } twostep;
 
+/* Whether t's steps are libhvd's blocking calls, run on the calling
+ * thread (an eager CPU kernel), one after the other. */
+static inline int hvd_tf_twostep_blocking(const twostep *t) {
+    return hvd_tf_blocking(&t->k);
+}
+
 /*
  * A new operation of size bytes (a gather or an a2a: a twostep first) for
  * the kernel k's call in ctx, at its first step, with its pending (room
@@ -245,7 +255,10 @@ void hvd_tf_twostep_end(twostep *t, hvd_status st, const char *sentence);
 
 /* Hands h, the handle of a step's submission whose status is st, to the
  * helper thread for when the step finishes: HVD_OK, and t is no longer the
- * caller's; else what failed, with libhvd's sentence in why. */
+ * caller's; else what failed, with libhvd's sentence in why. For a
+ * blocking kernel (hvd_tf_blocking: the step was libhvd's blocking call,
+ * st its result, h NULL) what comes next runs at once on this thread
+ * instead, and the result is HVD_OK. */
 hvd_status hvd_tf_twostep_submitted(twostep *t, hvd_status st, hvd_handle h,
                                     char *why, size_t len);
 

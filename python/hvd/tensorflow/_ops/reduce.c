@@ -283,6 +283,46 @@ static hvd_status scatter_tensors(pending *p, const kernel *k, int n,
     return HVD_OK;
 }
 
+/* libhvd's name for part i of n: the kernel's, "<name>_<i+1>of<n>" in a
+ * group (NULL for an unnamed kernel: its parts match by order). */
+static const char *part_name(const kernel *k, int i, int n, char *buf,
+                             size_t len) {
+    const char *name = hvd_tf_op_name(k);
+
+    if (name == NULL || n == 1)
+        return name;
+    snprintf(buf, len, "%s_%dof%d", k->name, i + 1, n);
+    return buf;
+}
+
+/* The n parts one after the other, each libhvd's blocking call on this
+ * thread (an eager CPU kernel), then the kernel's end. Every part is
+ * called even after one failed, as the asynchronous kernel submits every
+ * part, so that a rank that submitted them all is never left waiting; the
+ * first failure is the kernel's. */
+static void scatter_blocking(pending *p, const kernel *k, int n,
+                             TF_Tensor **ins, TF_Tensor **outs) {
+    char error[2048] = "";
+    hvd_status first = HVD_OK;
+
+    for (int i = 0; i < n; i++) {
+        char nbuf[NAME_MAX_LEN + 32];
+        int64_t shape[SHAPE_DIMS];
+        hvd_status st = hvd_ps_reducescatter_shaped(
+            k->ps, part_name(k, i, n, nbuf, sizeof(nbuf)),
+            hvd_tf_data_of(ins[i]), hvd_tf_data_of(outs[i]),
+            hvd_tf_shape_of(ins[i], shape), shape,
+            (hvd_dtype)hvd_tf_type_of(TF_TensorType(ins[i])),
+            (hvd_op)k->reduce_op);
+
+        if (st != HVD_OK && first == HVD_OK) {
+            first = st;
+            snprintf(error, sizeof(error), "%s", hvd_tf_blocking_error());
+        }
+    }
+    hvd_tf_pending_fail(p, first, first != HVD_OK ? error : NULL);
+}
+
 /* Submits the n parts; sc (and the kernel) is theirs from here: the last
  * part to finish ends the kernel and frees sc. */
 static void scatter_submit(scatter *sc, pending *p, const kernel *k, int n,
@@ -292,15 +332,11 @@ static void scatter_submit(scatter *sc, pending *p, const kernel *k, int n,
     pthread_mutex_init(&sc->lock, NULL);
     for (int i = 0; i < n; i++) {
         char nbuf[NAME_MAX_LEN + 32];
-        const char *name = hvd_tf_op_name(k);
+        const char *name = part_name(k, i, n, nbuf, sizeof(nbuf));
         int64_t shape[SHAPE_DIMS];
         hvd_handle h = NULL;
         hvd_status st;
 
-        if (name != NULL && n > 1) {
-            snprintf(nbuf, sizeof(nbuf), "%s_%dof%d", k->name, i + 1, n);
-            name = nbuf;
-        }
         st = hvd_ps_reducescatter_shaped_async(
             k->ps, name, hvd_tf_data_of(ins[i]), hvd_tf_data_of(outs[i]),
             hvd_tf_shape_of(ins[i], shape), shape,
@@ -336,17 +372,8 @@ static void scatter_compute(const kernel *k, TF_OpKernelContext *ctx,
                    free_arrays);
     CHECK_HVD_GOTO(hvd_tf_device_ready(p, k, why, sizeof(why)), st,
                    free_arrays);
-    if (hvd_tf_blocking(k) && n == 1) {
-        int64_t shape[SHAPE_DIMS];
-
-        /* A group's parts stay asynchronous: they are all in flight
-         * before any is waited for, on ranks that mix the ways too. */
-        st = hvd_ps_reducescatter_shaped(
-            k->ps, hvd_tf_op_name(k), hvd_tf_data_of(ins[0]),
-            hvd_tf_data_of(outs[0]), hvd_tf_shape_of(ins[0], shape), shape,
-            (hvd_dtype)hvd_tf_type_of(TF_TensorType(ins[0])),
-            (hvd_op)k->reduce_op);
-        hvd_tf_ended(p, st);
+    if (hvd_tf_blocking(k)) {
+        scatter_blocking(p, k, n, ins, outs);
         p = NULL;
         goto free_arrays;
     }

@@ -303,7 +303,7 @@ static const op_spec specs[] = {
      NULL,
      1},
     {"HvdAllgather",
-     {"T: " MOVABLE, "tensor_name: string = ''", PS_ATTR},
+     {"T: " MOVABLE, "tensor_name: string = ''", PS_ATTR, BLOCKING_ATTR},
      {"tensor: T"},
      {"output: T"},
      shape_unknown,
@@ -313,7 +313,7 @@ static const op_spec specs[] = {
     /* libhvd takes host memory only for these two (for now): no GPU
      * kernels, TensorFlow copies GPU tensors to the host and back. */
     {"HvdAlltoall",
-     {"T: " MOVABLE, "tensor_name: string = ''", PS_ATTR},
+     {"T: " MOVABLE, "tensor_name: string = ''", PS_ATTR, BLOCKING_ATTR},
      {"tensor: T", "splits: int32"},
      {"output: T", "received_splits: int32"},
      shape_alltoall,
@@ -331,7 +331,7 @@ static const op_spec specs[] = {
      0},
     {"HvdGroupedReducescatter",
      {"T: " REDUCIBLE, "N: int >= 1", "reduce_op: int",
-      "tensor_name: string = ''", PS_ATTR},
+      "tensor_name: string = ''", PS_ATTR, BLOCKING_ATTR},
      {"tensors: N * T"},
      {"outputs: N * T"},
      shape_scattered,

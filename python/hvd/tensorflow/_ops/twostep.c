@@ -26,6 +26,15 @@ static void step_done(hvd_status st, const char *error, void *arg) {
 
 hvd_status hvd_tf_twostep_submitted(twostep *t, hvd_status st, hvd_handle h,
                                     char *why, size_t len) {
+    if (hvd_tf_twostep_blocking(t)) {
+        /* The step is over: what comes next (the data step, or the end)
+         * runs here, as the helper thread would have run it. */
+        t->st = st;
+        snprintf(t->error, sizeof(t->error), "%s",
+                 st != HVD_OK ? hvd_tf_blocking_error() : "");
+        t->job.run(&t->job);
+        return HVD_OK;
+    }
     if (st == HVD_OK)
         st = hvd_on_done(h, step_done, t);
     if (st != HVD_OK)

@@ -157,7 +157,7 @@ def PartialDistributedOptimizer(optimizer, name=None,
 
 def _is_layer(obj):
     """A Keras 3 or a Keras 2 (tf_keras) layer."""
-    from hvd.tensorflow.keras import _compat
+    from hvd.tensorflow import _keras_compat as _compat
     if _compat.keras_package_of(obj) is None:
         return False
     keras = _compat.keras_of(obj)
@@ -223,7 +223,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
         legacy_opts: the file's optimizer is one of tf_keras'
             optimizers.legacy (Keras 2 only; Keras 3 has none).
     """
-    from hvd.tensorflow.keras import _compat
+    from hvd.tensorflow import _keras_compat as _compat
     if legacy_opts or _compat.legacy_tf_keras() or \
             _compat.keras3() is None:
         keras2 = _compat.keras2_module()

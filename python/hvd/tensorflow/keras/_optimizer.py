@@ -24,7 +24,7 @@ saved with it loads without hvd as the plain optimizer.
 import tensorflow as tf
 
 import hvd.tensorflow as _hvd
-from hvd.tensorflow.keras import _compat
+from hvd.tensorflow import _keras_compat as _compat
 from hvd.tensorflow._reduce import (GradientReducer, LocalAggregation,
                                     reduce_but_local)
 from hvd.tensorflow._reduce import ref as _ref

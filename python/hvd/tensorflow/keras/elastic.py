@@ -4,7 +4,7 @@ through tf_keras): KerasState, the callbacks that commit and track the
 state, run."""
 
 from hvd.tensorflow.elastic import TensorFlowKerasState, run
-from hvd.tensorflow.keras import _compat
+from hvd.tensorflow import _keras_compat as _compat
 from hvd.tensorflow.keras.callbacks import _Callback
 
 
