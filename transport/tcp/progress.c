@@ -132,6 +132,7 @@ static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
             st = hvd_tcp_sock_send(s);
         else if (!send && s->rx_blocked) {
             s->rx_blocked = 0;
+            s->rx_muted = 0;
             st = hvd_tcp_sock_recv(s);
         }
         if (st != HVD_OK)
@@ -401,7 +402,13 @@ hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms) {
                 hvd_tcp_peer_lost(tp, s, "its connection broke");
                 break;
             }
-            if (!s->rx_blocked && hvd_tcp_sock_recv(s) != HVD_OK)
+            if (s->rx_blocked) {
+                /* Its data waits for an irecv: quiet until then. */
+                s->rx_muted = 1;
+                hvd_tcp_set_events(s);
+                continue;
+            }
+            if (hvd_tcp_sock_recv(s) != HVD_OK)
                 break;
         }
     }

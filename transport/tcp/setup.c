@@ -371,6 +371,12 @@ hvd_status hvd_tcp_shutdown(hvd_transport *t) {
             tsock *s = evs[i].data.ptr;
             if (s == NULL || s->eof)
                 continue;
+            if (s->rx_blocked && !(evs[i].events & (EPOLLHUP | EPOLLERR))) {
+                /* Readable, but only its end tells (as progress does). */
+                s->rx_muted = 1;
+                hvd_tcp_set_events(s);
+                continue;
+            }
             /* Data nobody asked for (its header already read): nothing
              * more of this socket is wanted. */
             if (s->rx_blocked)

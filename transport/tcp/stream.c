@@ -42,7 +42,11 @@ void hvd_tcp_set_events(tsock *s) {
         s->registered = 0;
         return;
     }
-    if (!s->eof && !s->rx_blocked)
+    /* A socket whose data waits for an irecv stops reporting only once
+     * epoll has reported it (progress sets rx_muted): the irecv usually
+     * comes first, and then neither change of the events (two system
+     * calls) was needed. */
+    if (!s->eof && !(s->rx_blocked && s->rx_muted))
         want |= EPOLLIN | EPOLLRDHUP;
     if (s->sendq.count > 0 && !s->tx_broken)
         want |= EPOLLOUT;

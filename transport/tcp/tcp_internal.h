@@ -126,6 +126,7 @@ typedef struct tsock {
     size_t rx_end;
     int in_frame;   /* receiving the payload of recvq's head */
     int rx_blocked; /* a DATA header waits for an irecv */
+    int rx_muted;   /* rx_blocked, and epoll said so: EPOLLIN is off */
     int rx_drained; /* the last recv() took less than it asked for */
     int tx_broken;  /* a frame was cut off mid-way: no more frames */
     uint32_t events;
