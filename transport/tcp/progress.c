@@ -6,7 +6,9 @@
 #include "transport/tcp/tcp_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -130,6 +132,7 @@ static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
             st = hvd_tcp_sock_send(s);
         else if (!send && s->rx_blocked) {
             s->rx_blocked = 0;
+            s->rx_muted = 0;
             st = hvd_tcp_sock_recv(s);
         }
         if (st != HVD_OK)
@@ -285,6 +288,86 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
     return HVD_OK;
 }
 
+/* How often a waiting rank looks again whether the host is busy. */
+#define LOAD_CHECK_NS (10 * 1000 * 1000LL)
+
+/*
+ * 1 if this host had a core for every runnable thread when last looked at
+ * (the running count in /proc/loadavg, at most every LOAD_CHECK_NS; 1 if
+ * it cannot be read). Polling pays only where the peer's wake-up finds a
+ * free core: TCP wakes a receiver as a synchronous wake-up, which a busy
+ * host puts on the waker's core, and a waker that then polls holds it off
+ * (2 KiB round trip with 4 other busy threads on 2 cores: 17 us sleeping,
+ * 37 us polling for 20 us, 53 us for 100 us).
+ */
+static int host_has_room(tcp *tp, int64_t now) {
+    char buf[128];
+    ssize_t n;
+    const char *slash;
+
+    if (now - tp->spin_checked < LOAD_CHECK_NS)
+        return tp->spin_ok;
+    tp->spin_checked = now;
+    tp->spin_ok = 1;
+    if (tp->loadfd < 0 || (n = pread(tp->loadfd, buf, sizeof(buf) - 1, 0)) <= 0)
+        return 1;
+    buf[n] = '\0';
+    /* "0.37 1.48 1.74 2/187 4905": the fourth field is running/total. */
+    slash = strchr(buf, '/');
+    if (slash == NULL)
+        return 1;
+    while (slash > buf && slash[-1] >= '0' && slash[-1] <= '9')
+        slash--;
+    tp->spin_ok = atoi(slash) <= tp->ncpu;
+    return tp->spin_ok;
+}
+
+/*
+ * epoll_wait for up to timeout_ms (-1: no bound), but while a request is
+ * in flight and the host has a core to spare, polling for HVD_TCP_SPIN_US
+ * first. A rank asleep in epoll_wait is woken through the scheduler when
+ * its peer's segment lands, and on loopback that wake-up (10-25 us, more
+ * on a loaded host) cost more than the exchange itself: a collective's
+ * exchange on the data socket, whose waits sleep, took 2-3 times as long
+ * as an engine step on the control socket, whose waits poll
+ * (docs/benchmarks.md, "Issue 35: TCP latency"). An idle rank, with
+ * nothing in flight, sleeps at once.
+ */
+static int wait_events(tcp *tp, struct epoll_event *evs, int timeout_ms) {
+    int n = epoll_wait(tp->epfd, evs, MAX_EVENTS, 0);
+    int waiting = 0;
+    int64_t start, end, now;
+
+    if (n != 0 || timeout_ms == 0)
+        return n;
+    for (int p = 0; p < tp->size && tp->spin_ns > 0; p++)
+        waiting |= tp->peers[p].pending > 0;
+    start = now = hvd_now_ns();
+    if (!waiting || !host_has_room(tp, now))
+        return epoll_wait(tp->epfd, evs, MAX_EVENTS, timeout_ms);
+    end = start + tp->spin_ns;
+    if (timeout_ms > 0 && end > start + timeout_ms * 1000000LL)
+        end = start + timeout_ms * 1000000LL;
+    for (unsigned k = 1; now < end; k++) {
+        /* Where ranks share cores, give the core to any other runnable
+         * thread (the peer) at every look: a busy loop would hold it for a
+         * whole time slice. Else only now and then, as the engine's spin
+         * does: a yield on a busy host hands the core to another process
+         * for its whole slice. */
+        if (tp->spin_yield || k % 64 == 0)
+            sched_yield();
+        n = epoll_wait(tp->epfd, evs, MAX_EVENTS, 0);
+        if (n != 0)
+            return n;
+        now = hvd_now_ns();
+    }
+    if (timeout_ms < 0)
+        return epoll_wait(tp->epfd, evs, MAX_EVENTS, -1);
+    int64_t left_ms = timeout_ms - (now - start) / 1000000;
+    return epoll_wait(tp->epfd, evs, MAX_EVENTS,
+                      left_ms > 0 ? (int)left_ms : 0);
+}
+
 hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms) {
     tcp *tp = (tcp *)t;
     struct epoll_event evs[MAX_EVENTS];
@@ -292,7 +375,7 @@ hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms) {
 
     if (tp->failure.status != HVD_OK)
         return hvd_tp_failure_error(&tp->failure);
-    n = epoll_wait(tp->epfd, evs, MAX_EVENTS, timeout_ms);
+    n = wait_events(tp, evs, timeout_ms);
     if (n < 0 && errno != EINTR)
         return hvd_tp_failf(hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_TRANSPORT,
                             -1, "epoll_wait() failed: %s", strerror(errno));
@@ -319,7 +402,13 @@ hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms) {
                 hvd_tcp_peer_lost(tp, s, "its connection broke");
                 break;
             }
-            if (!s->rx_blocked && hvd_tcp_sock_recv(s) != HVD_OK)
+            if (s->rx_blocked) {
+                /* Its data waits for an irecv: quiet until then. */
+                s->rx_muted = 1;
+                hvd_tcp_set_events(s);
+                continue;
+            }
+            if (hvd_tcp_sock_recv(s) != HVD_OK)
                 break;
         }
     }

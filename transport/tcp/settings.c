@@ -24,4 +24,13 @@ const hvd_setting hvd_tcp_settings_table[HVD_TCP_NSETTINGS] = {
      "protection of frames after the handshake: none, integrity (every "
      "frame authenticated) or encrypt (encrypted and authenticated)",
      "none|integrity|encrypt"},
+    /* A waiting rank that sleeps in epoll_wait is woken by the peer's
+     * segment through the scheduler: a wait on the data socket cost 2-3
+     * times an engine step, which polls. Polling the sockets for a while
+     * first takes the reply as it lands; it is skipped on a busy host,
+     * where it would hold off the peer's wake-up (progress.c). */
+    {"HVD_TCP_SPIN_US", HVD_SETTING_INT,
+     HVD_SETTING_AT(hvd_tcp_settings, spin_us), "100", 0, 1000000,
+     "microseconds a waiting rank polls its sockets before it sleeps in "
+     "epoll_wait"},
 };

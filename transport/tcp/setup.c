@@ -45,6 +45,7 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->nsocks = set->nsocks;
     tp->nconn = tp->nsocks + 1;
     tp->wakefd = -1;
+    tp->loadfd = -1;
     /* Set but empty: the default, as when unset. */
     st = hvd_protect_parse("HVD_TCP_PROTECT",
                            set->protect[0] != '\0' ? set->protect
@@ -57,6 +58,16 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->tag_len = tp->protect == HVD_PROTECT_NONE ? 0 : HVD_PROTECT_TAG;
     tp->stripe_min = set->stripe_min;
     tp->timeout_ns = params->timeout_ns;
+    tp->spin_ns = (int64_t)set->spin_us * 1000;
+    /* As the engine decides its own spin (api/runtime/setup.c): ranks on
+     * this host against its cores. */
+    int local = 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 0; params->hosts != NULL && i < params->size; i++)
+        local += strcmp(params->hosts[i], params->hosts[params->rank]) == 0;
+    tp->spin_yield = ncpu > 0 && local > ncpu;
+    tp->ncpu = ncpu > 0 ? (int)ncpu : 1;
+    tp->loadfd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     /* Four heartbeats per timeout, at most one a second. */
     tp->heartbeat_ns =
         tp->timeout_ns / 4 < HEARTBEAT_NS ? tp->timeout_ns / 4 : HEARTBEAT_NS;
@@ -306,6 +317,8 @@ void hvd_tcp_close(hvd_transport *t) {
         close(tp->epfd);
     if (tp->wakefd >= 0)
         close(tp->wakefd);
+    if (tp->loadfd >= 0)
+        close(tp->loadfd);
     free(tp->socks);
     free(tp->peers);
     free(tp->hosts);
@@ -358,6 +371,12 @@ hvd_status hvd_tcp_shutdown(hvd_transport *t) {
             tsock *s = evs[i].data.ptr;
             if (s == NULL || s->eof)
                 continue;
+            if (s->rx_blocked && !(evs[i].events & (EPOLLHUP | EPOLLERR))) {
+                /* Readable, but only its end tells (as progress does). */
+                s->rx_muted = 1;
+                hvd_tcp_set_events(s);
+                continue;
+            }
             /* Data nobody asked for (its header already read): nothing
              * more of this socket is wanted. */
             if (s->rx_blocked)

@@ -42,7 +42,11 @@ void hvd_tcp_set_events(tsock *s) {
         s->registered = 0;
         return;
     }
-    if (!s->eof && !s->rx_blocked)
+    /* A socket whose data waits for an irecv stops reporting only once
+     * epoll has reported it (progress sets rx_muted): the irecv usually
+     * comes first, and then neither change of the events (two system
+     * calls) was needed. */
+    if (!s->eof && !(s->rx_blocked && s->rx_muted))
         want |= EPOLLIN | EPOLLRDHUP;
     if (s->sendq.count > 0 && !s->tx_broken)
         want |= EPOLLOUT;
@@ -325,6 +329,7 @@ static int rx_fill(tsock *s, hvd_status *st) {
         ssize_t n =
             recv(s->fd, s->rx + s->rx_end, RX_CAP - s->rx_end, MSG_DONTWAIT);
         if (n > 0) {
+            s->rx_drained = (size_t)n < RX_CAP - s->rx_end;
             s->rx_end += (size_t)n;
             rx_got(s, (size_t)n, mid);
             return 1;
@@ -594,6 +599,7 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
     tcp *tp = s->tp;
     hvd_status st = HVD_OK;
 
+    s->rx_drained = 0;
     for (;;) {
         if (!s->in_frame) {
             int r = next_header(s);
@@ -608,6 +614,12 @@ hvd_status hvd_tcp_sock_recv(tsock *s) {
             }
             if (r == 1)
                 r = on_header(s, &st);
+            else if (s->rx_drained)
+                /* A recv() that took less than it asked for emptied the
+                 * socket: another would only say EAGAIN (a system call
+                 * per message). What comes later, epoll (level-triggered)
+                 * reports. */
+                r = 0;
             else
                 r = refill(s, &st);
             if (r < 0)

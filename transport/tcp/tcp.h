@@ -33,9 +33,10 @@ typedef struct hvd_tcp_settings {
                           the mesh while another transport can take over */
     char iface[64];    /* HVD_IFACE: the interface to listen on, "": auto */
     char protect[16];  /* HVD_TCP_PROTECT: none, integrity or encrypt */
+    int spin_us;       /* HVD_TCP_SPIN_US: polling before epoll sleeps */
 } hvd_tcp_settings;
 
-#define HVD_TCP_NSETTINGS 5
+#define HVD_TCP_NSETTINGS 6
 
 /* HVD_TCP_PROTECT's value when unset (see docs/reliability.md for why). */
 #define HVD_TCP_PROTECT_DEFAULT "integrity"

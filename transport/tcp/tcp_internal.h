@@ -126,6 +126,8 @@ typedef struct tsock {
     size_t rx_end;
     int in_frame;   /* receiving the payload of recvq's head */
     int rx_blocked; /* a DATA header waits for an irecv */
+    int rx_muted;   /* rx_blocked, and epoll said so: EPOLLIN is off */
+    int rx_drained; /* the last recv() took less than it asked for */
     int tx_broken;  /* a frame was cut off mid-way: no more frames */
     uint32_t events;
     int registered; /* in the epoll set */
@@ -177,6 +179,12 @@ struct tcp {
     int wakefd;     /* eventfd that makes a waiting progress return */
     size_t stripe_min;
     int64_t timeout_ns;
+    int64_t spin_ns;      /* HVD_TCP_SPIN_US: a wait polls this long first */
+    int spin_yield;       /* this host has more ranks than cores */
+    int ncpu;             /* cores online here */
+    int loadfd;           /* /proc/loadavg, -1 if it cannot be read */
+    int spin_ok;          /* the host had a core for every runnable thread */
+    int64_t spin_checked; /* when spin_ok was last looked at */
     int epfd;
     tpeer *peers;
     tsock *socks; /* size * nconn; this rank's own row is unused */
