@@ -34,6 +34,7 @@ typedef struct hvd_engine_config {
     size_t step_carry_bytes;   /* cached allreduce data in step messages */
     int caller_progress;       /* a waiting thread may run the engine */
     int64_t spin_ns;           /* it polls this long before it blocks */
+    int64_t spin_calm_ns;      /* the first of it with no yield */
     int spin_yield;            /* and yields the core between looks */
     int cache_capacity;        /* 0: no response cache */
     int cycle_time_ms;         /* batching window after work arrives */
