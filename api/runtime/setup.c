@@ -526,6 +526,14 @@ void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
     ec->fusion_threshold = s->cfg.fusion_threshold;
     ec->fusion_tensor_max = s->cfg.fusion_tensor_max;
     ec->step_carry_bytes = s->cfg.step_carry_bytes;
+    /* A part of another kind than an allreduce: an eighth of the budget
+     * where the control channel is memory (the part's three copies soon
+     * cost more than the collective's own exchanges), half of it where it
+     * is a network, whose every exchange costs tens of microseconds
+     * (docs/benchmarks.md, "Issue 35: engine small-message costs"). */
+    ec->carry_part_max = s->tps.caps.reach == HVD_REACH_SAME_HOST
+                             ? s->cfg.step_carry_bytes / 8
+                             : s->cfg.step_carry_bytes / 2;
     /* A waiting thread runs the engine only in jobs without a GPU (the
      * device executor stays on the engine thread). It polls before it
      * blocks: 50 us while this host has a core for every rank, pausing
