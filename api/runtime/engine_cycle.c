@@ -280,7 +280,10 @@ int hvd_eng_spin(const hvd_engine *eng, unsigned n, hvd_eng_spinner *s) {
 }
 
 void hvd_eng_spin_end(hvd_engine *eng, const hvd_eng_spinner *s) {
-    eng->spin_hurry = s->late;
+    if (s->late)
+        eng->spin_hurry = SPIN_HURRY;
+    else if (eng->spin_hurry > 0)
+        eng->spin_hurry--;
 }
 
 /*

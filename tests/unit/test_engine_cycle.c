@@ -221,8 +221,8 @@ static void spin_reads_clock_every_16(void **state) {
 }
 
 /* A polling thread pauses between looks for its calm and yields after it;
- * one that outlasted its calm makes the next yield from its first look,
- * and one that ended within it makes the next calm again. */
+ * one that outlasted its calm makes the next SPIN_HURRY yield from their
+ * first look, after which one is calm again. */
 static void spin_yields_after_calm(void **state) {
     ef_engine *ef = *state;
     hvd_engine *eng = ef->eng;
@@ -244,16 +244,22 @@ static void spin_yields_after_calm(void **state) {
     assert_int_equal(s.yield, 1);
     assert_int_equal(s.late, 1);
     hvd_eng_spin_end(eng, &s);
-    assert_int_equal(eng->spin_hurry, 1);
+    assert_int_equal(eng->spin_hurry, SPIN_HURRY);
 
-    /* Hurried: it yields at once, even with an hour of calm. */
-    memset(&s, 0, sizeof(s));
+    /* Hurried: each yields at once, even with an hour of calm, until
+     * SPIN_HURRY of them ended within it. */
     eng->cfg.spin_calm_ns = 3600 * NS_PER_S;
+    for (int k = SPIN_HURRY; k > 0; k--) {
+        memset(&s, 0, sizeof(s));
+        assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+        assert_int_equal(s.yield, 1);
+        assert_int_equal(s.late, 0);
+        hvd_eng_spin_end(eng, &s);
+        assert_int_equal(eng->spin_hurry, k - 1);
+    }
+    memset(&s, 0, sizeof(s));
     assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
-    assert_int_equal(s.yield, 1);
-    assert_int_equal(s.late, 0);
-    hvd_eng_spin_end(eng, &s);
-    assert_int_equal(eng->spin_hurry, 0);
+    assert_int_equal(s.yield, 0);
 
     /* A polling that ended before its first look at the clock was calm. */
     memset(&s, 0, sizeof(s));
