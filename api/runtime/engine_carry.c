@@ -61,10 +61,8 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     case HVD_KIND_BROADCAST:
     case HVD_KIND_ALLGATHER:
     case HVD_KIND_REDUCESCATTER:
+    case HVD_KIND_ALLTOALL:
         return hvd_eng_part_bytes(eng, req) <= other_part_max(eng);
-    case HVD_KIND_ALLTOALL: /* the limit is on its data, not its counts */
-        return hvd_eng_part_bytes(eng, req) - a2a_head(eng) <=
-               other_part_max(eng);
     case HVD_KIND_BARRIER: /* no data: listed, so that its step is lone */
         return 1;
     default:
