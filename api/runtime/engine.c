@@ -180,22 +180,27 @@ static int may_drive(const hvd_engine *eng) {
 
 /*
  * Runs the engine's passes in this thread until req is done, the job
- * fails or the last step ran (*last): polls for spin_ns, yielding, then
+ * fails or the last step ran (*last): polls for spin_ns (hvd_eng_spin), then
  * blocks in the transport. The caller drives (eng->driving), without the
  * lock.
  */
 static hvd_status run_until_done(hvd_engine *eng, hvd_request *req, int *last) {
     hvd_status st = HVD_OK;
-    int64_t spin_end = 0;
+    hvd_eng_spinner spinner = {0};
     int spin = eng->cfg.spin_ns > 0;
 
     for (unsigned n = 1; !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE); n++) {
         st = hvd_eng_pass(eng, !spin, last);
         if (st != HVD_OK || *last)
             break;
-        if (spin)
-            spin = hvd_eng_spin(eng, n, &spin_end);
+        if (spin) {
+            spin = hvd_eng_spin(eng, n, &spinner);
+            if (!spin)
+                hvd_eng_spin_end(eng, &spinner);
+        }
     }
+    if (spin)
+        hvd_eng_spin_end(eng, &spinner);
     return st;
 }
 

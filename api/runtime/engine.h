@@ -32,8 +32,10 @@ typedef struct hvd_engine_config {
     size_t fusion_threshold;   /* bytes; 0: no fusion */
     size_t fusion_tensor_max;  /* larger allreduces run alone, in place */
     size_t step_carry_bytes;   /* cached allreduce data in step messages */
+    size_t carry_part_max;     /* of it, a part of another kind */
     int caller_progress;       /* a waiting thread may run the engine */
     int64_t spin_ns;           /* it polls this long before it blocks */
+    int64_t spin_calm_ns;      /* the first of it with no yield */
     int spin_yield;            /* and yields the core between looks */
     int cache_capacity;        /* 0: no response cache */
     int cycle_time_ms;         /* batching window after work arrives */

@@ -32,17 +32,21 @@ static size_t a2a_head(const hvd_engine *eng) {
 
 /*
  * The largest part of a kind other than an allreduce that a step carries:
- * an eighth of the step's budget (8 KiB by default). A part goes to every
+ * an eighth of the step's budget (8 KiB by default) where the control
+ * channel is shared memory, half of it (32 KiB) where it is a network
+ * (cfg.carry_part_max, hvd_setup_engine_config). A part goes to every
  * peer and is copied three times on its way (into the message, out of the
- * control channel, into the result); past a few KiB that costs more than
- * the collective's own exchange of what each rank needs (measured at np 2
- * on shared memory: a 4 KiB part was faster carried, a 16 KiB one slower;
- * docs/benchmarks.md, "Issue 35: every collective's small messages"). An
- * allreduce gains more (its collective is two exchanges and a reduction)
- * and keeps the whole budget.
+ * control channel, into the result); in memory, past a few KiB that costs
+ * more than the collective's own exchange of what each rank needs
+ * (measured at np 2: a 4 KiB part was faster carried, a 16 KiB one slower;
+ * docs/benchmarks.md, "Issue 35: every collective's small messages"), but
+ * over TCP each exchange the collective saves costs tens of microseconds
+ * (an 8 KiB alltoall: 18 us carried, over 70 not). An allreduce gains
+ * more (its collective is two exchanges and a reduction) and keeps the
+ * whole budget.
  */
 static size_t other_part_max(const hvd_engine *eng) {
-    return eng->cfg.step_carry_bytes / 8;
+    return eng->cfg.carry_part_max;
 }
 
 int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {

@@ -256,19 +256,34 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
     return idle_wait(eng, block ? idle_timeout_ms(eng) : 0);
 }
 
-int hvd_eng_spin(const hvd_engine *eng, unsigned n, int64_t *end) {
+int hvd_eng_spin(const hvd_engine *eng, unsigned n, hvd_eng_spinner *s) {
     if (n % 16 == 0) {
         int64_t t = hvd_now_ns();
-        if (*end == 0)
-            *end = t + eng->cfg.spin_ns;
-        if (t >= *end)
+        if (s->start == 0) {
+            s->start = t;
+            s->calm_end = eng->spin_hurry ? t : t + eng->cfg.spin_calm_ns;
+        }
+        if (t - s->start >= eng->cfg.spin_ns)
             return 0;
+        /* A peer that has not answered by the end of the calm is likely
+         * waiting for a core: from then on this thread offers its own.
+         * Before, a yield would only cost a system call per look, most of
+         * a small step's time where each rank has a core (measured). */
+        s->yield = t >= s->calm_end;
+        s->late = t - s->start >= eng->cfg.spin_calm_ns;
     }
-    if (eng->cfg.spin_yield || n % 64 == 0)
+    if (eng->cfg.spin_yield || eng->spin_hurry || s->yield)
         sched_yield();
     else
         hvd_cpu_relax();
     return 1;
+}
+
+void hvd_eng_spin_end(hvd_engine *eng, const hvd_eng_spinner *s) {
+    if (s->late)
+        eng->spin_hurry = SPIN_HURRY;
+    else if (eng->spin_hurry > 0)
+        eng->spin_hurry--;
 }
 
 /*
@@ -283,7 +298,7 @@ int hvd_eng_spin(const hvd_engine *eng, unsigned n, int64_t *end) {
  */
 hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last) {
     double now = eng->rank == 0 ? coarse_s() : 0;
-    int64_t spin_end = 0;
+    hvd_eng_spinner spin = {0};
     int has = 0;
     hvd_status st;
 
@@ -300,12 +315,15 @@ hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last) {
     if (st == HVD_OK)
         st = hvd_eng_step_start(eng);
     for (unsigned n = 1; st == HVD_OK && !hvd_eng_step_complete(eng); n++) {
-        if (!hvd_eng_spin(eng, n, &spin_end))
+        if (!hvd_eng_spin(eng, n, &spin)) {
+            hvd_eng_spin_end(eng, &spin);
             return HVD_OK; /* the passes wait from here */
+        }
         st = eng->tp->ops->progress(eng->tp, 0);
         if (st == HVD_OK)
             st = hvd_eng_pump(eng, now);
     }
+    hvd_eng_spin_end(eng, &spin);
     if (st == HVD_OK)
         st = hvd_eng_step_finish(eng, now, last);
     return st;

@@ -292,6 +292,10 @@ struct hvd_engine {
     hvd_status drive_status;  /* a driver's pass failed: the job fails */
     char drive_text[HVD_ERROR_MAX];
     int drive_last; /* a driver ran the last step */
+    /* Whoever runs the passes (one thread at a time): how many pollings
+     * still yield from their first look (SPIN_HURRY after one that
+     * outlasted its calm, one fewer after each that did not). */
+    int spin_hurry;
 };
 
 /* engine_done.c. One lock and condition for every engine: handles
@@ -407,14 +411,34 @@ hvd_status hvd_eng_pset_run(hvd_engine *eng, const hvd_opdesc *d, int id);
 /* engine_cycle.c */
 hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last);
 hvd_status hvd_eng_express_step(hvd_engine *eng, hvd_request *req, int *last);
+/* A thread's polling for the engine (hvd_eng_spin): all zero before its
+ * first look. */
+typedef struct hvd_eng_spinner {
+    int64_t start;    /* its first reading of the clock */
+    int64_t calm_end; /* until when it only pauses between looks */
+    int yield;        /* whether it yields the core between looks now */
+    int late;         /* it outlasted cfg.spin_calm_ns */
+} hvd_eng_spinner;
+
 /*
  * The n-th look (from 1) of a thread polling for the engine: a pause
- * between looks, the core yielded every 64 (at every look where the host
- * has fewer cores than ranks). The clock is read every 16 looks only, the
- * first time to start the cfg.spin_ns of polling (*end, 0 before): 0 once
- * they have passed (no pause then: the caller blocks).
+ * between looks for the first cfg.spin_calm_ns, then the core yielded at
+ * every look (from the first look where the host has fewer cores than
+ * ranks, or a recent polling outlasted its calm: eng->spin_hurry). The
+ * clock is read every 16 looks only, the first time to start the
+ * cfg.spin_ns of polling: 0 once they have passed (no pause then: the
+ * caller blocks).
  */
-int hvd_eng_spin(const hvd_engine *eng, unsigned n, int64_t *end);
+int hvd_eng_spin(const hvd_engine *eng, unsigned n, hvd_eng_spinner *s);
+/* The pollings that yield from their first look after one that outlasted
+ * its calm: where a peer shares this rank's core, each would end within
+ * the calm (the yields let the peer run) and a calm one would cost the
+ * whole calm, so only one in SPIN_HURRY + 1 tries it again. */
+#define SPIN_HURRY 64
+/* The polling s ended (what it waited for came, or it blocks now): the
+ * next SPIN_HURRY yield from their first look if this one outlasted its
+ * calm. */
+void hvd_eng_spin_end(hvd_engine *eng, const hvd_eng_spinner *s);
 void *hvd_eng_main(void *arg);
 
 #endif

@@ -516,16 +516,30 @@ void hvd_setup_close(hvd_setup *s) {
     s->rdv_host = NULL;
 }
 
+/* How long a polling thread that has a core only pauses between looks: a
+ * step of small parts takes a few microseconds where each rank has a core,
+ * and a peer that has not answered by then is likely waiting for one. */
+#define SPIN_CALM_NS (10 * 1000LL)
+
 void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
     memset(ec, 0, sizeof(*ec));
     ec->fusion_threshold = s->cfg.fusion_threshold;
     ec->fusion_tensor_max = s->cfg.fusion_tensor_max;
     ec->step_carry_bytes = s->cfg.step_carry_bytes;
+    /* A part of another kind than an allreduce: an eighth of the budget
+     * where the control channel is memory (the part's three copies soon
+     * cost more than the collective's own exchanges), half of it where it
+     * is a network, whose every exchange costs tens of microseconds
+     * (docs/benchmarks.md, "Issue 35: engine small-message costs"). */
+    ec->carry_part_max = s->tps.caps.reach == HVD_REACH_SAME_HOST
+                             ? s->cfg.step_carry_bytes / 8
+                             : s->cfg.step_carry_bytes / 2;
     /* A waiting thread runs the engine only in jobs without a GPU (the
      * device executor stays on the engine thread). It polls before it
-     * blocks: 50 us with a pause between looks while this host has a core
-     * for every rank, else 100 us yielding the core between looks (what
-     * the other ranks need is a time slice: sleeping costs a wake-up). */
+     * blocks: 50 us while this host has a core for every rank, pausing
+     * between looks for the first SPIN_CALM_NS and yielding the core
+     * after, else 100 us yielding the core between looks (what the other
+     * ranks need is a time slice: sleeping costs a wake-up). */
     ec->caller_progress = s->cfg.caller_progress && s->gpu_device < 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     ec->spin_yield = ncpu > 0 && s->info.local_size > ncpu;
@@ -533,6 +547,7 @@ void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
                   : ec->spin_yield    ? 100
                                       : 50;
     ec->spin_ns = (int64_t)spin_us * 1000;
+    ec->spin_calm_ns = SPIN_CALM_NS;
     ec->cache_capacity = s->cfg.cache_capacity;
     ec->cycle_time_ms = s->cfg.cycle_time_ms;
     ec->stall_check_s = s->cfg.stall_check_s;

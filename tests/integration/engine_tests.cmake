@@ -69,6 +69,17 @@ foreach(case "exact;1" "exact;2" "exact;3" "exact;4" "mismatch;2"
                        LABELS "integration;engine" TIMEOUT 180
                        SKIP_RETURN_CODE 77)
 endforeach()
+# Over TCP, whose steps carry larger parts of the kinds other than an
+# allreduce (a network's exchanges cost more than the parts' copies).
+foreach(np 2 3)
+  set(test_name integration.engine.steps.kinds.exact.tcp.np${np})
+  add_test(NAME ${test_name}
+           COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps_kinds> exact)
+  set_tests_properties(${test_name} PROPERTIES
+                       LABELS "integration;engine" TIMEOUT 180
+                       ENVIRONMENT "HVD_TRANSPORT=tcp"
+                       SKIP_RETURN_CODE 77)
+endforeach()
 foreach(case "3;1;40" "2;0;31")
   list(GET case 0 np)
   list(GET case 1 victim)

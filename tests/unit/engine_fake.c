@@ -89,6 +89,7 @@ int ef_setup(ef_engine *ef, int rank, int size, int capacity) {
     eng->cfg.fusion_tensor_max = 1 << 20;
     eng->cfg.fusion_threshold = 1 << 20;
     eng->cfg.step_carry_bytes = 64;
+    eng->cfg.carry_part_max = 8;
     hvd_namemap_init_borrowed(&eng->inflight);
     hvd_namemap_init_borrowed(&eng->by_name);
     hvd_comm_config_default(&cc);

@@ -203,21 +203,70 @@ static void express_step_leaves_rest_to_passes(void **state) {
 static void spin_reads_clock_every_16(void **state) {
     ef_engine *ef = *state;
     hvd_engine *eng = ef->eng;
-    int64_t end = 0;
+    hvd_eng_spinner s = {0};
 
     eng->cfg.spin_ns = 0;
     for (unsigned n = 1; n < 16; n++)
-        assert_int_equal(hvd_eng_spin(eng, n, &end), 1);
-    assert_int_equal(end, 0);
-    assert_int_equal(hvd_eng_spin(eng, 16, &end), 0);
-    assert_true(end > 0);
+        assert_int_equal(hvd_eng_spin(eng, n, &s), 1);
+    assert_int_equal(s.start, 0);
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 0);
+    assert_true(s.start > 0);
 
-    end = 0;
+    memset(&s, 0, sizeof(s));
     eng->cfg.spin_ns = 3600 * NS_PER_S;
-    assert_int_equal(hvd_eng_spin(eng, 16, &end), 1);
-    assert_true(end > 0);
-    assert_int_equal(hvd_eng_spin(eng, 32, &end), 1);
-    assert_int_equal(hvd_eng_spin(eng, 64, &end), 1);
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+    assert_true(s.start > 0);
+    assert_int_equal(hvd_eng_spin(eng, 32, &s), 1);
+    assert_int_equal(hvd_eng_spin(eng, 64, &s), 1);
+}
+
+/* A polling thread pauses between looks for its calm and yields after it;
+ * one that outlasted its calm makes the next SPIN_HURRY yield from their
+ * first look, after which one is calm again. */
+static void spin_yields_after_calm(void **state) {
+    ef_engine *ef = *state;
+    hvd_engine *eng = ef->eng;
+    hvd_eng_spinner s = {0};
+
+    eng->cfg.spin_ns = 3600 * NS_PER_S;
+    eng->cfg.spin_yield = 0;
+    eng->cfg.spin_calm_ns = 3600 * NS_PER_S;
+    eng->spin_hurry = 0;
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+    assert_int_equal(s.yield, 0);
+    assert_int_equal(s.late, 0);
+    hvd_eng_spin_end(eng, &s);
+    assert_int_equal(eng->spin_hurry, 0);
+
+    memset(&s, 0, sizeof(s));
+    eng->cfg.spin_calm_ns = 0;
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+    assert_int_equal(s.yield, 1);
+    assert_int_equal(s.late, 1);
+    hvd_eng_spin_end(eng, &s);
+    assert_int_equal(eng->spin_hurry, SPIN_HURRY);
+
+    /* Hurried: each yields at once, even with an hour of calm, until
+     * SPIN_HURRY of them ended within it. */
+    eng->cfg.spin_calm_ns = 3600 * NS_PER_S;
+    for (int k = SPIN_HURRY; k > 0; k--) {
+        memset(&s, 0, sizeof(s));
+        assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+        assert_int_equal(s.yield, 1);
+        assert_int_equal(s.late, 0);
+        hvd_eng_spin_end(eng, &s);
+        assert_int_equal(eng->spin_hurry, k - 1);
+    }
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+    assert_int_equal(s.yield, 0);
+
+    /* A polling that ended before its first look at the clock was calm. */
+    memset(&s, 0, sizeof(s));
+    eng->spin_hurry = 1;
+    assert_int_equal(hvd_eng_spin(eng, 1, &s), 1);
+    hvd_eng_spin_end(eng, &s);
+    assert_int_equal(eng->spin_hurry, 0);
 }
 
 int main(void) {
@@ -232,6 +281,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(rank0_decides_stop, setup0, teardown),
         cmocka_unit_test_setup_teardown(express_step_leaves_rest_to_passes,
                                         setup1, teardown),
+        cmocka_unit_test_setup_teardown(spin_yields_after_calm, setup0,
+                                        teardown),
         cmocka_unit_test_setup_teardown(spin_reads_clock_every_16, setup1,
                                         teardown),
     };
