@@ -427,6 +427,8 @@ static void engine_free(hvd_engine *eng) {
     free(eng->a2a);
     free(eng->a2a_msg);
     hvd_eng_pset_free(eng);
+    if (eng->load_on)
+        hvd_hostload_close(&eng->load);
     free(eng);
 }
 
@@ -443,6 +445,12 @@ hvd_status hvd_engine_start(int rank, int size, hvd_transport *tp,
     eng->size = size;
     eng->tp = tp;
     eng->cfg = *cfg;
+    /* Where this host's ranks outnumber its cores the polling yields at
+     * every look anyway (the cores are the ranks'). */
+    if (cfg->spin_ns > 0 && !cfg->spin_yield) {
+        hvd_hostload_open(&eng->load, NULL, 0);
+        eng->load_on = 1;
+    }
     pthread_cond_init(&eng->turn_cond, NULL);
     /* Both hold requests by their own names. */
     hvd_namemap_init_borrowed(&eng->inflight);

@@ -256,14 +256,20 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
     return idle_wait(eng, block ? idle_timeout_ms(eng) : 0);
 }
 
-int hvd_eng_spin(const hvd_engine *eng, unsigned n, hvd_eng_spinner *s) {
+int hvd_eng_spin(hvd_engine *eng, unsigned n, hvd_eng_spinner *s) {
+    /* Busy with other processes (with two busy loops on 2 cores, an 8 B
+     * allreduce at np 2 took 0.1-2.8 ms yielding, 0.6-6 us pausing for
+     * 10 us and then sleeping; docs/benchmarks.md). */
+    if (n == 1 && eng->load_on)
+        s->busy = !hvd_hostload_room(&eng->load, hvd_coarse_ns());
     if (n % 16 == 0) {
         int64_t t = hvd_now_ns();
         if (s->start == 0) {
             s->start = t;
-            s->calm_end = eng->spin_hurry ? t : t + eng->cfg.spin_calm_ns;
+            s->calm_end =
+                eng->spin_hurry && !s->busy ? t : t + eng->cfg.spin_calm_ns;
         }
-        if (t - s->start >= eng->cfg.spin_ns)
+        if (t - s->start >= eng->cfg.spin_ns || (s->busy && t >= s->calm_end))
             return 0;
         /* A peer that has not answered by the end of the calm is likely
          * waiting for a core: from then on this thread offers its own.
@@ -272,7 +278,7 @@ int hvd_eng_spin(const hvd_engine *eng, unsigned n, hvd_eng_spinner *s) {
         s->yield = t >= s->calm_end;
         s->late = t - s->start >= eng->cfg.spin_calm_ns;
     }
-    if (eng->cfg.spin_yield || eng->spin_hurry || s->yield)
+    if (!s->busy && (eng->cfg.spin_yield || eng->spin_hurry || s->yield))
         sched_yield();
     else
         hvd_cpu_relax();

@@ -65,6 +65,7 @@
 #include "transport/base/clock.h"
 #include "transport/base/error.h"
 #include "transport/base/grow.h"
+#include "transport/base/hostload.h"
 #include "transport/base/log.h"
 
 #define NS_PER_S 1000000000LL
@@ -296,6 +297,10 @@ struct hvd_engine {
      * still yield from their first look (SPIN_HURRY after one that
      * outlasted its calm, one fewer after each that did not). */
     int spin_hurry;
+    /* Whether other processes hold this host's cores (looked at only
+     * where this host has a core for each of its ranks: load_on). */
+    hvd_hostload load;
+    int load_on;
 };
 
 /* engine_done.c. One lock and condition for every engine: handles
@@ -418,6 +423,7 @@ typedef struct hvd_eng_spinner {
     int64_t calm_end; /* until when it only pauses between looks */
     int yield;        /* whether it yields the core between looks now */
     int late;         /* it outlasted cfg.spin_calm_ns */
+    int busy;         /* other processes hold the cores: no yield, calm only */
 } hvd_eng_spinner;
 
 /*
@@ -427,9 +433,13 @@ typedef struct hvd_eng_spinner {
  * ranks, or a recent polling outlasted its calm: eng->spin_hurry). The
  * clock is read every 16 looks only, the first time to start the
  * cfg.spin_ns of polling: 0 once they have passed (no pause then: the
- * caller blocks).
+ * caller blocks). Where this host has a core for each of its ranks but
+ * other processes hold them (eng->load, looked at on the first look), a
+ * yield would hand the core to one of them for a whole time slice: the
+ * polling then pauses between looks for its calm only, never yields, and
+ * the caller blocks after it (its peer's message wakes it at once).
  */
-int hvd_eng_spin(const hvd_engine *eng, unsigned n, hvd_eng_spinner *s);
+int hvd_eng_spin(hvd_engine *eng, unsigned n, hvd_eng_spinner *s);
 /* The pollings that yield from their first look after one that outlasted
  * its calm: where a peer shares this rank's core, each would end within
  * the calm (the yields let the peer run) and a calm one would cost the

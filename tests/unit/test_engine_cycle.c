@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -269,6 +270,47 @@ static void spin_yields_after_calm(void **state) {
     assert_int_equal(eng->spin_hurry, 0);
 }
 
+/* Where other processes hold the cores (a loadavg that says so), a
+ * polling never yields, not even hurried, pauses between looks for its
+ * calm only and then lets its caller block; it does not count as late. */
+static void spin_busy_host_never_yields(void **state) {
+    ef_engine *ef = *state;
+    hvd_engine *eng = ef->eng;
+    hvd_eng_spinner s = {0};
+    char path[] = "/tmp/hvd-loadavg-XXXXXX";
+    int fd = mkstemp(path);
+    const char busy[] = "4.00 4.00 4.00 9/300 1234\n";
+
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, busy, sizeof(busy) - 1), sizeof(busy) - 1);
+    close(fd);
+    hvd_hostload_open(&eng->load, path, 2);
+    eng->load_on = 1;
+    eng->cfg.spin_ns = 3600 * NS_PER_S;
+    eng->cfg.spin_yield = 0;
+    eng->cfg.spin_calm_ns = 3600 * NS_PER_S;
+    eng->spin_hurry = SPIN_HURRY;
+    assert_int_equal(hvd_eng_spin(eng, 1, &s), 1);
+    assert_int_equal(s.busy, 1);
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 1);
+    assert_int_equal(s.yield, 0);
+    hvd_eng_spin_end(eng, &s);
+    assert_int_equal(eng->spin_hurry, SPIN_HURRY - 1);
+
+    /* The calm over, the caller blocks, though spin_ns is an hour. */
+    memset(&s, 0, sizeof(s));
+    eng->cfg.spin_calm_ns = 0;
+    assert_int_equal(hvd_eng_spin(eng, 1, &s), 1);
+    assert_int_equal(hvd_eng_spin(eng, 16, &s), 0);
+    assert_int_equal(s.late, 0);
+    hvd_eng_spin_end(eng, &s);
+    assert_int_equal(eng->spin_hurry, SPIN_HURRY - 2);
+
+    hvd_hostload_close(&eng->load);
+    eng->load_on = 0;
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(idle_rank0_starts_nothing, setup0,
@@ -282,6 +324,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(express_step_leaves_rest_to_passes,
                                         setup1, teardown),
         cmocka_unit_test_setup_teardown(spin_yields_after_calm, setup0,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(spin_busy_host_never_yields, setup0,
                                         teardown),
         cmocka_unit_test_setup_teardown(spin_reads_clock_every_16, setup1,
                                         teardown),

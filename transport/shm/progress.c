@@ -120,6 +120,9 @@ static uint64_t activity(const shm *tp) {
     return sum;
 }
 
+/* How long a rank spins where other processes hold the cores. */
+#define BUSY_SPIN_NS (20 * 1000LL)
+
 /*
  * Spins for HVD_SHM_SPIN_US (at most until deadline), yielding the core at
  * every look, until this rank's requests move (data, freed cells, an
@@ -131,12 +134,20 @@ static uint64_t activity(const shm *tp) {
  * The last kind of event ended the spin when every message rang the
  * doorbell; without it, on a host with more ranks than cores, ranks slept
  * while the job was busy and each wake-up cost milliseconds
- * (docs/benchmarks.md, issue 35).
+ * (docs/benchmarks.md, issue 35). Where other processes hold the cores it
+ * pauses between looks instead of yielding, for BUSY_SPIN_NS at most.
  */
 static int spin(shm *tp, seg_hdr *me, int64_t deadline) {
     int64_t now = hvd_now_ns(), spin_end = now + tp->spin_ns;
     uint64_t seen = tp->spin_ns > 0 ? activity(tp) : 0;
+    /* Other processes hold the cores: a yield would hand this one to them
+     * for a whole time slice (milliseconds), so the spin pauses between
+     * looks instead, and only briefly: asleep, this rank is woken at once
+     * by its peer's doorbell. */
+    int busy = tp->load_on && !hvd_hostload_room(&tp->load, now);
 
+    if (busy && spin_end > now + BUSY_SPIN_NS)
+        spin_end = now + BUSY_SPIN_NS;
     if (spin_end > deadline)
         spin_end = deadline;
     while (hvd_now_ns() < spin_end) {
@@ -154,7 +165,10 @@ static int spin(shm *tp, seg_hdr *me, int64_t deadline) {
         /* Give the core to any other runnable thread (the peer, if they
          * share it; this rank's own application thread): a busy loop would
          * hold it for a whole time slice. */
-        sched_yield();
+        if (busy)
+            hvd_cpu_relax();
+        else
+            sched_yield();
     }
     return 0;
 }

@@ -130,6 +130,8 @@ void hvd_shm_close(hvd_transport *t) {
         shm_unlink(tp->seg_name);
     if (tp->seg != NULL)
         munmap(tp->seg, tp->seg_len);
+    if (tp->load_on)
+        hvd_hostload_close(&tp->load);
     free(tp->peers);
     free(tp->hosts);
     free(tp);
@@ -357,6 +359,14 @@ static hvd_status shm_new(const hvd_transport_params *params,
                 tp->my_local = tp->nlocal;
             pe->local = tp->nlocal++;
         }
+    }
+    /* Where this host's ranks outnumber its cores the spin yields at every
+     * look anyway (the cores are the ranks'). */
+    if (tp->spin_ns > 0) {
+        hvd_hostload_open(&tp->load, NULL, 0);
+        tp->load_on = tp->nlocal <= tp->load.ncpu;
+        if (!tp->load_on)
+            hvd_hostload_close(&tp->load);
     }
     *out = tp;
     return HVD_OK;

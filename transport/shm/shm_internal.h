@@ -30,6 +30,7 @@
 #include "transport/base/env.h"
 #include "transport/base/error.h"
 #include "transport/base/grow.h"
+#include "transport/base/hostload.h"
 #include "transport/bootstrap/failure.h"
 #include "transport/bootstrap/job_id.h"
 #include "transport/shm/shm.h"
@@ -164,7 +165,11 @@ typedef struct shm {
     int my_local;
     int cma;         /* every same-host rank can process_vm_readv every other */
     int64_t spin_ns; /* 0: sleep at once */
-    uint8_t *seg;    /* mine */
+    /* Whether other processes hold this host's cores (looked at only
+     * where it has a core for each of its ranks: load_on). */
+    hvd_hostload load;
+    int load_on;
+    uint8_t *seg; /* mine */
     size_t seg_len;
     char seg_name[96];
     int seg_named; /* still linked in /dev/shm */

@@ -288,40 +288,6 @@ static hvd_status check_stalls(tcp *tp, int64_t now) {
     return HVD_OK;
 }
 
-/* How often a waiting rank looks again whether the host is busy. */
-#define LOAD_CHECK_NS (10 * 1000 * 1000LL)
-
-/*
- * 1 if this host had a core for every runnable thread when last looked at
- * (the running count in /proc/loadavg, at most every LOAD_CHECK_NS; 1 if
- * it cannot be read). Polling pays only where the peer's wake-up finds a
- * free core: TCP wakes a receiver as a synchronous wake-up, which a busy
- * host puts on the waker's core, and a waker that then polls holds it off
- * (2 KiB round trip with 4 other busy threads on 2 cores: 17 us sleeping,
- * 37 us polling for 20 us, 53 us for 100 us).
- */
-static int host_has_room(tcp *tp, int64_t now) {
-    char buf[128];
-    ssize_t n;
-    const char *slash;
-
-    if (now - tp->spin_checked < LOAD_CHECK_NS)
-        return tp->spin_ok;
-    tp->spin_checked = now;
-    tp->spin_ok = 1;
-    if (tp->loadfd < 0 || (n = pread(tp->loadfd, buf, sizeof(buf) - 1, 0)) <= 0)
-        return 1;
-    buf[n] = '\0';
-    /* "0.37 1.48 1.74 2/187 4905": the fourth field is running/total. */
-    slash = strchr(buf, '/');
-    if (slash == NULL)
-        return 1;
-    while (slash > buf && slash[-1] >= '0' && slash[-1] <= '9')
-        slash--;
-    tp->spin_ok = atoi(slash) <= tp->ncpu;
-    return tp->spin_ok;
-}
-
 /*
  * epoll_wait for up to timeout_ms (-1: no bound), but while a request is
  * in flight and the host has a core to spare, polling for HVD_TCP_SPIN_US
@@ -343,7 +309,11 @@ static int wait_events(tcp *tp, struct epoll_event *evs, int timeout_ms) {
     for (int p = 0; p < tp->size && tp->spin_ns > 0; p++)
         waiting |= tp->peers[p].pending > 0;
     start = now = hvd_now_ns();
-    if (!waiting || !host_has_room(tp, now))
+    /* On a busy host TCP wakes a receiver as a synchronous wake-up, which
+     * the scheduler puts on the waker's core, and a waker that then polls
+     * holds it off (2 KiB round trip with 4 other busy threads on 2 cores:
+     * 17 us sleeping, 37 us polling for 20 us, 53 us for 100 us). */
+    if (!waiting || !hvd_hostload_room(&tp->load, now))
         return epoll_wait(tp->epfd, evs, MAX_EVENTS, timeout_ms);
     end = start + tp->spin_ns;
     if (timeout_ms > 0 && end > start + timeout_ms * 1000000LL)

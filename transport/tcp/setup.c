@@ -45,7 +45,7 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     tp->nsocks = set->nsocks;
     tp->nconn = tp->nsocks + 1;
     tp->wakefd = -1;
-    tp->loadfd = -1;
+    tp->load.fd = -1;
     /* Set but empty: the default, as when unset. */
     st = hvd_protect_parse("HVD_TCP_PROTECT",
                            set->protect[0] != '\0' ? set->protect
@@ -66,8 +66,7 @@ static hvd_status tcp_new(const hvd_transport_params *params,
     for (int i = 0; params->hosts != NULL && i < params->size; i++)
         local += strcmp(params->hosts[i], params->hosts[params->rank]) == 0;
     tp->spin_yield = ncpu > 0 && local > ncpu;
-    tp->ncpu = ncpu > 0 ? (int)ncpu : 1;
-    tp->loadfd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    hvd_hostload_open(&tp->load, NULL, 0);
     /* Four heartbeats per timeout, at most one a second. */
     tp->heartbeat_ns =
         tp->timeout_ns / 4 < HEARTBEAT_NS ? tp->timeout_ns / 4 : HEARTBEAT_NS;
@@ -317,8 +316,7 @@ void hvd_tcp_close(hvd_transport *t) {
         close(tp->epfd);
     if (tp->wakefd >= 0)
         close(tp->wakefd);
-    if (tp->loadfd >= 0)
-        close(tp->loadfd);
+    hvd_hostload_close(&tp->load);
     free(tp->socks);
     free(tp->peers);
     free(tp->hosts);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 
 #include "transport/base/grow.h"
+#include "transport/base/hostload.h"
 #include "transport/bootstrap/failure.h"
 #include "transport/bootstrap/net.h"
 #include "transport/bootstrap/protect.h"
@@ -179,12 +180,9 @@ struct tcp {
     int wakefd;     /* eventfd that makes a waiting progress return */
     size_t stripe_min;
     int64_t timeout_ns;
-    int64_t spin_ns;      /* HVD_TCP_SPIN_US: a wait polls this long first */
-    int spin_yield;       /* this host has more ranks than cores */
-    int ncpu;             /* cores online here */
-    int loadfd;           /* /proc/loadavg, -1 if it cannot be read */
-    int spin_ok;          /* the host had a core for every runnable thread */
-    int64_t spin_checked; /* when spin_ok was last looked at */
+    int64_t spin_ns;   /* HVD_TCP_SPIN_US: a wait polls this long first */
+    int spin_yield;    /* this host has more ranks than cores */
+    hvd_hostload load; /* whether the host has a core to spare */
     int epfd;
     tpeer *peers;
     tsock *socks; /* size * nconn; this rank's own row is unused */
