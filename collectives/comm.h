@@ -160,6 +160,15 @@ static inline hvd_status hvd_comm_irecv(hvd_comm *comm, int peer, void *buf,
                                 comm->channel, buf, len, req);
 }
 
+/* A receive of a message of up to cap bytes (transport.h, irecv_upto);
+ * req->got says its length once done. */
+static inline hvd_status hvd_comm_irecv_upto(hvd_comm *comm, int peer,
+                                             void *buf, size_t cap,
+                                             hvd_req *req) {
+    return comm->tp->ops->irecv_upto(comm->tp, hvd_comm_peer(comm, peer),
+                                     comm->channel, buf, cap, req);
+}
+
 /* One-sided read from comm rank peer (transport.h, get). */
 static inline hvd_status hvd_comm_get(hvd_comm *comm, int peer, void *buf,
                                       uint64_t remote, size_t len) {

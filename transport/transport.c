@@ -65,6 +65,13 @@ static hvd_status unsup_irecv(hvd_transport *tp, int peer, int channel,
                          tp->ops->name);
 }
 
+static hvd_status unsup_irecv_upto(hvd_transport *tp, int peer, int channel,
+                                   void *buf, size_t cap, hvd_req *req) {
+    (void)peer, (void)channel, (void)buf, (void)cap, (void)req;
+    return hvd_error_set(HVD_ERR_UNSUPPORTED,
+                         "transport %s has no irecv_upto", tp->ops->name);
+}
+
 static hvd_status unsup_progress(hvd_transport *tp, int timeout_ms) {
     (void)tp;
     (void)timeout_ms;
@@ -157,6 +164,7 @@ static void fill_tables(void) {
         FILL(dst, src, open, unsup_open);
         FILL(dst, src, isend, unsup_isend);
         FILL(dst, src, irecv, unsup_irecv);
+        FILL(dst, src, irecv_upto, unsup_irecv_upto);
         dst->isendv = PROVIDED(src, isendv) ? src->isendv : NULL;
         FILL(dst, src, progress, unsup_progress);
         FILL(dst, src, wake, unsup_wake);

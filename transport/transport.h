@@ -7,10 +7,11 @@
  * Collectives (collectives/) are written once against this table.
  *
  * Matching rule: between two ranks, on each channel, the n-th isend of A to
- * B is matched with the n-th irecv of B from A, and both must give the same
- * length (the
- * collectives always know exact sizes). A length mismatch is a protocol
- * error reported by the receiver.
+ * B is matched with the n-th receive of B from A. An irecv must give the
+ * same length as the isend (the collectives always know exact sizes); an
+ * irecv_upto, on the control channel, takes a message of any length up to
+ * the one it gives (the control protocol's messages vary). A length
+ * mismatch is a protocol error reported by the receiver.
  *
  * Threading: a transport instance is used by one thread at a time, except
  * wake, which any thread may call.
@@ -33,6 +34,10 @@
  */
 enum { HVD_CHANNEL_DATA = 0, HVD_CHANNEL_CONTROL = 1 };
 
+/* The largest cap an irecv_upto may give: a transport may keep a message
+ * of up to this length whole (shared memory: one control cell). */
+#define HVD_UPTO_MAX 4096
+
 /*
  * One send or receive. The memory is the caller's (no malloc per message):
  * it must stay valid and untouched until done is set. The transport sets
@@ -41,6 +46,7 @@ enum { HVD_CHANNEL_DATA = 0, HVD_CHANNEL_CONTROL = 1 };
 typedef struct hvd_req {
     int done;          /* 0 while in flight, 1 once finished (ok or not) */
     hvd_status status; /* valid once done */
+    size_t got;        /* irecv_upto: the message's length, once done ok */
     /* Private to the transport. */
     int peer;
     int parts_left; /* stripes still in flight */
@@ -138,6 +144,19 @@ typedef struct hvd_transport_ops {
     /* Starts receiving exactly len bytes from peer into buf; as isend. */
     hvd_status (*irecv)(hvd_transport *tp, int peer, int channel, void *buf,
                         size_t len, hvd_req *req);
+
+    /*
+     * Starts receiving the next message from peer on the control channel,
+     * of any length up to cap bytes (at most HVD_UPTO_MAX), into buf; once
+     * done, req->got says how long it was. It is matched like an irecv
+     * (the sender uses isend or isendv as usual), so irecvs and
+     * irecv_uptos may follow each other on one channel. A message longer
+     * than cap is a protocol error reported by the receiver. Required of
+     * every transport the engine runs on: its control messages go out at
+     * their own length.
+     */
+    hvd_status (*irecv_upto)(hvd_transport *tp, int peer, int channel,
+                             void *buf, size_t cap, hvd_req *req);
 
     /*
      * Optional (NULL when not provided; hvd_comm_isendv then sends the

@@ -23,7 +23,8 @@ static hvd_status post_header(hvd_engine *eng, int peer) {
     ctrl_port *p = &eng->ports[peer];
 
     p->in_body = 0;
-    return hvd_comm_irecv(eng->ctrl, peer, p->in.frame, CTRL_FRAME, &p->req);
+    return hvd_comm_irecv_upto(eng->ctrl, peer, p->in.frame, CTRL_FIRST,
+                               &p->req);
 }
 
 /* Posts a header receive from every peer (before the first step). */
@@ -39,28 +40,30 @@ hvd_status hvd_eng_open_ports(hvd_engine *eng) {
     return HVD_OK;
 }
 
-/* Fills frame (CTRL_FRAME bytes) with the header and the start of the
- * body; returns the bytes of the body that follow in a second message. */
+/* Fills frame (CTRL_FIRST bytes) with the header and the start of the
+ * body (unless the body is there already); returns the length of the
+ * first message. The rest of the body, from body + CTRL_INLINE, follows
+ * in a second message (ctrl_rest). */
 size_t hvd_eng_frame(uint8_t *frame, uint32_t type, uint32_t proto_len,
                      const void *body, size_t len) {
     msg_header hdr = {.type = type, .proto_len = proto_len, .len = len};
-    size_t head = len < CTRL_INLINE ? len : CTRL_INLINE;
+    size_t head = ctrl_head(len);
 
     memcpy(frame, &hdr, sizeof(hdr));
     if (head > 0 && frame + sizeof(hdr) != (const uint8_t *)body)
         memcpy(frame + sizeof(hdr), body, head);
-    memset(frame + sizeof(hdr) + head, 0, CTRL_INLINE - head);
-    return len - head;
+    return sizeof(hdr) + head;
 }
 
-/* Sends a message (its frame, then the rest of its body) and waits until
- * it is out. */
+/* Sends a message (its first message, then the rest of its body) and
+ * waits until it is out. */
 hvd_status hvd_eng_send_msg(hvd_engine *eng, int peer, uint32_t type,
                             const void *body, size_t len) {
-    uint8_t frame[CTRL_FRAME];
-    size_t rest = hvd_eng_frame(frame, type, 0, body, len);
+    uint8_t frame[CTRL_FIRST];
+    size_t first = hvd_eng_frame(frame, type, 0, body, len);
+    size_t rest = ctrl_rest(len);
     hvd_req req[2];
-    hvd_sendv msgs[2] = {{frame, CTRL_FRAME},
+    hvd_sendv msgs[2] = {{frame, first},
                          {(const uint8_t *)body + CTRL_INLINE, rest}};
     hvd_status st =
         hvd_comm_isendv(eng->ctrl, peer, msgs, rest > 0 ? 2 : 1, req);
@@ -90,7 +93,13 @@ static hvd_status take_header(hvd_engine *eng, int peer, double now,
     void *dst;
 
     *again = 0;
+    if (p->req.got < sizeof(*h))
+        return hvd_error_set(HVD_ERR_PROTOCOL,
+                             "malformed control message (%zu bytes, shorter "
+                             "than its header) from rank %d",
+                             p->req.got, peer);
     if (h->type < MSG_UPDATE || h->type > MSG_BRIEF ||
+        p->req.got != sizeof(*h) + ctrl_head(h->len) ||
         h->len > ((uint64_t)1 << 32) || h->proto_len > h->len ||
         (h->type == MSG_UPDATE && eng->rank != 0) || (step && h->len == 0) ||
         (h->type == MSG_STOP && h->len != 0))

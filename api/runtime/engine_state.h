@@ -73,15 +73,16 @@
 #define IDLE_WAIT_MS 1000
 
 /*
- * Control messages travel on the control channel as one frame of
- * CTRL_FRAME bytes: a 16-byte header and the first CTRL_INLINE bytes of
- * the body (padded), then, if the body is longer, the rest as a second
- * message. Every rank always has one frame receive posted from every
- * other rank, so a small message (a step of small tensors, an update)
- * is one message each way.
+ * Control messages travel on the control channel as a first message of
+ * at most CTRL_FIRST bytes, sent at its own length: a 16-byte header and
+ * the first CTRL_INLINE bytes of the body; then, if the body is longer,
+ * the rest as a second message. Every rank always has a receive of a
+ * first message (transport.h, irecv_upto) posted from every other rank,
+ * so a message of up to 4 KiB (a step of small tensors, an update) is
+ * one message each way, as long as it is.
  */
-#define CTRL_FRAME 256
-#define CTRL_INLINE (CTRL_FRAME - sizeof(msg_header))
+#define CTRL_FIRST HVD_UPTO_MAX
+#define CTRL_INLINE (CTRL_FIRST - sizeof(msg_header))
 enum {
     MSG_UPDATE = 1, /* rank -> 0: Update, whenever its state changes */
     MSG_STEP = 2,   /* rank -> every rank: its Step, then carried data */
@@ -97,6 +98,15 @@ typedef struct msg_header {
 } msg_header;
 
 _Static_assert(sizeof(msg_header) == 16, "the control header is 16 bytes");
+
+/* Of a control message's body of len bytes: what its first message
+ * holds, and what follows in a second. */
+static inline size_t ctrl_head(uint64_t len) {
+    return len < CTRL_INLINE ? (size_t)len : CTRL_INLINE;
+}
+static inline size_t ctrl_rest(uint64_t len) {
+    return (size_t)(len - ctrl_head(len));
+}
 
 /* Request states, engine-private. */
 enum {
@@ -136,8 +146,8 @@ typedef struct step_msg {
 typedef struct ctrl_port {
     union {
         msg_header hdr;
-        uint8_t frame[CTRL_FRAME];
-    } in; /* the frame receive */
+        uint8_t frame[CTRL_FIRST];
+    } in; /* the first message's receive */
     hvd_req req;
     int in_body;        /* req is the receive of the body's rest */
     int closed;         /* STOP came: nothing more */

@@ -129,16 +129,15 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
         eng->decision.number = m->number;
         m->cycle = &eng->decision;
     }
-    /* What goes out: the header, the Step, the data, in one buffer (its
-     * first CTRL_FRAME bytes are the frame, padded). A step that only
-     * offers and carries slots, as in steady state, goes in the brief
-     * form; one that says more, as protobuf. */
+    /* What goes out: the header, the Step, the data, in one buffer (up
+     * to CTRL_FIRST bytes of it the first message, at its own length). A
+     * step that only offers and carries slots, as in steady state, goes
+     * in the brief form; one that says more, as protobuf. */
     size_t brief = hvd_ctrl_brief_size(m);
     proto = brief > 0 ? brief : hvd__engine__step__get_packed_size(m);
     size_t dstart = data > 0 ? pad8(proto) : proto;
     size_t total = sizeof(msg_header) + dstart + data;
-    if (hvd_eng_room((void **)&eng->out, &eng->out_cap,
-                     total > CTRL_FRAME ? total : CTRL_FRAME) != 0)
+    if (hvd_eng_room((void **)&eng->out, &eng->out_cap, total) != 0)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
     uint8_t *body = eng->out + sizeof(msg_header);
     if (brief > 0)
@@ -151,13 +150,15 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
         off += hvd_eng_part_bytes(eng, req);
     }
     memset(body + proto, 0, dstart - proto);
-    size_t rest = hvd_eng_frame(eng->out, brief > 0 ? MSG_BRIEF : MSG_STEP,
-                                (uint32_t)proto, body, dstart + data);
+    size_t first = hvd_eng_frame(eng->out, brief > 0 ? MSG_BRIEF : MSG_STEP,
+                                 (uint32_t)proto, body, dstart + data);
+    size_t rest = total - first;
     mine->data = body + dstart;
     mine->data_len = data;
     mine->msg = m;
-    /* The frame and the rest go out together (one system call on TCP). */
-    hvd_sendv msgs[2] = {{eng->out, CTRL_FRAME}, {eng->out + CTRL_FRAME, rest}};
+    /* The first message and the rest go out together (one system call on
+     * TCP). */
+    hvd_sendv msgs[2] = {{eng->out, first}, {eng->out + first, rest}};
     for (int r = 0; r < eng->size && st == HVD_OK; r++) {
         hvd_req *q = &eng->out_req[2 * r];
         q[0].done = q[1].done = 1;

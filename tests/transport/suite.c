@@ -486,11 +486,141 @@ static void case_pending(suite_rank *c) {
     (void)st; /* OK, or an error naming the unread messages: either */
 }
 
+/* upto: messages of every length up to HVD_UPTO_MAX on the control
+ * channel, each taken by an irecv_upto of a cap at least its length (the
+ * most, or between its length and the most), every third one by an exact
+ * irecv among them; to and from every peer, receives posted before the
+ * sends and after, some sent two in a batch. */
+static const size_t upto_lens[] = {0,    1,    7,    8,    47,   48,
+                                   49,   63,   64,   200,  1023, 1024,
+                                   1025, 2047, 4000, 4095, HVD_UPTO_MAX};
+enum { NUPTO = sizeof(upto_lens) / sizeof(upto_lens[0]) };
+
+/* The cap message k's receive gives; 0: an exact irecv. */
+static size_t upto_cap(size_t len, int k) {
+    if (k % 3 == 1)
+        return 0;
+    return k % 3 == 0 ? HVD_UPTO_MAX : len + (HVD_UPTO_MAX - len) / 2;
+}
+
+/* Posts the receive of message k from p into buf. */
+static void upto_recv(suite_rank *c, int p, int k, uint8_t *buf,
+                      hvd_req *req) {
+    size_t len = upto_lens[k], cap = upto_cap(len, k);
+    hvd_status st;
+
+    memset(buf, 0xEE, HVD_UPTO_MAX + 1);
+    req->got = (size_t)-1;
+    st = cap == 0 ? c->ops->irecv(c->tp, p, HVD_CHANNEL_CONTROL, buf, len, req)
+                  : c->ops->irecv_upto(c->tp, p, HVD_CHANNEL_CONTROL, buf, cap,
+                                       req);
+    if (st != HVD_OK)
+        suite_fail("receive of %zu bytes (cap %zu): %s", len, cap,
+                   hvd_last_error());
+}
+
+/* Sends messages k (and k + 1 in one batch when batch) to p. */
+static void upto_send(suite_rank *c, int p, int k, int round, int batch,
+                      uint8_t **bufs, hvd_req *reqs) {
+    hvd_sendv msgs[2];
+    int n = batch ? 2 : 1;
+
+    for (int j = 0; j < n; j++) {
+        size_t len = upto_lens[k + j];
+        bufs[j] = malloc(len + 1);
+        for (size_t b = 0; b < len; b++)
+            bufs[j][b] = pattern(c->rank, p, round, k + j, b);
+        msgs[j] = (hvd_sendv){bufs[j], len};
+    }
+    send_batch(c, p, HVD_CHANNEL_CONTROL, msgs, n, reqs);
+}
+
+static void case_upto(suite_rank *c) {
+    size_t n = (size_t)c->size * NUPTO;
+    hvd_req *sreq = calloc(n, sizeof(*sreq));
+    hvd_req *rreq = calloc(n, sizeof(*rreq));
+    uint8_t **sbuf = calloc(n, sizeof(*sbuf));
+    uint8_t **rbuf = calloc(n, sizeof(*rbuf));
+
+    for (size_t i = 0; i < n; i++)
+        rbuf[i] = malloc(HVD_UPTO_MAX + 1);
+    /* Round 0 posts the receives first, round 1 the sends. */
+    for (int round = 0; round < 2; round++) {
+        for (int phase = 0; phase < 2; phase++)
+            for (int p = 0; p < c->size; p++)
+                for (int k = 0; k < NUPTO && p != c->rank; k++) {
+                    size_t i = (size_t)p * NUPTO + (size_t)k;
+                    int batch = k % 4 == 3 && k + 1 < NUPTO;
+                    if (phase == round)
+                        upto_recv(c, p, k, rbuf[i], &rreq[i]);
+                    else {
+                        upto_send(c, p, k, round, batch, &sbuf[i], &sreq[i]);
+                        k += batch;
+                    }
+                }
+        for (int p = 0; p < c->size; p++)
+            if (p != c->rank) {
+                wait_all(c, sreq + p * NUPTO, NUPTO);
+                wait_all(c, rreq + p * NUPTO, NUPTO);
+            }
+        for (int p = 0; p < c->size; p++)
+            for (int k = 0; k < NUPTO && p != c->rank; k++) {
+                size_t i = (size_t)p * NUPTO + (size_t)k;
+                size_t len = upto_lens[k], cap = upto_cap(len, k);
+                if (cap != 0 && rreq[i].got != len)
+                    suite_fail("irecv_upto (cap %zu) of a message of %zu "
+                               "bytes from rank %d says %zu",
+                               cap, len, p, rreq[i].got);
+                for (size_t b = 0; b < len; b++)
+                    if (rbuf[i][b] != pattern(p, c->rank, round, k, b))
+                        suite_fail("a message of %zu bytes from rank %d: "
+                                   "byte %zu is wrong",
+                                   len, p, b);
+                for (size_t b = len; b <= HVD_UPTO_MAX; b++)
+                    if (rbuf[i][b] != 0xEE)
+                        suite_fail("the receive of a message of %zu bytes "
+                                   "wrote byte %zu",
+                                   len, b);
+                free(sbuf[i]);
+                sbuf[i] = NULL;
+            }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(rbuf[i]);
+    batch_free(sreq, rreq, sbuf, rbuf);
+}
+
+/* upto_long: a control message longer than an irecv_upto's cap is a
+ * mismatch on the receiver, which the others hear of (no hang). */
+static void case_upto_long(suite_rank *c) {
+    uint8_t buf[128] = {0};
+    hvd_req s = {0}, r = {0};
+
+    if (c->rank == 0 &&
+        c->ops->isend(c->tp, 1, HVD_CHANNEL_CONTROL, buf, 100, &s) != HVD_OK)
+        suite_fail("isend: %s", hvd_last_error());
+    if (c->rank == 1 && c->ops->irecv_upto(c->tp, 0, HVD_CHANNEL_CONTROL, buf,
+                                           64, &r) != HVD_OK)
+        suite_fail("irecv_upto: %s", hvd_last_error());
+    double end = now_s() + 4 * SUITE_TIMEOUT_S;
+    hvd_status st = HVD_OK;
+    while (st == HVD_OK && now_s() < end)
+        st = c->ops->progress(c->tp, 10);
+    if (st == HVD_OK)
+        suite_fail("no error in %d s after a message longer than the cap",
+                   4 * SUITE_TIMEOUT_S);
+    if (c->rank == 1 && (!r.done || r.status == HVD_OK))
+        suite_fail("the receive did not fail with the transport");
+    if (c->rank == 1 && strstr(hvd_last_error(), "rank 0") == NULL)
+        suite_fail("the sentence does not name rank 0: %s", hvd_last_error());
+}
+
 const suite_case suite_cases[] = {
     {"order", case_order, 2, 0},       {"sendv", case_sendv, 2, 0},
     {"control", case_control, 2, 0},   {"wake", case_wake, 1, 0},
     {"mismatch", case_mismatch, 2, 1}, {"kill", case_kill, 2, 1},
     {"pending", case_pending, 2, 1},   {"zeros", case_zeros, 2, 0},
+    {"upto", case_upto, 2, 0},         {"upto_long", case_upto_long, 2, 1},
 };
 const int suite_ncases = sizeof(suite_cases) / sizeof(suite_cases[0]);
 

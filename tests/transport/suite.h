@@ -36,6 +36,13 @@
  *   zeros     messages of 1 byte to past a shared-memory cell whose ends
  *             are zero bytes, from none to all of them, on both channels:
  *             contents exact, nothing written past the end
+ *   upto      control messages of 0 bytes to HVD_UPTO_MAX, received by
+ *             irecv_upto with caps from their length to the most and by
+ *             exact irecvs among them, posted before and after the sends,
+ *             some sent in a batch: lengths reported, contents exact,
+ *             nothing written past the message
+ *   upto_long a message longer than the irecv_upto's cap: a mismatch on
+ *             the receiver naming the sender, the others hear of it
  */
 #ifndef HVD_TESTS_TRANSPORT_SUITE_H
 #define HVD_TESTS_TRANSPORT_SUITE_H

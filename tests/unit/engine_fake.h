@@ -22,12 +22,13 @@
 /* A receive the engine posted. */
 typedef struct ef_posted {
     void *buf;
-    size_t len;
+    size_t len; /* upto: the most it takes */
     hvd_req *req;
+    int upto; /* irecv_upto */
 } ef_posted;
 
 /* What the engine sent one peer: how many times, and the last message's
- * bytes (its frame and the rest, end to end). */
+ * bytes (its first message and the rest, end to end). */
 typedef struct ef_sent {
     int nsends; /* isendv calls */
     size_t len;

@@ -1,6 +1,6 @@
 /*
  * The engine's control messages as they arrive (api/runtime/engine_msg.c):
- * the frame header and its checks, the bodies that follow a frame, and the
+ * the first message's header and its checks, the bodies that follow it, and the
  * step messages' bookkeeping: two slots per peer by step number parity, a
  * peer at most one step ahead, the step number each message must carry,
  * malformed steps refused with a sentence naming the peer, STOP closing a
@@ -35,8 +35,9 @@
 
 typedef struct posted {
     void *buf;
-    size_t len;
+    size_t len; /* upto: the most it takes */
     hvd_req *req;
+    int upto; /* irecv_upto */
 } posted;
 
 typedef struct recorder {
@@ -45,22 +46,33 @@ typedef struct recorder {
     int n;
 } recorder;
 
-static hvd_status rec_irecv(hvd_transport *t, int peer, int channel, void *buf,
-                            size_t len, hvd_req *req) {
+static hvd_status rec_post(hvd_transport *t, int peer, int channel, void *buf,
+                           size_t len, hvd_req *req, int upto) {
     recorder *rc = (recorder *)t;
 
     if (peer != 0 || channel != HVD_CHANNEL_CONTROL || rc->n == MAXPOSTED)
         return HVD_ERR_INTERNAL;
     req->done = 0;
     req->status = HVD_OK;
-    rc->q[rc->n++] = (posted){buf, len, req};
+    rc->q[rc->n++] = (posted){buf, len, req, upto};
     return HVD_OK;
+}
+
+static hvd_status rec_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                            size_t len, hvd_req *req) {
+    return rec_post(t, peer, channel, buf, len, req, 0);
+}
+
+static hvd_status rec_irecv_upto(hvd_transport *t, int peer, int channel,
+                                 void *buf, size_t cap, hvd_req *req) {
+    return rec_post(t, peer, channel, buf, cap, req, 1);
 }
 
 static const hvd_transport_ops rec_ops = {
     .size = sizeof(hvd_transport_ops),
     .name = "recorder",
     .irecv = rec_irecv,
+    .irecv_upto = rec_irecv_upto,
 };
 
 typedef struct fixture {
@@ -106,20 +118,27 @@ static void deliver(fixture *f, const void *bytes, size_t len) {
     assert_true(f->rec.n > 0);
     posted p = f->rec.q[0];
     memmove(f->rec.q, f->rec.q + 1, (size_t)(--f->rec.n) * sizeof(posted));
-    assert_int_equal(p.len, len);
+    if (p.upto)
+        assert_true(len <= p.len);
+    else
+        assert_int_equal(p.len, len);
     memcpy(p.buf, bytes, len);
+    p.req->got = len;
     p.req->status = HVD_OK;
     p.req->done = 1;
 }
 
 /* Sends a message of type with body (proto_len of it the protobuf) as
- * rank 0 would: a frame, and the rest of the body if it is longer. */
+ * rank 0 would: a first message at its own length, and the rest of the
+ * body if it is longer. */
 static void send_msg(fixture *f, uint32_t type, uint32_t proto_len,
                      const uint8_t *body, size_t len) {
-    uint8_t frame[CTRL_FRAME];
-    size_t rest = hvd_eng_frame(frame, type, proto_len, body, len);
+    uint8_t frame[CTRL_FIRST];
+    size_t first = hvd_eng_frame(frame, type, proto_len, body, len);
+    size_t rest = ctrl_rest(len);
 
-    deliver(f, frame, sizeof(frame));
+    assert_int_equal(first, sizeof(msg_header) + len - rest);
+    deliver(f, frame, first);
     if (rest > 0) {
         /* The engine has posted the rest's receive once it took the frame
          * in (hvd_eng_pump). */
@@ -251,21 +270,23 @@ static void wrong_step_number(void **state) {
     assert_int_equal(p->next_step, 1);
 }
 
-/* A body longer than the frame holds comes in a second message: the step
- * is not there until the rest is. */
+/* A body longer than the first message holds comes in a second message:
+ * the step is not there until the rest is. */
 static void long_step(void **state) {
     fixture *f = *state;
     ctrl_port *p = &f->eng->ports[0];
-    uint8_t data[700], body[2048], frame[CTRL_FRAME];
+    uint8_t data[CTRL_FIRST + 700], body[CTRL_FIRST + 1024], frame[CTRL_FIRST];
     uint32_t ready[] = {1}, plen;
 
     for (size_t i = 0; i < sizeof(data); i++)
         data[i] = (uint8_t)(i * 7 + 3);
     size_t len =
         step_body(body, sizeof(body), 1, ready, 1, data, sizeof(data), &plen);
-    size_t rest = hvd_eng_frame(frame, MSG_STEP, plen, body, len);
+    size_t first = hvd_eng_frame(frame, MSG_STEP, plen, body, len);
+    size_t rest = ctrl_rest(len);
+    assert_int_equal(first, CTRL_FIRST);
     assert_int_equal(rest, len - CTRL_INLINE);
-    deliver(f, frame, sizeof(frame));
+    deliver(f, frame, first);
     assert_int_equal(hvd_eng_pump(f->eng, 0), HVD_OK);
     assert_int_equal(p->in_body, 1);
     assert_null(p->step[1].msg);
@@ -292,30 +313,37 @@ static void malformed_step_body(void **state) {
     assert_null(f->eng->ports[0].step[1].msg);
 }
 
-/* Headers no rank sends. */
+/* Headers no rank sends, and first messages whose length is not the one
+ * their header gives (got: the bytes that came; 0, the right length). */
 static void malformed_headers(void **state) {
     static const struct {
         uint32_t type, proto_len;
         uint64_t len;
+        size_t got;
     } bad[] = {
-        {0, 0, 8},                       /* no such type */
-        {MSG_BRIEF + 1, 0, 8},           /* no such type */
-        {MSG_UPDATE, 0, 8},              /* an update to a rank other than 0 */
-        {MSG_STEP, 0, 0},                /* a step without a body */
-        {MSG_STOP, 0, 4},                /* a STOP with one */
-        {MSG_STEP, 9, 8},                /* more protobuf than body */
-        {MSG_STEP, 0, (1ULL << 32) + 1}, /* larger than any message */
+        {0, 0, 8, 0},                       /* no such type */
+        {MSG_BRIEF + 1, 0, 8, 0},           /* no such type */
+        {MSG_UPDATE, 0, 8, 0},              /* an update to a rank but 0 */
+        {MSG_STEP, 0, 0, 0},                /* a step without a body */
+        {MSG_STOP, 0, 4, 0},                /* a STOP with one */
+        {MSG_STEP, 9, 8, 0},                /* more protobuf than body */
+        {MSG_STEP, 0, (1ULL << 32) + 1, 0}, /* larger than any message */
+        {MSG_STEP, 0, 8, 16},               /* its body missing */
+        {MSG_STEP, 0, 8, 40},               /* more than its body */
+        {MSG_STEP, 0, CTRL_FIRST, 100},     /* a long one cut short */
+        {MSG_STOP, 0, 0, 8},                /* shorter than a header */
     };
 
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         void *st = NULL;
         assert_int_equal(setup(&st), 0);
         fixture *f = st;
-        uint8_t frame[CTRL_FRAME];
+        uint8_t frame[CTRL_FIRST];
         msg_header h = {bad[k].type, bad[k].proto_len, bad[k].len};
         memset(frame, 0, sizeof(frame));
         memcpy(frame, &h, sizeof(h));
-        deliver(f, frame, sizeof(frame));
+        deliver(f, frame,
+                bad[k].got ? bad[k].got : sizeof(h) + ctrl_head(bad[k].len));
         pump_fails(f, "malformed control message");
         teardown(&st);
     }

@@ -6,9 +6,8 @@
  * hvd_shm_pass called on each side in turn, so every step is
  * deterministic: push and pop of one cell, wrap-around past the ring's
  * capacity, a full FIFO that holds the sender back until a cell is freed,
- * messages of many cells, a message larger than the whole FIFO, the zero
- * tails of control messages (not copied, written by the receiver), the
- * buffered control send, a length mismatch, and the ring arithmetic of the
+ * messages of many cells, a message larger than the whole FIFO, receives
+ * of a message of unknown length (irecv_upto), the buffered control send, a length mismatch, and the ring arithmetic of the
  * power-of-two capacities; messages carried in the cell's header line
  * (every length from 0 to past it, exact, the payload untouched), the
  * longest whole message and one byte more, malformed cells, the doorbell
@@ -17,7 +16,7 @@
  * (setup.c), which must not show the job id.
  *
  * The internal functions called (transport/shm/shm_internal.h):
- * hvd_shm_isend, hvd_shm_irecv, hvd_shm_pass, hvd_shm_push, and the inline
+ * hvd_shm_isend, hvd_shm_irecv, hvd_shm_irecv_upto, hvd_shm_pass, hvd_shm_push, and the inline
  * layout and queue helpers segment_bytes, fifo_bytes, fifo_of, cell_of,
  * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of),
  * and hvd_shm_segment_name.
@@ -256,52 +255,60 @@ static void many_cells(void **state) {
     assert_int_equal(pr->peers[0][1].tail[DATA], pr->peers[1][0].rx_head[DATA]);
 }
 
-/* Zero bytes at the end of a control message are not copied: the cell
- * says how many, the receiver writes them over whatever its buffer held.
- * Whole 8-byte words only, counted from the end. */
-static void zero_tail(void **state) {
+/* irecv_upto takes a message of any length up to its cap: the cell says
+ * how long it is, the receive reports it, every byte is copied (zeros at
+ * the end too), nothing past it is written; a message of several cells
+ * (its first piece says the whole length) likewise; a longer one than the
+ * cap is a mismatch. */
+static void upto(void **state) {
     pair *pr = *state;
-    struct {
-        size_t len, nonzero, zeros;
-    } cases[] = {
-        {64, 10, 48}, /* 10 bytes, then 54 zeros: 6 whole words */
-        {64, 0, 64},  /* all zeros: nothing copied */
-        {13, 5, 8},   /* one word of the 8 trailing zeros */
-        {7, 0, 0},    /* shorter than a word */
-        {100, 100, 0} /* no zero tail */
-    };
+    static const size_t lens[] = {0, 10, 48, 49, 1024, 1025, 4095, 4096};
+    uint8_t out[4096 + 16], in[4096 + 16];
 
-    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        size_t len = cases[k].len;
-        uint8_t out[128], in[128];
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        size_t len = lens[k];
         hvd_req s, r;
         uint64_t n = pr->peers[0][1].tail[CTRL];
-        memset(out, 0, sizeof(out));
-        for (size_t i = 0; i < cases[k].nonzero; i++)
-            out[i] = (uint8_t)(i + 1);
+        pattern(out, len, (unsigned)k + 7);
+        memset(out + len / 2, 0, len - len / 2); /* a zero tail */
         memset(in, 0xff, sizeof(in));
         assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, len, &s),
                          HVD_OK);
-        cell *c = written(pr, 0, 1, CTRL, n);
-        assert_int_equal(c->zeros, cases[k].zeros);
-        assert_int_equal(c->len, len - cases[k].zeros);
-        assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, CTRL, in, len, &r), HVD_OK);
+        assert_int_equal(written(pr, 0, 1, CTRL, n)->len, len);
+        assert_int_equal(hvd_shm_irecv_upto(T(pr, 1), 0, CTRL, in, 4096, &r),
+                         HVD_OK);
         settle(pr);
         assert_int_equal(r.done, 1);
-        assert_memory_equal(in, out, len);
-        assert_int_equal(in[len], 0xff); /* nothing past the message */
+        assert_int_equal(r.status, HVD_OK);
+        assert_int_equal(r.got, len);
+        if (len > 0)
+            assert_memory_equal(in, out, len);
+        for (size_t b = len; b < sizeof(in); b++)
+            assert_int_equal(in[b], 0xff);
     }
-    /* The data channel copies every byte. */
-    uint8_t zeros[64] = {0}, in[64];
+    /* Several cells of the data channel. */
+    size_t cb = cell_bytes_of[DATA], len = 3 * cb + 17;
+    uint8_t *big = malloc(len), *into = malloc(4 * cb);
     hvd_req s, r;
-    uint64_t n = pr->peers[0][1].tail[DATA];
-    memset(in, 0xff, sizeof(in));
-    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, DATA, zeros, 64, &s), HVD_OK);
-    assert_int_equal(written(pr, 0, 1, DATA, n)->zeros, 0);
-    assert_int_equal(written(pr, 0, 1, DATA, n)->len, 64);
-    assert_int_equal(hvd_shm_irecv(T(pr, 1), 0, DATA, in, 64, &r), HVD_OK);
+    pattern(big, len, 99);
+    memset(into, 0xff, 4 * cb);
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, DATA, big, len, &s), HVD_OK);
+    assert_int_equal(hvd_shm_irecv_upto(T(pr, 1), 0, DATA, into, 4 * cb, &r),
+                     HVD_OK);
     settle(pr);
-    assert_memory_equal(in, zeros, 64);
+    assert_int_equal(r.status, HVD_OK);
+    assert_int_equal(r.got, len);
+    assert_memory_equal(into, big, len);
+    assert_int_equal(into[len], 0xff);
+    free(big);
+    free(into);
+    /* Longer than the cap. */
+    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, 100, &s), HVD_OK);
+    assert_int_equal(hvd_shm_irecv_upto(T(pr, 1), 0, CTRL, in, 64, &r), HVD_OK);
+    hvd_shm_pass(&pr->side[1]);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, HVD_ERR_MISMATCH);
+    assert_non_null(strstr(hvd_error_get(), "at most 64"));
 }
 
 /* A control message that finds the FIFO full is copied and completes at
@@ -652,7 +659,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(wrap_around, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(full_fifo, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(many_cells, pair_setup, pair_teardown),
-        cmocka_unit_test_setup_teardown(zero_tail, pair_setup, pair_teardown),
+        cmocka_unit_test_setup_teardown(upto, pair_setup, pair_teardown),
         cmocka_unit_test_setup_teardown(control_send_buffered, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(length_mismatch, pair_setup,

@@ -25,8 +25,9 @@
 /* clang-format off */
 #define HVD_MPI_FUNCTIONS(X) \
     X(Allgather) X(Cancel) X(Comm_dup) X(Comm_free) X(Comm_rank) \
-    X(Comm_set_errhandler) X(Comm_size) X(Error_string) X(Finalize) \
-    X(Finalized) X(Get_count) X(Iallgather) X(Iallreduce) X(Ibcast) \
+    X(Comm_set_errhandler) X(Comm_size) X(Error_class) X(Error_string) \
+    X(Finalize) X(Finalized) X(Get_count) X(Iallgather) X(Iallreduce) \
+    X(Ibcast) \
     X(Init_thread) X(Initialized) X(Irecv) X(Isend) X(Query_thread) \
     X(Request_free) X(Test) X(Testsome) X(Wait)
 /* clang-format on */
@@ -72,6 +73,7 @@ extern hvd_mpi_lib hvd_mpi_fn;
 #define MPI_Comm_rank (*hvd_mpi_fn.f_Comm_rank)
 #define MPI_Comm_set_errhandler (*hvd_mpi_fn.f_Comm_set_errhandler)
 #define MPI_Comm_size (*hvd_mpi_fn.f_Comm_size)
+#define MPI_Error_class (*hvd_mpi_fn.f_Error_class)
 #define MPI_Error_string (*hvd_mpi_fn.f_Error_string)
 #define MPI_Finalize (*hvd_mpi_fn.f_Finalize)
 #define MPI_Finalized (*hvd_mpi_fn.f_Finalized)

@@ -12,6 +12,7 @@ const hvd_transport_ops hvd_mpi_ops = {
     .open = hvd_mpi_open,
     .isend = hvd_mpi_isend,
     .irecv = hvd_mpi_irecv,
+    .irecv_upto = hvd_mpi_irecv_upto,
     .progress = hvd_mpi_progress,
     .wake = hvd_mpi_wake,
     .close = hvd_mpi_close,

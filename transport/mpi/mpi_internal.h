@@ -45,8 +45,9 @@
 /* One MPI message of a request in flight. */
 typedef struct entry {
     hvd_req *req;
-    size_t len; /* bytes of this MPI message */
+    size_t len; /* bytes of this MPI message (upto: at most) */
     int send;
+    int upto; /* irecv_upto: a shorter message is fine */
     int64_t posted;
 } entry;
 
@@ -122,6 +123,8 @@ hvd_status hvd_mpi_isend(hvd_transport *tp, int peer, int channel,
                          const void *buf, size_t len, hvd_req *req);
 hvd_status hvd_mpi_irecv(hvd_transport *tp, int peer, int channel, void *buf,
                          size_t len, hvd_req *req);
+hvd_status hvd_mpi_irecv_upto(hvd_transport *tp, int peer, int channel,
+                              void *buf, size_t cap, hvd_req *req);
 hvd_status hvd_mpi_progress(hvd_transport *tp, int timeout_ms);
 void hvd_mpi_wake(hvd_transport *tp);
 /* Peers' aborts and heartbeats, this rank's heartbeats, stalled peers:

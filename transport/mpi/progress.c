@@ -41,8 +41,9 @@ static int room(mpi_tp *t, int more) {
     return 0;
 }
 
+/* Posts a send or a receive of len bytes (upto: at most len, one part). */
 static hvd_status post(hvd_transport *tp, int peer, int channel, void *buf,
-                       size_t len, hvd_req *req, int send) {
+                       size_t len, hvd_req *req, int send, int upto) {
     mpi_tp *t = (mpi_tp *)tp;
     int nparts = len == 0 ? 1 : (int)((len + PART_MAX - 1) / PART_MAX);
     int64_t now = hvd_now_ns();
@@ -67,8 +68,8 @@ static hvd_status post(hvd_transport *tp, int peer, int channel, void *buf,
                                    channel, t->comm, &t->mreqs[t->n]);
         if (err != MPI_SUCCESS)
             return hvd_mpi_fail_call(t, err, send ? "MPI_Isend" : "MPI_Irecv");
-        t->entries[t->n] =
-            (entry){.req = req, .len = n, .send = send, .posted = now};
+        t->entries[t->n] = (entry){
+            .req = req, .len = n, .send = send, .upto = upto, .posted = now};
         t->n++;
     }
     return HVD_OK;
@@ -76,12 +77,23 @@ static hvd_status post(hvd_transport *tp, int peer, int channel, void *buf,
 
 hvd_status hvd_mpi_isend(hvd_transport *tp, int peer, int channel,
                          const void *buf, size_t len, hvd_req *req) {
-    return post(tp, peer, channel, (void *)(uintptr_t)buf, len, req, 1);
+    return post(tp, peer, channel, (void *)(uintptr_t)buf, len, req, 1, 0);
 }
 
 hvd_status hvd_mpi_irecv(hvd_transport *tp, int peer, int channel, void *buf,
                          size_t len, hvd_req *req) {
-    return post(tp, peer, channel, buf, len, req, 0);
+    return post(tp, peer, channel, buf, len, req, 0, 0);
+}
+
+/* One MPI receive of cap bytes at most; MPI_Get_count says how many came
+ * (a longer message fails MPI_Testsome with MPI's truncation error). */
+hvd_status hvd_mpi_irecv_upto(hvd_transport *tp, int peer, int channel,
+                              void *buf, size_t cap, hvd_req *req) {
+    if (cap > HVD_UPTO_MAX)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "mpi: irecv_upto of %zu bytes (at most %d)", cap,
+                             HVD_UPTO_MAX);
+    return post(tp, peer, channel, buf, cap, req, 0, 1);
 }
 
 /* Completes what MPI has finished; returns how many requests moved. */
@@ -92,6 +104,24 @@ static int reap(mpi_tp *t, hvd_status *st) {
     if (t->n == 0)
         return 0;
     int err = MPI_Testsome(t->n, t->mreqs, &outcount, t->idx, t->sts);
+    if (err == MPI_ERR_IN_STATUS)
+        for (int k = 0; k < outcount && k < t->n; k++) {
+            entry *e = &t->entries[t->idx[k]];
+            int cls = MPI_SUCCESS;
+            MPI_Error_class(t->sts[k].MPI_ERROR, &cls);
+            if (!e->send && cls == MPI_ERR_TRUNCATE) {
+                char text[256];
+                snprintf(text, sizeof(text),
+                         "rank %d sent a message of more than %zu bytes "
+                         "where this rank expected %s%zu: ranks called "
+                         "collectives in different orders or with different "
+                         "counts",
+                         e->req->peer, e->len, e->upto ? "at most " : "",
+                         e->len);
+                *st = hvd_mpi_fail(t, HVD_ERR_MISMATCH, text);
+                return 0;
+            }
+        }
     if (err != MPI_SUCCESS) {
         *st = hvd_mpi_fail_call(t, err, "MPI_Testsome");
         return 0;
@@ -107,16 +137,18 @@ static int reap(mpi_tp *t, hvd_status *st) {
             continue;
         MPI_Get_count(&t->sts[k], MPI_BYTE, &got);
         t->last_rx[e->req->peer] = hvd_now_ns();
-        if ((size_t)got != e->len) {
+        if (e->upto ? got < 0 || (size_t)got > e->len : (size_t)got != e->len) {
             char text[256];
             snprintf(text, sizeof(text),
                      "rank %d sent a message of %d bytes where this rank "
-                     "expected %zu: ranks called collectives in different "
+                     "expected %s%zu: ranks called collectives in different "
                      "orders or with different counts",
-                     e->req->peer, got, e->len);
+                     e->req->peer, got, e->upto ? "at most " : "", e->len);
             *st = hvd_mpi_fail(t, HVD_ERR_MISMATCH, text);
             return 0;
         }
+        if (e->upto)
+            e->req->got = (size_t)got;
     }
     /* Testsome returns indices in increasing order. */
     for (int k = outcount - 1; k >= 0; k--) {

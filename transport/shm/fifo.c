@@ -74,31 +74,6 @@ static void retire(speer *pe, msg *m) {
     pe->pending--;
 }
 
-/*
- * Zero bytes at the end of a small control message (the engine pads its
- * frames), in whole words: they are not copied through the FIFO, the
- * receiver writes them (cell.zeros), so a short message moves only the
- * cache lines it fills.
- */
-static size_t zero_tail(const uint8_t *buf, size_t len) {
-    size_t z = 0;
-    uint64_t w[4];
-
-    while (z + 32 <= len) {
-        memcpy(w, buf + len - z - 32, 32);
-        if ((w[0] | w[1] | w[2] | w[3]) != 0)
-            break;
-        z += 32;
-    }
-    while (z + 8 <= len) {
-        memcpy(w, buf + len - z - 8, 8);
-        if (w[0] != 0)
-            break;
-        z += 8;
-    }
-    return z;
-}
-
 /* 1 if the FIFO f to pe on ch has a free cell. The receiver's head is
  * read only when the last value read says the FIFO is full: its line then
  * moves between the cores once per FIFO's worth of cells, not per cell. */
@@ -110,16 +85,10 @@ static int has_room(speer *pe, fifo *f, int ch, uint32_t cap) {
 }
 
 /* Writes message m, whole, into cell c: a short one's first bytes in the
- * header line (cell_inline_of), the rest in the payload; a control
- * message's zero tail is left for the receiver to write. */
-static void write_whole(cell *c, int ch, const msg *m) {
-    size_t z = ch == HVD_CHANNEL_CONTROL ? zero_tail(m->buf, m->len) : 0;
-
-    if (z > UINT16_MAX) /* never with 4 KiB control cells */
-        z = 0;
-    size_t n = m->len - z, k = cell_inline_of(n);
+ * header line (cell_inline_of), the rest in the payload. */
+static void write_whole(cell *c, const msg *m) {
+    size_t n = m->len, k = cell_inline_of(n);
     c->kind = CELL_DATA;
-    c->zeros = (uint16_t)z;
     c->len = (uint32_t)n;
     if (k > 0)
         memcpy(c->inl, m->buf, k);
@@ -135,7 +104,6 @@ static size_t write_piece(shm *tp, cell *c, int ch, msg *m) {
 
     c->msg_len = m->len;
     c->first = m->off == 0;
-    c->zeros = 0;
     if (m->off == 0 && m->len > tp->eager_max && tp->cma) {
         c->kind = CELL_RNDV;
         c->addr = (uint64_t)(uintptr_t)m->buf;
@@ -163,7 +131,7 @@ int hvd_shm_push(shm *tp, int p, int ch) {
         int rndv = 0;
         if (m->off == 0 && m->len <= whole_max &&
             !(m->len > tp->eager_max && tp->cma)) {
-            write_whole(c, ch, m);
+            write_whole(c, m);
             m->off = m->len;
         } else {
             rndv = m->off == 0 && m->len > tp->eager_max && tp->cma;
@@ -215,9 +183,10 @@ static void bad_cell(shm *tp, int p, const cell *c, const msg *m, uint64_t sent,
     else
         hvd_tp_failf(hvd_shm_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, p,
                      "%s sent a message of %llu bytes where rank %d expected "
-                     "%zu: ranks called collectives in different orders or "
+                     "%s%zu: ranks called collectives in different orders or "
                      "with different counts",
-                     who, (unsigned long long)sent, tp->rank, m->len);
+                     who, (unsigned long long)sent, tp->rank,
+                     m->upto ? "at most " : "", m->len);
 }
 
 /* Takes cell c from peer p into m; returns 0, or -1 if the transport
@@ -228,22 +197,20 @@ static int take(shm *tp, int p, int ch, cell *c, msg *m, fifo *f) {
     unsigned kind = c->kind;
 
     if (kind == CELL_DATA) {
-        size_t z = c->zeros, k = cell_inline_of(n);
+        size_t k = cell_inline_of(n);
         if (n > cbytes) {
             bad_cell(tp, p, c, m, 0, ch, 1);
             return -1;
         }
-        if (m->off != 0 || n + z != m->len) {
-            bad_cell(tp, p, c, m, n + z, ch, 0);
+        if (m->off != 0 || (m->upto ? n > m->len : n != m->len)) {
+            bad_cell(tp, p, c, m, n, ch, 0);
             return -1;
         }
         if (k > 0)
             memcpy(m->buf, c->inl, k);
         if (n > k)
             memcpy(m->buf + k, payload_of(c), n - k);
-        if (z > 0)
-            memset(m->buf + n, 0, z);
-        m->off = m->len;
+        m->len = m->off = n;
         return 0;
     }
     if ((kind != CELL_PART && kind != CELL_RNDV) ||
@@ -252,6 +219,8 @@ static int take(shm *tp, int p, int ch, cell *c, msg *m, fifo *f) {
         return -1;
     }
     uint64_t msg_len = c->msg_len, addr = c->addr;
+    if (m->upto && c->first && m->off == 0 && msg_len <= m->len)
+        m->len = msg_len; /* what the pieces to come add up to */
     if (c->first != (m->off == 0) || msg_len != m->len ||
         (kind == CELL_PART && n > m->len - m->off)) {
         bad_cell(tp, p, c, m, msg_len, ch, 0);
@@ -288,6 +257,7 @@ static int pull(shm *tp, int p, int ch) {
                               memory_order_release);
         moved = 1;
         if (m->off == m->len) {
+            m->req->got = m->len;
             hvd_shm_complete(m->req, HVD_OK);
             pe->pending--;
             q_pop(&pe->recvq[ch]);

@@ -268,8 +268,8 @@ static hvd_status check_peer(shm *tp, int peer, int channel, const char *what) {
 }
 
 static hvd_status post(shm *tp, int peer, int ch, msgq *q, void *buf,
-                       size_t len, hvd_req *req) {
-    msg m = {.req = req, .buf = buf, .len = len};
+                       size_t len, hvd_req *req, int upto) {
+    msg m = {.req = req, .buf = buf, .len = len, .upto = upto};
 
     req->done = 0;
     req->status = HVD_OK;
@@ -291,7 +291,7 @@ hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
 
     if (st == HVD_OK)
         st = post(tp, peer, channel, &tp->peers[peer].sendq[channel],
-                  (void *)(uintptr_t)buf, len, req);
+                  (void *)(uintptr_t)buf, len, req, 0);
     if (st != HVD_OK)
         return st;
     /* Start at once: a small message is in the peer's FIFO before the
@@ -327,7 +327,18 @@ hvd_status hvd_shm_irecv(hvd_transport *t, int peer, int channel, void *buf,
 
     if (st == HVD_OK)
         st = post(tp, peer, channel, &tp->peers[peer].recvq[channel], buf, len,
-                  req);
+                  req, 0);
+    return st;
+}
+
+hvd_status hvd_shm_irecv_upto(hvd_transport *t, int peer, int channel,
+                              void *buf, size_t cap, hvd_req *req) {
+    shm *tp = (shm *)t;
+    hvd_status st = check_peer(tp, peer, channel, "receive from");
+
+    if (st == HVD_OK)
+        st = post(tp, peer, channel, &tp->peers[peer].recvq[channel], buf, cap,
+                  req, 1);
     return st;
 }
 

@@ -15,6 +15,7 @@ const hvd_transport_ops hvd_shm_ops = {
     .open = hvd_shm_open,
     .isend = hvd_shm_isend,
     .irecv = hvd_shm_irecv,
+    .irecv_upto = hvd_shm_irecv_upto,
     .progress = hvd_shm_progress,
     .wake = hvd_shm_wake,
     .shutdown = hvd_shm_shutdown,

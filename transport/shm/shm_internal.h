@@ -37,7 +37,7 @@
 #include "transport/transport.h"
 
 #define SHM_MAGIC 0x31306d6873647668ULL /* "hvdshm01" */
-#define SHM_VERSION 3
+#define SHM_VERSION 4
 #define LINE 64
 #define NCHANNELS 2
 /* Cells per FIFO and payload bytes per cell, per channel. The data
@@ -51,8 +51,8 @@ static const uint32_t cell_bytes_of[NCHANNELS] = {64 * 1024, 4096};
 #define HEARTBEAT_NS (100 * 1000000LL)
 
 /*
- * Cell kinds. CELL_DATA holds a whole message. Up to CELL_SPLIT_MAX bytes
- * (after its zero tail), its first CELL_INLINE bytes are in the header's
+ * Cell kinds. CELL_DATA holds a whole message. Up to CELL_SPLIT_MAX bytes,
+ * its first CELL_INLINE bytes are in the header's
  * own line and the rest in the payload, so a message of up to CELL_INLINE
  * bytes moves as one cache line: the sender writes it, the receiver reads
  * it, nothing else. A longer one is all in the payload, where the copies
@@ -75,9 +75,9 @@ static inline size_t cell_inline_of(size_t n) {
 typedef struct cell {
     _Atomic uint64_t seq;
     uint8_t kind;
-    uint8_t first;  /* CELL_PART: 1 on a message's first piece */
-    uint16_t zeros; /* CELL_DATA: zero bytes after the data, not copied */
-    uint32_t len;   /* bytes copied into this cell (inline + payload) */
+    uint8_t first; /* CELL_PART: 1 on a message's first piece */
+    uint16_t pad;
+    uint32_t len; /* bytes copied into this cell (inline + payload) */
     union {
         uint8_t inl[CELL_INLINE]; /* CELL_DATA: the message's first bytes */
         struct {
@@ -128,6 +128,7 @@ typedef struct msg {
     size_t off;      /* bytes copied so far */
     uint64_t ack_id; /* CELL_RNDV: acked count that completes it */
     int owned;       /* buf is a copy this transport frees */
+    int upto;        /* irecv_upto: len is the most it takes */
 } msg;
 
 /* FIFO of messages, a ring that grows by doubling (never per message in
@@ -285,6 +286,8 @@ hvd_status hvd_shm_isend(hvd_transport *t, int peer, int channel,
                          const void *buf, size_t len, hvd_req *req);
 hvd_status hvd_shm_irecv(hvd_transport *t, int peer, int channel, void *buf,
                          size_t len, hvd_req *req);
+hvd_status hvd_shm_irecv_upto(hvd_transport *t, int peer, int channel,
+                              void *buf, size_t cap, hvd_req *req);
 void hvd_shm_wake(hvd_transport *t);
 hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
                        size_t len);

@@ -71,12 +71,13 @@ static tsock *part_sock(tcp *tp, tpeer *pr, int channel, int first, int i) {
     return &pr->socks[(first + i) % tp->nsocks];
 }
 
-/* Queues a send (send = 1) or a receive of len bytes on the peer's
- * sockets. start: a send goes out at once, without waiting for progress,
- * and a receive whose data is already staged completes here; 0 leaves the
- * sending to the caller (hvd_tcp_isendv). */
+/* Queues a send (send = 1) or a receive of len bytes (upto: at most len,
+ * on the control channel) on the peer's sockets. start: a send goes out
+ * at once, without waiting for progress, and a receive whose data is
+ * already staged completes here; 0 leaves the sending to the caller
+ * (hvd_tcp_isendv). */
 static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
-                       hvd_req *req, int send, int start) {
+                       hvd_req *req, int send, int start, int upto) {
     tpeer *pr = &tp->peers[peer];
     uint64_t msgno = send ? pr->tx_msgs : pr->rx_msgs;
     int first = 0, nparts = 1;
@@ -118,6 +119,7 @@ static hvd_status post(tcp *tp, int peer, int channel, uint8_t *buf, size_t len,
         p->len = plen;
         p->done = 0;
         p->msg_len = len;
+        p->upto = upto;
         /* A send's header is sealed when it first goes out (stream.c),
          * so frames take their numbers in the order they leave. */
         p->sealed = 0;
@@ -148,7 +150,8 @@ hvd_status hvd_tcp_isend(hvd_transport *t, int peer, int channel,
 
     if (st != HVD_OK)
         return st;
-    return post(tp, peer, channel, (uint8_t *)(uintptr_t)buf, len, req, 1, 1);
+    return post(tp, peer, channel, (uint8_t *)(uintptr_t)buf, len, req, 1, 1,
+                0);
 }
 
 /* Queues every message, then writes each socket that had nothing queued
@@ -168,7 +171,7 @@ hvd_status hvd_tcp_isendv(hvd_transport *t, int peer, int channel,
         before[i] = pr->socks[i].sendq.count;
     for (int k = 0; k < n && st == HVD_OK; k++)
         st = post(tp, peer, channel, (uint8_t *)(uintptr_t)msgs[k].buf,
-                  msgs[k].len, &reqs[k], 1, 0);
+                  msgs[k].len, &reqs[k], 1, 0, 0);
     for (int i = 0; i < tp->nconn; i++) {
         tsock *s = &pr->socks[i];
         if (before[i] == 0 && s->sendq.count > 0 &&
@@ -185,7 +188,24 @@ hvd_status hvd_tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
 
     if (st != HVD_OK)
         return st;
-    return post(tp, peer, channel, buf, len, req, 0, 1);
+    return post(tp, peer, channel, buf, len, req, 0, 1, 0);
+}
+
+/* A control message goes whole onto its socket (post), so the frame that
+ * comes says its length. */
+hvd_status hvd_tcp_irecv_upto(hvd_transport *t, int peer, int channel,
+                              void *buf, size_t cap, hvd_req *req) {
+    tcp *tp = (tcp *)t;
+    hvd_status st = check_peer(tp, peer, "receive");
+
+    if (st != HVD_OK)
+        return st;
+    if (channel != HVD_CHANNEL_CONTROL)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "tcp: irecv_upto on channel %d (the control "
+                             "channel only)",
+                             channel);
+    return post(tp, peer, channel, buf, cap, req, 0, 1, 1);
 }
 
 /* Makes a progress call waiting in another thread return. */

@@ -15,6 +15,7 @@ const hvd_transport_ops hvd_tcp_ops = {
     .open = hvd_tcp_open,
     .isend = hvd_tcp_isend,
     .irecv = hvd_tcp_irecv,
+    .irecv_upto = hvd_tcp_irecv_upto,
     .isendv = hvd_tcp_isendv,
     .progress = hvd_tcp_progress,
     .wake = hvd_tcp_wake,

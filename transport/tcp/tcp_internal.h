@@ -86,6 +86,7 @@ typedef struct part {
     size_t len;  /* payload bytes */
     size_t done; /* payload bytes moved */
     uint64_t msg_len;
+    int upto; /* a receive of up to len bytes (irecv_upto) */
     /* Send side. */
     int sealed;      /* the header is sealed: seq and record numbers taken */
     size_t hlen;     /* header bytes on the wire: 24, or 40 with a tag */
@@ -270,6 +271,8 @@ hvd_status hvd_tcp_isendv(hvd_transport *t, int peer, int channel,
                           const hvd_sendv *msgs, int n, hvd_req *reqs);
 hvd_status hvd_tcp_irecv(hvd_transport *t, int peer, int channel, void *buf,
                          size_t len, hvd_req *req);
+hvd_status hvd_tcp_irecv_upto(hvd_transport *t, int peer, int channel,
+                              void *buf, size_t cap, hvd_req *req);
 void hvd_tcp_wake(hvd_transport *t);
 hvd_status hvd_tcp_progress(hvd_transport *t, int timeout_ms);
 

@@ -196,8 +196,9 @@ hvd_status hvd_vb_isend(hvd_transport *t, int peer, int channel,
     return HVD_OK;
 }
 
-hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
-                        size_t len, hvd_req *req) {
+/* Posts a receive of len bytes (upto: at most len, host memory). */
+static hvd_status post_recv(hvd_transport *t, int peer, int channel, void *buf,
+                            size_t len, hvd_req *req, int upto) {
     vtp *tp = (vtp *)t;
     hvd_status st = check_peer(tp, peer, channel, "receive");
     hvd_mr_entry *mr = NULL;
@@ -218,7 +219,7 @@ hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
                                  peer);
         q->rq = v;
     }
-    dev = on_device(tp, channel, buf, len, &id);
+    dev = !upto && on_device(tp, channel, buf, len, &id);
     if (dev) {
         /* Registered now, for the RTR; held until the message is in. */
         st = hvd_mr_get_id(tp->mrc, buf, len, HVD_MEM_DEVICE, id, &mr);
@@ -234,8 +235,14 @@ hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
     }
     start_req(tp, req, peer, len);
     seq = q->rx_seq++;
-    q->rq[(q->rq_head + q->rq_count) % q->rq_cap] = (rxreq){
-        .req = req, .buf = buf, .len = len, .seq = seq, .mr = mr, .dev = dev};
+    q->rq[(q->rq_head + q->rq_count) % q->rq_cap] =
+        (rxreq){.req = req,
+                .buf = buf,
+                .len = len,
+                .seq = seq,
+                .mr = mr,
+                .dev = (uint8_t)dev,
+                .upto = (uint8_t)upto};
     q->rq_count++;
     if (dev) {
         q->rtr_todo++;
@@ -258,4 +265,20 @@ hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
     if (q->bye_rx && q->rq_count > 0 && tp->failure.status == HVD_OK)
         hvd_vb_on_bye(q);
     return HVD_OK;
+}
+
+hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
+                        size_t len, hvd_req *req) {
+    return post_recv(t, peer, channel, buf, len, req, 0);
+}
+
+/* The eager buffer or the ring's last chunk says where the message ends. */
+hvd_status hvd_vb_irecv_upto(hvd_transport *t, int peer, int channel,
+                             void *buf, size_t cap, hvd_req *req) {
+    if (channel != HVD_CHANNEL_CONTROL)
+        return hvd_error_set(HVD_ERR_INTERNAL,
+                             "verbs: irecv_upto on channel %d (the control "
+                             "channel only)",
+                             channel);
+    return post_recv(t, peer, channel, buf, cap, req, 1);
 }

@@ -14,12 +14,13 @@ hvd_status hvd_vb_repost(vqp *q, uint32_t idx) {
     return err == 0 ? HVD_OK : hvd_vb_recv_failed(q, err);
 }
 
-static hvd_status mismatch(vqp *q, size_t sent, int more, size_t want) {
+static hvd_status mismatch(vqp *q, size_t sent, int more, size_t want,
+                           int upto) {
     return hvd_vb_peer_failf(
         q, HVD_ERR_MISMATCH,
-        "sent a message of %s%zu bytes where this rank expected %zu: ranks "
+        "sent a message of %s%zu bytes where this rank expected %s%zu: ranks "
         "called collectives in different orders or with different counts",
-        more ? "more than " : "", sent, want);
+        more ? "more than " : "", sent, upto ? "at most " : "", want);
 }
 
 /* The ranks disagree on the memory type of message r: it came the host
@@ -71,8 +72,10 @@ hvd_status hvd_vb_match(vqp *q) {
                 return hvd_vb_protocol_error(
                     q, "an eager message arrived inside a "
                        "chunked one");
-            if (it->len != r->len)
-                return mismatch(q, it->len, 0, r->len);
+            if (r->upto ? it->len > r->len : it->len != r->len)
+                return mismatch(q, it->len, 0, r->len, r->upto);
+            if (r->upto)
+                r->len = it->len;
             if (it->len > 0)
                 memcpy(r->buf, b + HVD_VHDR_LEN, it->len);
             tp->ctr.eager_rx++;
@@ -87,9 +90,13 @@ hvd_status hvd_vb_match(vqp *q) {
             hvd_vrx res =
                 hvd_vrx_chunk(r->len, r->got, it->len, it->last, &got);
             if (res == HVD_VRX_TOO_LONG)
-                return mismatch(q, got, !it->last, r->len);
+                return mismatch(q, got, !it->last, r->len, r->upto);
+            if (res == HVD_VRX_TOO_SHORT && r->upto) {
+                r->len = got; /* the last chunk: the message ends here */
+                res = HVD_VRX_DONE;
+            }
             if (res == HVD_VRX_TOO_SHORT)
-                return mismatch(q, got, 0, r->len);
+                return mismatch(q, got, 0, r->len, 0);
             memcpy(r->buf + r->got, q->ring + (size_t)it->idx * q->slot_bytes,
                    it->len);
             tp->ctr.cpu_bytes += it->len;
@@ -102,6 +109,7 @@ hvd_status hvd_vb_match(vqp *q) {
         q->arr_count--;
         if (complete) {
             hvd_req *req = r->req;
+            req->got = r->len;
             q->rq_head = (q->rq_head + 1) % q->rq_cap;
             q->rq_count--;
             req_done(tp, req, HVD_OK);

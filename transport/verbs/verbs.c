@@ -16,6 +16,7 @@ const hvd_transport_ops hvd_verbs_ops = {
     .open = hvd_vb_entry_open,
     .isend = hvd_vb_isend,
     .irecv = hvd_vb_irecv,
+    .irecv_upto = hvd_vb_irecv_upto,
     .progress = hvd_vb_progress,
     .wake = hvd_vb_wake,
     .shutdown = hvd_vb_shutdown,

@@ -155,6 +155,7 @@ typedef struct rxreq {
     hvd_mr_entry *mr; /* device memory: its region, held until done */
     uint8_t dev;      /* into CUDA device memory: by rendezvous */
     uint8_t rtr_sent;
+    uint8_t upto; /* irecv_upto: len is the most it takes */
 } rxreq;
 
 enum { RX_EAGER = 0, RX_RING = 1, RX_FIN = 2 };
@@ -337,6 +338,8 @@ hvd_status hvd_vb_isend(hvd_transport *t, int peer, int channel,
                         const void *buf, size_t len, hvd_req *req);
 hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
                         size_t len, hvd_req *req);
+hvd_status hvd_vb_irecv_upto(hvd_transport *t, int peer, int channel,
+                             void *buf, size_t cap, hvd_req *req);
 hvd_status hvd_vb_progress(hvd_transport *t, int timeout_ms);
 void hvd_vb_wake(hvd_transport *t);
 int hvd_vb_step(vtp *tp, int wait_ms);
