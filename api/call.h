@@ -161,9 +161,9 @@ static inline hvd_status hvd_call_run(hvd_call *c, hvd_handle *out,
     st = hvd_engine_express_run(req->eng, req);
     if (st != HVD_OK)
         hvd_error_prefix("%s('%s') on rank %d: ", c->fn, req->name, hvd_rank());
-    /* All it may own: its name, its arrays of several buffers (its error
+    /* All it may own: its name, its arrays of many buffers (its error
      * was freed). */
-    if (req->name_owned || req->n != 1)
+    if (req->name_owned || hvd_request_owns_arrays(req))
         hvd_request_free(req);
     return st;
 }

@@ -10,6 +10,14 @@
 int hvd_request_setup_n(hvd_request *req, int n) {
     req->n = n;
     req->slot = -1;
+    if (n <= HVD_REQUEST_INLINE) {
+        req->send = memset(req->send_in, 0, sizeof(req->send_in));
+        req->recv = memset(req->recv_in, 0, sizeof(req->recv_in));
+        req->counts = memset(req->counts_in, 0, sizeof(req->counts_in));
+        req->desc.ncounts = (size_t)n;
+        req->desc.counts = req->counts;
+        return 0;
+    }
     req->send = calloc((size_t)n, sizeof(*req->send));
     req->recv = calloc((size_t)n, sizeof(*req->recv));
     req->counts = calloc((size_t)n, sizeof(*req->counts));

@@ -63,6 +63,9 @@ typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
  * heap (hvd_request_new: a handle) or in a blocking call's frame
  * (hvd_request_setup: that call waits for it before it returns).
  */
+/* Buffers a request holds without arrays of its own. */
+#define HVD_REQUEST_INLINE 4
+
 typedef struct hvd_request {
     /* Set by the submitter where it is not zero. */
     hvd_engine_fn fn; /* HVD_KIND_CALL */
@@ -91,12 +94,6 @@ typedef struct hvd_request {
     char *error;
     int last_rank; /* join */
 
-    /* Storage for a single buffer, so that the common case allocates once
-     * (a barrier's count is this zero). */
-    const void *send1;
-    void *recv1;
-    uint64_t count1;
-
     /* Set by the submitter. Last among what starts zeroed: a request set up
      * in a call's frame is zeroed up to its shape's dimensions only
      * (HVD_REQUEST_ZEROED); they, and all that follows, are written before
@@ -114,6 +111,12 @@ typedef struct hvd_request {
     struct hvd_engine *eng; /* the engine it was submitted to (idem) */
     /* A name that fits (most do), instead of a copy. */
     char name1[48];
+    /* Storage for the buffers of a request of up to HVD_REQUEST_INLINE
+     * (a single one, an alltoall's parts, a small group), so that none
+     * allocates; a larger one has arrays of its own. */
+    const void *send_in[HVD_REQUEST_INLINE];
+    void *recv_in[HVD_REQUEST_INLINE];
+    uint64_t counts_in[HVD_REQUEST_INLINE];
 } hvd_request;
 
 /* The bytes of a request that start zeroed (hvd_request_setup): all but
@@ -121,8 +124,9 @@ typedef struct hvd_request {
 #define HVD_REQUEST_ZEROED offsetof(hvd_request, desc.dims)
 
 /* Sets up a request, zeroed (its first HVD_REQUEST_ZEROED bytes at least), for
- * n buffers (n >= 1; arrays of its own beyond one). -1 when out of memory
- * (nothing to free then). Inline for one buffer: a blocking call's fast path.
+ * n buffers (n >= 1; arrays of its own beyond HVD_REQUEST_INLINE). -1 when
+ * out of memory (nothing to free then). Inline for one buffer: a blocking
+ * call's fast path.
  */
 int hvd_request_setup_n(hvd_request *req, int n);
 static inline int hvd_request_setup(hvd_request *req, int n) {
@@ -130,9 +134,12 @@ static inline int hvd_request_setup(hvd_request *req, int n) {
         return hvd_request_setup_n(req, n);
     req->n = 1;
     req->slot = -1;
-    req->send = &req->send1;
-    req->recv = &req->recv1;
-    req->counts = &req->count1;
+    req->send = req->send_in;
+    req->recv = req->recv_in;
+    req->counts = req->counts_in;
+    req->send_in[0] = NULL; /* what a barrier, a join ... leave */
+    req->recv_in[0] = NULL;
+    req->counts_in[0] = 0;
     req->desc.ncounts = 1;
     req->desc.counts = req->counts;
     return 0;
@@ -154,6 +161,11 @@ static inline int hvd_request_name(hvd_request *req, const char *name,
 }
 /* Frees what req owns, and req itself if it is on the heap. */
 void hvd_request_free(hvd_request *req);
+
+/* 1 if req has arrays of its own (more than HVD_REQUEST_INLINE buffers). */
+static inline int hvd_request_owns_arrays(const hvd_request *req) {
+    return req->send != req->send_in;
+}
 
 /*
  * Starts the engine over tp (NULL in a job of one), on tp's data and

@@ -12,7 +12,7 @@ pthread_cond_t hvd_eng_cond = PTHREAD_COND_INITIALIZER;
 void hvd_request_free(hvd_request *req) {
     if (req == NULL)
         return;
-    if (req->n != 1) {
+    if (hvd_request_owns_arrays(req)) {
         free(req->send);
         free(req->recv);
         free(req->counts);
