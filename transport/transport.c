@@ -68,8 +68,8 @@ static hvd_status unsup_irecv(hvd_transport *tp, int peer, int channel,
 static hvd_status unsup_irecv_upto(hvd_transport *tp, int peer, int channel,
                                    void *buf, size_t cap, hvd_req *req) {
     (void)peer, (void)channel, (void)buf, (void)cap, (void)req;
-    return hvd_error_set(HVD_ERR_UNSUPPORTED,
-                         "transport %s has no irecv_upto", tp->ops->name);
+    return hvd_error_set(HVD_ERR_UNSUPPORTED, "transport %s has no irecv_upto",
+                         tp->ops->name);
 }
 
 static hvd_status unsup_progress(hvd_transport *tp, int timeout_ms) {

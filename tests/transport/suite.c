@@ -491,9 +491,11 @@ static void case_pending(suite_rank *c) {
  * most, or between its length and the most), every third one by an exact
  * irecv among them; to and from every peer, receives posted before the
  * sends and after, some sent two in a batch. */
-static const size_t upto_lens[] = {0,    1,    7,    8,    47,   48,
-                                   49,   63,   64,   200,  1023, 1024,
-                                   1025, 2047, 4000, 4095, HVD_UPTO_MAX};
+/* clang-format off */
+static const size_t upto_lens[] = {
+    0, 1, 7, 8, 47, 48, 49, 63, 64, 200, 1023, 1024, 1025, 2047, 4000,
+    HVD_UPTO_MAX - 1, HVD_UPTO_MAX};
+/* clang-format on */
 enum { NUPTO = sizeof(upto_lens) / sizeof(upto_lens[0]) };
 
 /* The cap message k's receive gives; 0: an exact irecv. */
@@ -504,16 +506,15 @@ static size_t upto_cap(size_t len, int k) {
 }
 
 /* Posts the receive of message k from p into buf. */
-static void upto_recv(suite_rank *c, int p, int k, uint8_t *buf,
-                      hvd_req *req) {
+static void upto_recv(suite_rank *c, int p, int k, uint8_t *buf, hvd_req *req) {
     size_t len = upto_lens[k], cap = upto_cap(len, k);
     hvd_status st;
 
     memset(buf, 0xEE, HVD_UPTO_MAX + 1);
     req->got = (size_t)-1;
-    st = cap == 0 ? c->ops->irecv(c->tp, p, HVD_CHANNEL_CONTROL, buf, len, req)
-                  : c->ops->irecv_upto(c->tp, p, HVD_CHANNEL_CONTROL, buf, cap,
-                                       req);
+    st = cap == 0
+             ? c->ops->irecv(c->tp, p, HVD_CHANNEL_CONTROL, buf, len, req)
+             : c->ops->irecv_upto(c->tp, p, HVD_CHANNEL_CONTROL, buf, cap, req);
     if (st != HVD_OK)
         suite_fail("receive of %zu bytes (cap %zu): %s", len, cap,
                    hvd_last_error());

@@ -12,8 +12,8 @@
 
 #include "tests/unit/engine_fake.h"
 
-static hvd_status post_recv(hvd_transport *t, int peer, int channel,
-                            void *buf, size_t len, hvd_req *req, int upto) {
+static hvd_status post_recv(hvd_transport *t, int peer, int channel, void *buf,
+                            size_t len, hvd_req *req, int upto) {
     ef_transport *ft = (ef_transport *)t;
 
     if (peer < 0 || peer >= EF_MAXRANKS || channel != HVD_CHANNEL_CONTROL ||

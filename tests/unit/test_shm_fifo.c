@@ -7,19 +7,19 @@
  * deterministic: push and pop of one cell, wrap-around past the ring's
  * capacity, a full FIFO that holds the sender back until a cell is freed,
  * messages of many cells, a message larger than the whole FIFO, receives
- * of a message of unknown length (irecv_upto), the buffered control send, a length mismatch, and the ring arithmetic of the
- * power-of-two capacities; messages carried in the cell's header line
- * (every length from 0 to past it, exact, the payload untouched), the
- * longest whole message and one byte more, malformed cells, the doorbell
- * rung only for a sleeping rank, and a sleeping receiver (a forked child
- * on shared memory) woken by a message; and the segments' names
- * (setup.c), which must not show the job id.
+ * of a message of unknown length (irecv_upto), the buffered control send, a
+ * length mismatch, and the ring arithmetic of the power-of-two capacities;
+ * messages carried in the cell's header line (every length from 0 to past it,
+ * exact, the payload untouched), the longest whole message and one byte more,
+ * malformed cells, the doorbell rung only for a sleeping rank, and a sleeping
+ * receiver (a forked child on shared memory) woken by a message; and the
+ * segments' names (setup.c), which must not show the job id.
  *
  * The internal functions called (transport/shm/shm_internal.h):
- * hvd_shm_isend, hvd_shm_irecv, hvd_shm_irecv_upto, hvd_shm_pass, hvd_shm_push, and the inline
- * layout and queue helpers segment_bytes, fifo_bytes, fifo_of, cell_of,
- * payload_of, q_push, q_front, q_pop (with ncells_of and cell_bytes_of),
- * and hvd_shm_segment_name.
+ * hvd_shm_isend, hvd_shm_irecv, hvd_shm_irecv_upto, hvd_shm_pass, hvd_shm_push,
+ * and the inline layout and queue helpers segment_bytes, fifo_bytes, fifo_of,
+ * cell_of, payload_of, q_push, q_front, q_pop (with ncells_of and
+ * cell_bytes_of), and hvd_shm_segment_name.
  */
 #include <sched.h>
 #include <setjmp.h>

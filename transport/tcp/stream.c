@@ -536,14 +536,13 @@ static int on_header(tsock *s, hvd_status *st) {
     }
     if (f->msg_len != p->msg_len || f->len != p->len) {
         hvd_tcp_describe(tp, s->peer, who, sizeof(who));
-        *st = hvd_tp_failf(hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_MISMATCH,
-                           s->peer,
-                           "%s sent a message of %llu bytes where this "
-                           "rank expected %s%llu: ranks called collectives "
-                           "in different orders or with different counts",
-                           who, (unsigned long long)f->msg_len,
-                           p->upto ? "at most " : "",
-                           (unsigned long long)p->msg_len);
+        *st = hvd_tp_failf(
+            hvd_tcp_fail_with, tp, tp->rank, HVD_ERR_MISMATCH, s->peer,
+            "%s sent a message of %llu bytes where this "
+            "rank expected %s%llu: ranks called collectives "
+            "in different orders or with different counts",
+            who, (unsigned long long)f->msg_len, p->upto ? "at most " : "",
+            (unsigned long long)p->msg_len);
         return -1;
     }
     s->have_hdr = 0;

@@ -273,8 +273,8 @@ hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
 }
 
 /* The eager buffer or the ring's last chunk says where the message ends. */
-hvd_status hvd_vb_irecv_upto(hvd_transport *t, int peer, int channel,
-                             void *buf, size_t cap, hvd_req *req) {
+hvd_status hvd_vb_irecv_upto(hvd_transport *t, int peer, int channel, void *buf,
+                             size_t cap, hvd_req *req) {
     if (channel != HVD_CHANNEL_CONTROL)
         return hvd_error_set(HVD_ERR_INTERNAL,
                              "verbs: irecv_upto on channel %d (the control "

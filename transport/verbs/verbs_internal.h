@@ -338,8 +338,8 @@ hvd_status hvd_vb_isend(hvd_transport *t, int peer, int channel,
                         const void *buf, size_t len, hvd_req *req);
 hvd_status hvd_vb_irecv(hvd_transport *t, int peer, int channel, void *buf,
                         size_t len, hvd_req *req);
-hvd_status hvd_vb_irecv_upto(hvd_transport *t, int peer, int channel,
-                             void *buf, size_t cap, hvd_req *req);
+hvd_status hvd_vb_irecv_upto(hvd_transport *t, int peer, int channel, void *buf,
+                             size_t cap, hvd_req *req);
 hvd_status hvd_vb_progress(hvd_transport *t, int timeout_ms);
 void hvd_vb_wake(hvd_transport *t);
 int hvd_vb_step(vtp *tp, int wait_ms);
