@@ -383,6 +383,23 @@ static void case_wake(suite_rank *c) {
         suite_fail("progress(-1) returned %.1f s after wake()", dt);
 }
 
+/* Every rank ends up failed, each within the timeout, after what (rank 0
+ * sent rank 1 a message that does not fit its receive): rank 1 sees the
+ * mismatch and names rank 0, the others hear of it (or see it go).
+ * Returns the failure. */
+static hvd_status await_mismatch(suite_rank *c, const char *what) {
+    double end = now_s() + 4 * SUITE_TIMEOUT_S;
+    hvd_status st = HVD_OK;
+
+    while (st == HVD_OK && now_s() < end)
+        st = c->ops->progress(c->tp, 10);
+    if (st == HVD_OK)
+        suite_fail("no error in %d s after %s", 4 * SUITE_TIMEOUT_S, what);
+    if (c->rank == 1 && strstr(hvd_last_error(), "rank 0") == NULL)
+        suite_fail("the sentence does not name rank 0: %s", hvd_last_error());
+    return st;
+}
+
 /* mismatch: rank 1 expects 16 bytes from rank 0, which sends 8. */
 static void case_mismatch(suite_rank *c) {
     uint8_t buf[16] = {0}, other[4];
@@ -399,20 +416,10 @@ static void case_mismatch(suite_rank *c) {
             c->ops->irecv(c->tp, 0, HVD_CHANNEL_DATA, buf, 16, &r) != HVD_OK)
             suite_fail("irecv: %s", hvd_last_error());
     }
-    /* Every rank ends up failed, each within the timeout: the receiver
-     * sees the mismatch, the others hear of it (or see it go). */
-    double end = now_s() + 4 * SUITE_TIMEOUT_S;
-    hvd_status st = HVD_OK;
-    while (st == HVD_OK && now_s() < end)
-        st = c->ops->progress(c->tp, 10);
-    if (st == HVD_OK)
-        suite_fail("no error in %d s after a length mismatch",
-                   4 * SUITE_TIMEOUT_S);
+    hvd_status st = await_mismatch(c, "a length mismatch");
     if (c->rank == 1 &&
         (!r.done || !r2.done || r.status == HVD_OK || r2.status == HVD_OK))
         suite_fail("the receives in flight did not fail with the transport");
-    if (c->rank == 1 && strstr(hvd_last_error(), "rank 0") == NULL)
-        suite_fail("the sentence does not name rank 0: %s", hvd_last_error());
     if (c->ops->progress(c->tp, 0) != st)
         suite_fail("a later call did not return the failure again");
 }
@@ -603,17 +610,9 @@ static void case_upto_long(suite_rank *c) {
     if (c->rank == 1 && c->ops->irecv_upto(c->tp, 0, HVD_CHANNEL_CONTROL, buf,
                                            64, &r) != HVD_OK)
         suite_fail("irecv_upto: %s", hvd_last_error());
-    double end = now_s() + 4 * SUITE_TIMEOUT_S;
-    hvd_status st = HVD_OK;
-    while (st == HVD_OK && now_s() < end)
-        st = c->ops->progress(c->tp, 10);
-    if (st == HVD_OK)
-        suite_fail("no error in %d s after a message longer than the cap",
-                   4 * SUITE_TIMEOUT_S);
+    await_mismatch(c, "a message longer than the cap");
     if (c->rank == 1 && (!r.done || r.status == HVD_OK))
         suite_fail("the receive did not fail with the transport");
-    if (c->rank == 1 && strstr(hvd_last_error(), "rank 0") == NULL)
-        suite_fail("the sentence does not name rank 0: %s", hvd_last_error());
 }
 
 const suite_case suite_cases[] = {
