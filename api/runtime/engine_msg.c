@@ -42,8 +42,8 @@ hvd_status hvd_eng_open_ports(hvd_engine *eng) {
 
 /* Fills frame (CTRL_FIRST bytes) with the header and the start of the
  * body (unless the body is there already); returns the length of the
- * first message. The rest of the body, from body + CTRL_INLINE, follows
- * in a second message (ctrl_rest). */
+ * first message. The rest of the body, from body + ctrl_head(len),
+ * follows in a second message (ctrl_rest). */
 size_t hvd_eng_frame(uint8_t *frame, uint32_t type, uint32_t proto_len,
                      const void *body, size_t len) {
     msg_header hdr = {.type = type, .proto_len = proto_len, .len = len};
@@ -64,7 +64,7 @@ hvd_status hvd_eng_send_msg(hvd_engine *eng, int peer, uint32_t type,
     size_t rest = ctrl_rest(len);
     hvd_req req[2];
     hvd_sendv msgs[2] = {{frame, first},
-                         {(const uint8_t *)body + CTRL_INLINE, rest}};
+                         {(const uint8_t *)body + ctrl_head(len), rest}};
     hvd_status st =
         hvd_comm_isendv(eng->ctrl, peer, msgs, rest > 0 ? 2 : 1, req);
 
@@ -136,10 +136,10 @@ static hvd_status take_header(hvd_engine *eng, int peer, double now,
         *again = 1;
         return take_body(eng, peer, now);
     }
-    memcpy(dst, p->in.frame + sizeof(*h), CTRL_INLINE);
+    memcpy(dst, p->in.frame + sizeof(*h), CTRL_LONG_HEAD);
     p->in_body = 1;
-    st = hvd_comm_irecv(eng->ctrl, peer, (uint8_t *)dst + CTRL_INLINE,
-                        h->len - CTRL_INLINE, &p->req);
+    st = hvd_comm_irecv(eng->ctrl, peer, (uint8_t *)dst + CTRL_LONG_HEAD,
+                        h->len - CTRL_LONG_HEAD, &p->req);
     *again = st == HVD_OK; /* the rest may be there already */
     return st;
 }

@@ -73,16 +73,18 @@
 #define IDLE_WAIT_MS 1000
 
 /*
- * Control messages travel on the control channel as a first message of
- * at most CTRL_FIRST bytes, sent at its own length: a 16-byte header and
- * the first CTRL_INLINE bytes of the body; then, if the body is longer,
- * the rest as a second message. Every rank always has a receive of a
- * first message (transport.h, irecv_upto) posted from every other rank,
- * so a message of up to 4 KiB (a step of small tensors, an update) is
- * one message each way, as long as it is.
+ * Control messages travel on the control channel as a first message sent
+ * at its own length: a 16-byte header and the body, whole if it is at
+ * most CTRL_INLINE bytes (the first message then at most CTRL_FIRST);
+ * a longer body's first CTRL_LONG_HEAD bytes, and the rest as a second
+ * message, received straight into the body's buffer. Every rank always
+ * has a receive of a first message (transport.h, irecv_upto) posted from
+ * every other rank, so a message of up to 4 KiB (a step of small
+ * tensors, an update) is one message each way, as long as it is.
  */
 #define CTRL_FIRST HVD_UPTO_MAX
 #define CTRL_INLINE (CTRL_FIRST - sizeof(msg_header))
+#define CTRL_LONG_HEAD 240
 enum {
     MSG_UPDATE = 1, /* rank -> 0: Update, whenever its state changes */
     MSG_STEP = 2,   /* rank -> every rank: its Step, then carried data */
@@ -102,7 +104,7 @@ _Static_assert(sizeof(msg_header) == 16, "the control header is 16 bytes");
 /* Of a control message's body of len bytes: what its first message
  * holds, and what follows in a second. */
 static inline size_t ctrl_head(uint64_t len) {
-    return len < CTRL_INLINE ? (size_t)len : CTRL_INLINE;
+    return len <= CTRL_INLINE ? (size_t)len : CTRL_LONG_HEAD;
 }
 static inline size_t ctrl_rest(uint64_t len) {
     return (size_t)(len - ctrl_head(len));

@@ -143,7 +143,7 @@ static void send_msg(fixture *f, uint32_t type, uint32_t proto_len,
         /* The engine has posted the rest's receive once it took the frame
          * in (hvd_eng_pump). */
         assert_int_equal(hvd_eng_pump(f->eng, 0), HVD_OK);
-        deliver(f, body + CTRL_INLINE, rest);
+        deliver(f, body + ctrl_head(len), rest);
     }
 }
 
@@ -284,15 +284,15 @@ static void long_step(void **state) {
         step_body(body, sizeof(body), 1, ready, 1, data, sizeof(data), &plen);
     size_t first = hvd_eng_frame(frame, MSG_STEP, plen, body, len);
     size_t rest = ctrl_rest(len);
-    assert_int_equal(first, CTRL_FIRST);
-    assert_int_equal(rest, len - CTRL_INLINE);
+    assert_int_equal(first, sizeof(msg_header) + CTRL_LONG_HEAD);
+    assert_int_equal(rest, len - CTRL_LONG_HEAD);
     deliver(f, frame, first);
     assert_int_equal(hvd_eng_pump(f->eng, 0), HVD_OK);
     assert_int_equal(p->in_body, 1);
     assert_null(p->step[1].msg);
     assert_int_equal(f->rec.n, 1);
     assert_int_equal(f->rec.q[0].len, rest);
-    deliver(f, body + CTRL_INLINE, rest);
+    deliver(f, body + CTRL_LONG_HEAD, rest);
     assert_int_equal(hvd_eng_port_ready(f->eng), 1);
     assert_int_equal(hvd_eng_pump(f->eng, 0), HVD_OK);
     assert_int_equal(p->in_body, 0);
@@ -321,17 +321,18 @@ static void malformed_headers(void **state) {
         uint64_t len;
         size_t got;
     } bad[] = {
-        {0, 0, 8, 0},                       /* no such type */
-        {MSG_BRIEF + 1, 0, 8, 0},           /* no such type */
-        {MSG_UPDATE, 0, 8, 0},              /* an update to a rank but 0 */
-        {MSG_STEP, 0, 0, 0},                /* a step without a body */
-        {MSG_STOP, 0, 4, 0},                /* a STOP with one */
-        {MSG_STEP, 9, 8, 0},                /* more protobuf than body */
-        {MSG_STEP, 0, (1ULL << 32) + 1, 0}, /* larger than any message */
-        {MSG_STEP, 0, 8, 16},               /* its body missing */
-        {MSG_STEP, 0, 8, 40},               /* more than its body */
-        {MSG_STEP, 0, CTRL_FIRST, 100},     /* a long one cut short */
-        {MSG_STOP, 0, 0, 8},                /* shorter than a header */
+        {0, 0, 8, 0},                          /* no such type */
+        {MSG_BRIEF + 1, 0, 8, 0},              /* no such type */
+        {MSG_UPDATE, 0, 8, 0},                 /* an update to a rank but 0 */
+        {MSG_STEP, 0, 0, 0},                   /* a step without a body */
+        {MSG_STOP, 0, 4, 0},                   /* a STOP with one */
+        {MSG_STEP, 9, 8, 0},                   /* more protobuf than body */
+        {MSG_STEP, 0, (1ULL << 32) + 1, 0},    /* larger than any message */
+        {MSG_STEP, 0, 8, 16},                  /* its body missing */
+        {MSG_STEP, 0, 8, 40},                  /* more than its body */
+        {MSG_STEP, 0, CTRL_INLINE, 100},       /* a whole one cut short */
+        {MSG_STEP, 0, CTRL_FIRST, CTRL_FIRST}, /* a long one not cut */
+        {MSG_STOP, 0, 0, 8},                   /* shorter than a header */
     };
 
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
