@@ -258,8 +258,8 @@ hvd_status hvd_eng_pass(hvd_engine *eng, int block, int *last) {
 
 int hvd_eng_spin(hvd_engine *eng, unsigned n, hvd_eng_spinner *s) {
     /* Busy with other processes (with two busy loops on 2 cores, an 8 B
-     * allreduce at np 2 took 0.1-2.8 ms yielding, 0.6-6 us pausing for
-     * 10 us and then sleeping; docs/benchmarks.md). */
+     * to 32 KiB allreduce at np 2 took up to 6 ms yielding, 0.6-25 us
+     * pausing for 10 us and then sleeping; docs/benchmarks.md). */
     if (n == 1 && eng->load_on)
         s->busy = !hvd_hostload_room(&eng->load, hvd_coarse_ns());
     if (n % 16 == 0) {
