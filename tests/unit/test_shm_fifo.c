@@ -12,14 +12,16 @@
  * messages carried in the cell's header line (every length from 0 to past it,
  * exact, the payload untouched), the longest whole message and one byte more,
  * malformed cells, the doorbell rung only for a sleeping rank, and a sleeping
- * receiver (a forked child on shared memory) woken by a message; and the
+ * receiver (a forked child on shared memory) woken by a message, with a
+ * fence on each side or membarrier's barrier on the sleeper's; and the
  * segments' names (setup.c), which must not show the job id.
  *
  * The internal functions called (transport/shm/shm_internal.h):
- * hvd_shm_isend, hvd_shm_irecv, hvd_shm_irecv_upto, hvd_shm_pass, hvd_shm_push,
- * and the inline layout and queue helpers segment_bytes, fifo_bytes, fifo_of,
- * cell_of, payload_of, q_push, q_front, q_pop (with ncells_of and
- * cell_bytes_of), and hvd_shm_segment_name.
+ * hvd_shm_isend, hvd_shm_irecv, hvd_shm_irecv_upto, hvd_shm_pass,
+ * hvd_shm_membar_setup, hvd_shm_push, and the inline layout and queue
+ * helpers segment_bytes, fifo_bytes, fifo_of, cell_of, payload_of, q_push,
+ * q_front, q_pop (with ncells_of and cell_bytes_of), and
+ * hvd_shm_segment_name.
  */
 #include <sched.h>
 #include <setjmp.h>
@@ -514,9 +516,11 @@ static void sleeper(pair *pr, uint32_t bell0) {
 
 /* A receiver asleep on its futex (another process) is woken by a message:
  * the sender sees its flag and rings. The segments are shared memory, so
- * the child's futex is the parent's doorbell. */
-static void sleeper_woken(void **state) {
-    pair *pr = *state;
+ * the child's futex is the parent's doorbell. With membar, both sides as
+ * where the kernel has membarrier's global expedited barrier: the sleeper
+ * sleeps after one, the sender publishes without a fence (fail.c,
+ * hvd_shm_notify); where it has not, as without. */
+static void woken(pair *pr, int membar) {
     size_t len = (segment_bytes(2) + LINE - 1) / LINE * LINE;
     uint8_t *mem = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0),
@@ -532,6 +536,12 @@ static void sleeper_woken(void **state) {
     }
     seg_hdr *h1 = hdr_of(pr->side[1].seg);
     uint32_t bell0 = atomic_load(&h1->doorbell);
+    if (membar) {
+        membar = hvd_shm_membar_setup();
+        pr->side[0].membar = pr->side[1].membar = membar;
+        h1->membar = hdr_of(pr->side[0].seg)->membar = (uint32_t)membar;
+        pr->peers[0][1].nofence = pr->peers[1][0].nofence = membar;
+    }
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0)
@@ -558,6 +568,10 @@ static void sleeper_woken(void **state) {
         pr->side[r].seg = NULL;
     munmap(mem, 2 * len);
 }
+
+static void sleeper_woken(void **state) { woken(*state, 0); }
+
+static void sleeper_woken_membar(void **state) { woken(*state, 1); }
 
 /* The ring arithmetic: capacities are powers of two, cell n and cell
  * n + capacity are the same, the cells of one FIFO are distinct and
@@ -674,6 +688,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(ring_only_sleepers, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(sleeper_woken, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(sleeper_woken_membar, pair_setup,
                                         pair_teardown),
         cmocka_unit_test(message_queue),
         cmocka_unit_test(segment_names),

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -46,14 +47,50 @@ void hvd_shm_ring(uint8_t *seg) {
  * comes first, this load (after X) sees sleeping = 1 (or a later store:
  * the owner already woke), and this rank rings: the futex wait compares
  * the doorbell in the kernel, so a ring between the owner's look and its
- * wait makes the wait return at once. One fence per publication is what
- * this needs (on x86 the only one; the store itself is plain).
+ * wait makes the wait return at once.
+ *
+ * X costs its publisher the drain of its store buffer, which waits for
+ * the published line to come from the owner's core: a tenth of a small
+ * message's time (docs/benchmarks.md). Where the kernel has membarrier's
+ * global expedited barrier and both processes use it (nofence), Y is
+ * that barrier instead (hvd_shm_sleep_fence: every core running a
+ * registered process executes a full barrier before it returns, which
+ * orders this rank's store and load as X would), and X is only a
+ * compiler barrier: the owner, about to sleep anyway, pays a system call
+ * so that every publication is free.
  */
-void hvd_shm_notify(uint8_t *seg) {
+void hvd_shm_notify(uint8_t *seg, int nofence) {
     seg_hdr *h = hdr_of(seg);
-    atomic_thread_fence(memory_order_seq_cst);
+    if (nofence)
+        atomic_signal_fence(memory_order_seq_cst);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&h->sleeping, memory_order_relaxed))
         hvd_shm_ring(seg);
+}
+
+/* Registers this process for membarrier's global expedited barrier;
+ * 1 if it can sleep after one (hvd_shm_notify). */
+int hvd_shm_membar_setup(void) {
+    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+    if (q < 0 || !(q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) ||
+        !(q & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED))
+        return 0;
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0,
+                   0) == 0;
+}
+
+/* Y of hvd_shm_notify: between this rank's sleeping = 1 and its last look
+ * at its FIFOs. Should the barrier fail after all, the fence still
+ * orders this side, and the sleep is cut to short slices (progress.c)
+ * so that a publication that skipped its fence waits 1 ms at most. */
+void hvd_shm_sleep_fence(shm *tp) {
+    if (tp->membar &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0)
+        return;
+    tp->membar_failed = tp->membar;
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen) {

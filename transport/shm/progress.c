@@ -209,10 +209,11 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
         int64_t left;
         struct timespec ts;
 
-        /* The store, the fence, then the look: hvd_shm_notify says why a
-         * peer that publishes meanwhile either is seen here or rings. */
+        /* The store, the fence (or barrier), then the look:
+         * hvd_shm_notify says why a peer that publishes meanwhile either
+         * is seen here or rings. */
         atomic_store_explicit(&me->sleeping, 1, memory_order_relaxed);
-        atomic_thread_fence(memory_order_seq_cst);
+        hvd_shm_sleep_fence(tp);
         bell = atomic_load(&me->doorbell);
         if (bell != tp->seen_bell || hvd_shm_pass(tp)) {
             tp->seen_bell = bell;
@@ -224,6 +225,8 @@ hvd_status hvd_shm_progress(hvd_transport *t, int timeout_ms) {
         left = deadline - now;
         if (left > SLICE_MS * 1000000LL)
             left = SLICE_MS * 1000000LL;
+        if (tp->membar_failed && left > 1000000LL)
+            left = 1000000LL;
         if (left > 0) {
             ts.tv_sec = left / 1000000000LL;
             ts.tv_nsec = left % 1000000000LL;

@@ -260,6 +260,8 @@ static hvd_status make_segment(shm *tp, const hvd_transport_params *params,
     h->version = SHM_VERSION;
     h->nlocal = (uint32_t)tp->nlocal;
     h->pid = (int32_t)getpid();
+    tp->membar = hvd_shm_membar_setup();
+    h->membar = (uint32_t)tp->membar;
     for (int ch = 0; ch < NCHANNELS; ch++) {
         h->ncells[ch] = ncells_of[ch];
         h->cell_bytes[ch] = cell_bytes_of[ch];
@@ -316,6 +318,9 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
                  p, name);
         return -1;
     }
+    /* Its sleeps' barrier covers this rank's publications only if this
+     * process registered for it. */
+    pe->nofence = tp->membar && h->membar;
     pe->pid = (pid_t)b->pid;
     pe->pidfd = open_pidfd(pe->pid);
     return 0;

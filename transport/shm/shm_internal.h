@@ -108,7 +108,10 @@ typedef struct seg_hdr {
     int32_t pid;
     uint32_t ncells[NCHANNELS];
     uint32_t cell_bytes[NCHANNELS];
-    uint8_t pad0[LINE - 36];
+    /* The owner sleeps only after a membarrier(2) (hvd_shm_sleep_fence):
+     * a publisher registered for it needs no fence (hvd_shm_notify). */
+    uint32_t membar;
+    uint8_t pad0[LINE - 40];
     _Atomic uint32_t doorbell; /* rung by whoever gives the owner work */
     uint8_t pad1[LINE - 4];
     _Atomic uint32_t sleeping; /* the owner sleeps on doorbell */
@@ -156,6 +159,8 @@ typedef struct speer {
     uint64_t rx_head[NCHANNELS];   /* cells consumed from it (mine) */
     int pending;                   /* messages in flight with it */
     int64_t last_active;
+    int nofence; /* it sleeps after a membarrier that covers this rank:
+                    a publication to it needs no fence */
 } speer;
 
 typedef struct shm {
@@ -164,8 +169,11 @@ typedef struct shm {
     int size;
     int nlocal;
     int my_local;
-    int cma;         /* every same-host rank can process_vm_readv every other */
-    int64_t spin_ns; /* 0: sleep at once */
+    int cma;    /* every same-host rank can process_vm_readv every other */
+    int membar; /* this process is registered for membarrier's global
+                   expedited barrier and sleeps after one */
+    int membar_failed; /* a barrier failed: sleep in short slices */
+    int64_t spin_ns;   /* 0: sleep at once */
     /* Whether other processes hold this host's cores (looked at only
      * where it has a core for each of its ranks: load_on). */
     hvd_hostload load;
@@ -264,7 +272,9 @@ extern const hvd_setting hvd_shm_settings_table[HVD_SHM_NSETTINGS];
 long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
                    const struct timespec *ts);
 void hvd_shm_ring(uint8_t *seg);
-void hvd_shm_notify(uint8_t *seg);
+void hvd_shm_notify(uint8_t *seg, int nofence);
+int hvd_shm_membar_setup(void);
+void hvd_shm_sleep_fence(shm *tp);
 void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen);
 void hvd_shm_complete(hvd_req *req, hvd_status status);
 hvd_status hvd_shm_fail_with(void *arg, hvd_status status, int culprit,
