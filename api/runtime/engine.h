@@ -56,6 +56,9 @@ typedef struct hvd_engine hvd_engine;
 /* A function run on the engine thread (HVD_KIND_CALL). */
 typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
 
+/* Buffers a request holds without arrays of its own. */
+#define HVD_REQUEST_INLINE 4
+
 /*
  * One submitted operation, the engine's record of a call: built by the
  * API (api/call.c), owned by the engine from submission to completion,
@@ -63,8 +66,6 @@ typedef void (*hvd_engine_fn)(void *arg, hvd_comm *comm);
  * heap (hvd_request_new: a handle) or in a blocking call's frame
  * (hvd_request_setup: that call waits for it before it returns).
  */
-/* Buffers a request holds without arrays of its own. */
-#define HVD_REQUEST_INLINE 4
 
 typedef struct hvd_request {
     /* Set by the submitter where it is not zero. */

@@ -409,15 +409,21 @@ static hvd_status engine_loop(hvd_engine *eng) {
         st = take_turn(eng, &last);
         if (st == HVD_OK && !last)
             st = hvd_eng_pass(eng, 1, &last);
+        /* On the way out (the job failed, or the last step ran) the engine
+         * thread keeps its turn: a waiting thread that took the engine now
+         * would run a pass beside hvd_eng_main failing every request, and
+         * could take in a request after that, which then never finished
+         * (may_drive says no only once hvd_eng_fail or finished says so).
+         * Waiters wait for their requests, which hvd_eng_main ends. */
+        if (st != HVD_OK)
+            return st;
+        if (last)
+            return hvd_eng_close_ports(eng);
         pthread_mutex_lock(&hvd_eng_lock);
         eng->engine_busy = 0;
         if (eng->wanted > 0)
             pthread_cond_broadcast(&hvd_eng_cond);
         pthread_mutex_unlock(&hvd_eng_lock);
-        if (st != HVD_OK)
-            return st;
-        if (last)
-            return hvd_eng_close_ports(eng);
     }
 }
 

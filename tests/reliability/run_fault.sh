@@ -130,14 +130,14 @@ while read -r victim delay; do
     shm_before
     if [ $kind = hvdrun ]; then
         timeout -k 5 60 "$launcher" --grace-seconds 8 -np "$np" -- "$prog" \
-            --victim "$victim" --expect $expect --linger-ms $linger \
+            --victim "$victim" --expect $expect --linger-ms $linger --threads 2 \
             >"$out" 2>&1 &
     else
         # shellcheck disable=SC2086
         timeout -k 5 60 $launcher -np "$np" -x HVD_TRANSPORT=tcp \
             ${HVD_TIMEOUT_SECONDS:+-x HVD_TIMEOUT_SECONDS} -x HVD_TEST_SYNC_DIR \
             "$prog" \
-            --victim "$victim" --expect $expect --linger-ms $linger \
+            --victim "$victim" --expect $expect --linger-ms $linger --threads 2 \
             >"$out" 2>&1 &
     fi
     job=$!

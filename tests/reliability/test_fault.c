@@ -2,11 +2,14 @@
  * The job that run_fault.sh (and the network scripts) hurt from outside.
  *
  *     test_fault --victim R --expect peer_lost|timeout|any
- *                [--max-seconds S] [--linger-ms M]
+ *                [--max-seconds S] [--linger-ms M] [--threads 1|2]
  *
  * Every rank runs allreduces of mixed sizes (4 B to 4 MiB), three in flight
  * at a time so that small ones fuse and large ones run alone, and checks
- * every result exactly. Once initialized it prints
+ * every result exactly. With --threads 2 a second thread runs blocking
+ * allreduces of its own meanwhile, so that a waiting thread that runs the
+ * engine itself meets the engine thread when the job fails; it must get
+ * the same verdict, in time. Once initialized it prints
  *
  *     READY rank R pid P size N job J
  *
@@ -17,7 +20,8 @@
  *
  *     DETECT rank R status S wall T.N
  *
- * with the wall-clock time of that return, which the script compares with
+ * with the wall-clock time of that return (with --threads 2, once the
+ * second thread's call has failed too), which the script compares with
  * the moment it struck, then checks that the status is the expected one,
  * that the sentence names rank R (unless --victim -1), that a later call
  * fails too and that hvd_shutdown() returns within 5 s, and prints
@@ -37,6 +41,7 @@
 
 #include "testutil.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +63,19 @@ static const size_t sizes[] = {1, 100, 4096, 65536, 300000, MAX_ELEMS, 7};
 #define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 enum { EXPECT_PEER_LOST, EXPECT_TIMEOUT, EXPECT_ANY };
+
+/* Elements of the second thread's blocking allreduces. */
+#define BLOCKING_ELEMS 1000
+
+/* The second thread (--threads 2): blocking allreduces until one fails. */
+typedef struct blocking {
+    pthread_t thread;
+    int rank, size, max_s;
+    float send[BLOCKING_ELEMS], recv[BLOCKING_ELEMS];
+    hvd_status status;
+    char text[1024];
+    int calls;
+} blocking;
 
 static double wall_s(void) {
     struct timespec ts;
@@ -136,8 +154,43 @@ static void await_verdicts(const char *dir, int rank, int size, int victim,
     }
 }
 
+static void *run_blocking(void *arg) {
+    blocking *b = arg;
+    double start = now_s();
+    char name[64];
+
+    for (size_t e = 0; e < BLOCKING_ELEMS; e++)
+        b->send[e] = input(b->rank, e);
+    for (b->calls = 0; b->status == HVD_OK; b->calls++) {
+        if (now_s() - start > b->max_s) {
+            snprintf(b->text, sizeof(b->text),
+                     "%d blocking calls in %d s and no failure", b->calls,
+                     b->max_s);
+            b->status = HVD_ERR_INTERNAL;
+            break;
+        }
+        snprintf(name, sizeof(name), "fault.blocking.%d", b->calls);
+        b->status = hvd_allreduce(name, b->send, b->recv, BLOCKING_ELEMS,
+                                  HVD_FLOAT32, HVD_SUM);
+        if (b->status != HVD_OK) {
+            snprintf(b->text, sizeof(b->text), "%s", hvd_last_error());
+            break;
+        }
+        for (size_t e = 0; e < BLOCKING_ELEMS; e++) {
+            if (b->recv[e] != expected(b->size, e)) {
+                snprintf(b->text, sizeof(b->text),
+                         "'%s' element %zu is %g, expected %g", name, e,
+                         (double)b->recv[e], (double)expected(b->size, e));
+                b->status = HVD_ERR_INTERNAL;
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
-    int victim = -2, expect = -1, max_s = 60, linger_ms = 1000;
+    int victim = -2, expect = -1, max_s = 60, linger_ms = 1000, threads = 1;
     int rank, size, it, i, k;
     float *send[INFLIGHT], *recv[INFLIGHT];
     hvd_handle h[INFLIGHT];
@@ -147,6 +200,7 @@ int main(int argc, char **argv) {
     const char *sync_dir = getenv("HVD_TEST_SYNC_DIR");
     hvd_status s = HVD_OK, again;
     double t_fail = 0, start, t0, shutdown_s;
+    static blocking helper;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (i = 1; i + 1 < argc; i += 2) {
@@ -163,6 +217,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--linger-ms") == 0) {
             if (parse_int(argv[i + 1], &linger_ms) != 0)
                 break;
+        } else if (strcmp(argv[i], "--threads") == 0) {
+            if (parse_int(argv[i + 1], &threads) != 0 || threads < 1 ||
+                threads > 2)
+                break;
         } else {
             break;
         }
@@ -170,7 +228,7 @@ int main(int argc, char **argv) {
     if (i != argc || victim < -1 || expect < 0) {
         fprintf(stderr,
                 "usage: %s --victim RANK|-1 --expect peer_lost|timeout|any "
-                "[--max-seconds S] [--linger-ms M]\n",
+                "[--max-seconds S] [--linger-ms M] [--threads 1|2]\n",
                 argv[0]);
         return 2;
     }
@@ -199,6 +257,15 @@ int main(int argc, char **argv) {
         }
         for (size_t e = 0; e < MAX_ELEMS; e++)
             send[k][e] = input(rank, e);
+    }
+    if (threads == 2) {
+        helper.rank = rank;
+        helper.size = size;
+        helper.max_s = max_s;
+        if (pthread_create(&helper.thread, NULL, run_blocking, &helper) != 0) {
+            printf("FAIL fault rank %d: pthread_create failed\n", rank);
+            return 1;
+        }
     }
     job = getenv("HVD_JOB_ID");
     printf("READY rank %d pid %d size %d job %s\n", rank, (int)getpid(), size,
@@ -243,6 +310,14 @@ int main(int argc, char **argv) {
             snprintf(text, sizeof(text), "%s", hvd_last_error());
         }
     }
+    /* The second thread's call fails too (a hang here is what the
+     * script reports: no DETECT line). */
+    if (threads == 2) {
+        pthread_join(helper.thread, NULL);
+        t0 = wall_s();
+        if (t0 > t_fail)
+            t_fail = t0;
+    }
     printf("DETECT rank %d status %s wall %.6f after %d iterations\n", rank,
            status_name(s), t_fail, it);
     say_verdict(sync_dir, rank);
@@ -266,6 +341,18 @@ int main(int argc, char **argv) {
     if (victim >= 0 && !names_rank(text, victim)) {
         printf("FAIL fault rank %d: the error does not name rank %d: %s\n",
                rank, victim, text);
+        return 1;
+    }
+    if (threads == 2 && !status_ok(helper.status, expect)) {
+        printf("FAIL fault rank %d: the blocking thread got %s after %d "
+               "calls: %s\n",
+               rank, status_name(helper.status), helper.calls, helper.text);
+        return 1;
+    }
+    if (threads == 2 && victim >= 0 && !names_rank(helper.text, victim)) {
+        printf("FAIL fault rank %d: the blocking thread's error does not "
+               "name rank %d: %s\n",
+               rank, victim, helper.text);
         return 1;
     }
     if (again == HVD_OK) {
