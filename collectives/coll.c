@@ -137,7 +137,7 @@ static hvd_status hier_allreduce(hvd_comm *world, const void *sendbuf,
     hvd_status st;
 
     if (direct) {
-        st = hvd_direct_begin(L, sendbuf, recvbuf);
+        st = hvd_direct_begin(L, sendbuf, count * es, recvbuf, count * es);
         if (st == HVD_OK)
             st = hvd_direct_reduce_scatter(L, sendbuf, recvbuf, count, dtype,
                                            sub);

@@ -165,15 +165,17 @@ hvd_status hvd_ring_allgather_segments(hvd_comm *comm, void *buf, size_t count,
 /*
  * Direct algorithms (direct.c): every peer readable with hvd_comm_get
  * (hvd_comm_can_get). The phases of the allreduce, for hier: begin
- * publishes the buffers; reduce_scatter leaves segment rank (hvd_part_range
- * of size parts) reduced in recvbuf; allgather_segments reads the others'
- * segments once each owner's is done; end waits until every peer is done
- * reading this rank's buffers.
+ * publishes the buffers (and exposes sendlen and recvlen bytes of them,
+ * hvd_comm_expose; 0: not known); reduce_scatter leaves segment rank
+ * (hvd_part_range of size parts) reduced in recvbuf; allgather_segments reads
+ * the others' segments once each owner's is done; end waits until every peer is
+ * done reading this rank's buffers.
  */
 hvd_status hvd_direct_allreduce(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t count, hvd_dtype dtype,
                                 hvd_op op);
-hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf, void *recvbuf);
+hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf, size_t sendlen,
+                            void *recvbuf, size_t recvlen);
 hvd_status hvd_direct_reduce_scatter(hvd_comm *comm, const void *sendbuf,
                                      void *recvbuf, size_t count,
                                      hvd_dtype dtype, hvd_op op);

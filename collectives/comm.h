@@ -176,6 +176,14 @@ static inline hvd_status hvd_comm_get(hvd_comm *comm, int peer, void *buf,
                               len);
 }
 
+/* The peers are about to read [buf, buf + len) of this rank with
+ * hvd_comm_get, and likely will again (transport.h, expose). */
+static inline void hvd_comm_expose(hvd_comm *comm, const void *buf,
+                                   size_t len) {
+    if (comm->tp->ops->expose != NULL && len > 0)
+        comm->tp->ops->expose(comm->tp, buf, len);
+}
+
 /* 1 if every peer of comm can be read with hvd_comm_get. */
 int hvd_comm_can_get(const hvd_comm *comm);
 

@@ -76,8 +76,8 @@ static hvd_status barrier_round(hvd_comm *comm) {
     return round_all(comm, &none, &none, 0);
 }
 
-hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf,
-                            void *recvbuf) {
+hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf, size_t sendlen,
+                            void *recvbuf, size_t recvlen) {
     addrs mine = {(uint64_t)(uintptr_t)sendbuf, (uint64_t)(uintptr_t)recvbuf,
                   0};
     addrs *all = NULL;
@@ -85,6 +85,9 @@ hvd_status hvd_direct_begin(hvd_comm *comm, const void *sendbuf,
 
     if (st != HVD_OK)
         return st;
+    hvd_comm_expose(comm, sendbuf, sendlen);
+    if (recvbuf != sendbuf)
+        hvd_comm_expose(comm, recvbuf, recvlen);
     /* Reset before the round: a peer reads it only after this round's
      * message, and the last call's readers are done (its end round). */
     __atomic_store_n(my_counter(comm), 0, __ATOMIC_RELEASE);
@@ -220,7 +223,7 @@ hvd_status hvd_direct_reduce_scatter_blocks(hvd_comm *comm, const void *sendbuf,
                                             size_t unit, hvd_dtype dtype,
                                             hvd_op op) {
     size_t es = hvd_dtype_size(dtype), off, cnt;
-    hvd_status st = hvd_direct_begin(comm, sendbuf, block);
+    hvd_status st = hvd_direct_begin(comm, sendbuf, count * es, block, 0);
 
     hvd_part_range(count / unit, (size_t)comm->size, (size_t)comm->rank, &off,
                    &cnt);
@@ -239,7 +242,9 @@ hvd_status hvd_direct_alltoall(hvd_comm *comm, const void *sendbuf,
                                const size_t *rdispls, const size_t *peer_offs) {
     int p = comm->size, r = comm->rank;
     const addrs *all;
-    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+    /* Its length is not known here (what each peer reads is): left as it
+     * is. */
+    hvd_status st = hvd_direct_begin(comm, sendbuf, 0, recvbuf, 0);
 
     all = comm->peer_addrs;
     for (int k = 1; k < p && st == HVD_OK; k++) {
@@ -318,7 +323,8 @@ static hvd_status allreduce_pipelined(hvd_comm *comm, const void *sendbuf,
     size_t es = hvd_dtype_size(dtype), off, cnt, qoff, qcnt, copied = 0;
     int q = 1 - comm->rank;
     uint8_t *tmp, *recv = recvbuf;
-    hvd_status st = hvd_direct_begin(comm, sendbuf, recvbuf);
+    hvd_status st =
+        hvd_direct_begin(comm, sendbuf, count * es, recvbuf, count * es);
 
     chunk /= es;
     if (chunk == 0)
@@ -355,7 +361,8 @@ hvd_status hvd_direct_allreduce_chunked(hvd_comm *comm, const void *sendbuf,
     if (comm->size == 2 && count * hvd_dtype_size(dtype) >= comm->cfg.pipe_min)
         return allreduce_pipelined(comm, sendbuf, recvbuf, count, dtype, op,
                                    chunk);
-    st = hvd_direct_begin(comm, sendbuf, recvbuf);
+    st = hvd_direct_begin(comm, sendbuf, count * hvd_dtype_size(dtype), recvbuf,
+                          count * hvd_dtype_size(dtype));
     if (st == HVD_OK)
         st = reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, chunk,
                             streamed(comm, count * hvd_dtype_size(dtype)));
@@ -386,6 +393,7 @@ hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
     if (p == 1)
         return HVD_OK;
     st = peer_addrs(comm, &all);
+    hvd_comm_expose(comm, mine, bytes);
     /* Each rank's block, where it now is in that rank's recvbuf. */
     if (st == HVD_OK)
         st = round_all(comm, &where, all, sizeof(where));
@@ -411,6 +419,7 @@ hvd_status hvd_direct_broadcast(hvd_comm *comm, void *buf, size_t bytes,
     if (p == 1)
         return HVD_OK;
     if (r == root) {
+        hvd_comm_expose(comm, buf, bytes);
         /* Tell everyone where the data is; wait until all have read it. */
         for (int q = 0; q < p && st == HVD_OK; q++)
             if (q != root)

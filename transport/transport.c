@@ -175,6 +175,7 @@ static void fill_tables(void) {
         FILL(dst, src, broadcast, unsup_broadcast);
         FILL(dst, src, get, unsup_get);
         FILL(dst, src, can_get, unsup_can_get);
+        dst->expose = PROVIDED(src, expose) ? src->expose : NULL;
         FILL(dst, src, mem_types, host_only);
         /* The registry hooks stay NULL where not provided: the registry
          * skips them. */

@@ -216,6 +216,16 @@ typedef struct hvd_transport_ops {
     int (*can_get)(hvd_transport *tp, int peer);
 
     /*
+     * Optional hint (NULL: nothing to do): the peers are about to read
+     * [buf, buf + len) of this process with get, and will likely read it
+     * again at later calls (a collective's send or receive buffer). The
+     * transport may prepare the memory for it, never changing its
+     * contents (shm: huge pages, which process_vm_readv pins 512 times
+     * less often). Never fails.
+     */
+    void (*expose)(hvd_transport *tp, const void *buf, size_t len);
+
+    /*
      * The memory types (HVD_MEM_BIT of each) isend and irecv of this open
      * instance accept, the same on every rank (open agrees on it). The
      * engine uses caps.mem_types & mem_types(tp). Default 0: host memory

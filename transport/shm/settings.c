@@ -20,4 +20,8 @@ const hvd_setting hvd_shm_settings_table[HVD_SHM_NSETTINGS] = {
     {"HVD_SHM_SPIN_US", HVD_SETTING_INT,
      HVD_SETTING_AT(hvd_shm_settings, spin_us), "200", 0, 1000000,
      "microseconds a waiting rank spins before it sleeps on its futex"},
+    {"HVD_SHM_HUGEPAGES", HVD_SETTING_INT,
+     HVD_SETTING_AT(hvd_shm_settings, hugepages), "1", 0, 1,
+     "0: buffers of 4 MiB or more that the peers read (large allreduces) "
+     "are not collapsed into huge pages"},
 };

@@ -340,6 +340,7 @@ static hvd_status shm_new(const hvd_transport_params *params,
     tp->eager_max = cell_bytes_of[HVD_CHANNEL_DATA];
     tp->cma_probe = SHM_MAGIC;
     tp->spin_ns = set->spin_us * 1000LL;
+    hvd_shm_thp_init(&tp->thp, set->hugepages, HVD_SHM_THP_MIN);
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     if (params->hosts != NULL) {
         tp->hosts = malloc((size_t)tp->size * sizeof(*tp->hosts));

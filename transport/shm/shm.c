@@ -22,5 +22,6 @@ const hvd_transport_ops hvd_shm_ops = {
     .close = hvd_shm_close,
     .get = hvd_shm_get,
     .can_get = hvd_shm_can_get,
+    .expose = hvd_shm_expose,
     .cleanup_job = hvd_shm_cleanup_job,
 };

@@ -15,6 +15,7 @@
  *   fifo.c      the FIFOs: writing into a peer's, reading from this
  *               rank's, process_vm_readv
  *   fail.c      waking (futex, doorbell), naming a peer, failing for good
+ *   thp.c       huge pages for the memory the peers read (expose)
  *   settings.c  the HVD_* settings table
  */
 #ifndef HVD_TRANSPORT_SHM_SHM_INTERNAL_H
@@ -163,6 +164,31 @@ typedef struct speer {
                     a publication to it needs no fence */
 } speer;
 
+/* Huge pages for exposed memory (thp.c): the ranges seen lately. */
+#define HVD_SHM_THP_RANGES 16
+/* Collapses that had to be done again before they stop for good. */
+#define HVD_SHM_THP_REDONE_MAX 3
+/* Smaller buffers are left alone: at most one huge page inside. */
+#define HVD_SHM_THP_MIN ((size_t)4 << 20)
+
+typedef struct hvd_shm_thp_range {
+    uintptr_t start, end; /* whole huge pages, [start, end) */
+    int collapsed;        /* a collapse of it succeeded */
+} hvd_shm_thp_range;
+
+typedef struct hvd_shm_thp {
+    int on;           /* HVD_SHM_HUGEPAGES, until the kernel says no */
+    size_t min_bytes; /* smaller buffers are left alone */
+    hvd_shm_thp_range seen[HVD_SHM_THP_RANGES];
+    int next;      /* the oldest entry of seen, replaced next */
+    int redone;    /* collapsed ranges that had to be collapsed again */
+    int collapses; /* calls made (for tests and logs) */
+    /* madvise(MADV_COLLAPSE): 0 or -errno; and the clock (tests set
+     * both). */
+    int (*collapse)(void *addr, size_t len);
+    int64_t (*now)(void);
+} hvd_shm_thp;
+
 typedef struct shm {
     hvd_transport base;
     int rank;
@@ -190,6 +216,7 @@ typedef struct shm {
     uint32_t seen_bell;
     char (*hosts)[HVD_HOST_MAX];
     uint64_t cma_probe;     /* read by peers to test process_vm_readv */
+    hvd_shm_thp thp;        /* huge pages for exposed buffers */
     hvd_tp_failure failure; /* the first failure, which wins */
 } shm;
 
@@ -258,11 +285,12 @@ static inline void q_pop(msgq *q) {
 /* The transport's settings (settings.c, docs/environment.md), read from
  * params->env at open. */
 typedef struct hvd_shm_settings {
-    int cma;     /* HVD_SHM_CMA: 0 never uses process_vm_readv */
-    int spin_us; /* HVD_SHM_SPIN_US: spin before sleeping on the futex */
+    int cma;       /* HVD_SHM_CMA: 0 never uses process_vm_readv */
+    int spin_us;   /* HVD_SHM_SPIN_US: spin before sleeping on the futex */
+    int hugepages; /* HVD_SHM_HUGEPAGES: 0 leaves exposed buffers alone */
 } hvd_shm_settings;
 
-#define HVD_SHM_NSETTINGS 2
+#define HVD_SHM_NSETTINGS 3
 extern const hvd_setting hvd_shm_settings_table[HVD_SHM_NSETTINGS];
 
 /* ------------------------------------------------------------------ */
@@ -302,6 +330,14 @@ void hvd_shm_wake(hvd_transport *t);
 hvd_status hvd_shm_get(hvd_transport *t, int peer, void *buf, uint64_t remote,
                        size_t len);
 int hvd_shm_can_get(hvd_transport *t, int peer);
+
+/* thp.c: huge pages for exposed memory. */
+void hvd_shm_thp_init(hvd_shm_thp *t, int on, size_t min_bytes);
+/* [buf, buf + len) is read by the peers, now and likely again: the whole
+ * huge pages inside it are collapsed into huge pages the second time it
+ * comes (thp.c says why). */
+void hvd_shm_thp_expose(hvd_shm_thp *t, const void *buf, size_t len);
+void hvd_shm_expose(hvd_transport *t, const void *buf, size_t len);
 
 /* setup.c. */
 /* Name of the segment of rank in job job_id ("/hvd-<32 hex>-<rank>", the
