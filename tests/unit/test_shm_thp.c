@@ -256,7 +256,9 @@ static void real_collapse(void **state) {
     }
     long kib = anon_huge_kib(buf + len / 2);
     print_message("the buffer's mapping: %ld KiB in huge pages\n", kib);
-    if (kib == 0) {
+    if (kib < 0) {
+        print_message("no AnonHugePages line in /proc/self/smaps\n");
+    } else if (kib == 0) {
         /* Not collapsed (no free huge page just now, EAGAIN): allowed,
          * nothing to check but the contents. */
         print_message("no huge page was made (the kernel had none free)\n");
