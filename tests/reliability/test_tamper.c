@@ -24,13 +24,13 @@
  *
  * WRONG (a call returned HVD_OK with a wrong result) wins over FAILED: it
  * is what must never happen with frame protection on. After a failure or
- * a wrong result a rank posts nothing more, waits for what it has posted
- * (a WRONG line for each wrong result), and calls hvd_shutdown. Each rank
- * ignores SIGTERM, so that it gets to print its verdict while the launcher
- * tears the job down, and before it exits it waits (at most VERDICT_WAIT_S)
- * until every other rank has printed its own (a file per rank in
- * HVD_TEST_SYNC_DIR): its exit closes its connections, which must not be what
- * the others see first.
+ * a wrong result a rank posts nothing more and waits for what it has
+ * posted (a WRONG line for each wrong result). Each rank ignores SIGTERM,
+ * so that it gets to print its verdict while the launcher tears the job
+ * down, and before hvd_shutdown it waits (at most VERDICT_WAIT_S) until
+ * every other rank has printed its own (a file per rank in
+ * HVD_TEST_SYNC_DIR): after a failure hvd_shutdown closes its connections,
+ * which must not be what the others see first.
  *
  * Exit status: 0 OK, 3 FAILED, 4 WRONG, 5 hvd_init failed, 1 the test
  * itself failed (out of memory, --max-seconds passed), 2 bad usage.
@@ -281,8 +281,12 @@ int main(int argc, char **argv) {
 
     rc = run(slots, rank, size, ops, max_s);
     touch(sync_dir, "verdict", rank);
-    hvd_shutdown();
+    /* The others' verdicts first: after a failure hvd_shutdown closes the
+     * connections at once, and a rank still waiting would see that close
+     * before the ABORT this rank sent it, when the relay forwards the
+     * close on one connection before the ABORT on another. */
     await_verdicts(sync_dir, rank, size);
+    hvd_shutdown();
     for (int k = 0; k < INFLIGHT; k++) {
         free(slots[k].send);
         free(slots[k].recv);
