@@ -494,24 +494,42 @@ static void ring_only_sleepers(void **state) {
 }
 
 /* Rank 1's part of sleeper_woken, in the child: waits (no spin, so in the
- * futex at once) for one control message; exits 0 if it came, exact, and
- * rank 0 rang the doorbell for it. */
-static void sleeper(pair *pr, uint32_t bell0) {
+ * futex at once) for n control messages, one after the other; exits 0 if
+ * they came, exact, and rank 0 rang the doorbell for them. */
+static void sleeper(pair *pr, uint32_t bell0, int n) {
     shm *tp = &pr->side[1];
-    uint8_t in[8] = {0}, want[8];
+    uint8_t in[8], want[8];
     hvd_req r;
 
     tp->spin_ns = 0;
     tp->timeout_ns = 30 * 1000000000LL;
-    pattern(want, sizeof(want), 9);
-    if (hvd_shm_irecv(T(pr, 1), 0, CTRL, in, sizeof(in), &r) != HVD_OK)
-        _exit(2);
-    for (int i = 0; i < 100 && !r.done; i++)
-        if (hvd_shm_progress(T(pr, 1), 1000) != HVD_OK)
-            _exit(3);
-    if (!r.done || r.status != HVD_OK || memcmp(in, want, sizeof(in)) != 0)
-        _exit(4);
+    for (int k = 0; k < n; k++) {
+        memset(in, 0, sizeof(in));
+        pattern(want, sizeof(want), 9 + k);
+        if (hvd_shm_irecv(T(pr, 1), 0, CTRL, in, sizeof(in), &r) != HVD_OK)
+            _exit(2);
+        for (int i = 0; i < 100 && !r.done; i++)
+            if (hvd_shm_progress(T(pr, 1), 1000) != HVD_OK)
+                _exit(3);
+        if (!r.done || r.status != HVD_OK || memcmp(in, want, sizeof(in)) != 0)
+            _exit(4);
+    }
     _exit(atomic_load(&hdr_of(tp->seg)->doorbell) != bell0 ? 0 : 5);
+}
+
+/* Waits (bounded: 10 s, a loaded machine may not run the child for a
+ * while) until the child sleeps, or has failed (*status). */
+static void await_sleep(seg_hdr *h1, pid_t pid, int *status) {
+    struct timespec t0, t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (t = t0; !atomic_load(&h1->sleeping) && t.tv_sec - t0.tv_sec < 10;
+         clock_gettime(CLOCK_MONOTONIC, &t)) {
+        if (waitpid(pid, status, WNOHANG) == pid)
+            break;
+        sched_yield();
+    }
+    assert_int_equal(atomic_load(&h1->sleeping), 1);
 }
 
 /* A receiver asleep on its futex (another process) is woken by a message:
@@ -519,8 +537,11 @@ static void sleeper(pair *pr, uint32_t bell0) {
  * the child's futex is the parent's doorbell. With membar, both sides as
  * where the kernel has membarrier's global expedited barrier: the sleeper
  * sleeps after one, the sender publishes without a fence (fail.c,
- * hvd_shm_notify); where it has not, as without. */
-static void woken(pair *pr, int membar) {
+ * hvd_shm_notify); where it has not, as without. With give_up too, the
+ * sleeper judges its first barrier slow and gives barriers up (its flag
+ * 0 from then on), and is woken twice: the first message races the give
+ * up, the second finds it asleep after a fence only. */
+static void woken(pair *pr, int membar, int give_up) {
     size_t len = (segment_bytes(2) + LINE - 1) / LINE * LINE;
     uint8_t *mem = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0),
@@ -536,42 +557,52 @@ static void woken(pair *pr, int membar) {
     }
     seg_hdr *h1 = hdr_of(pr->side[1].seg);
     uint32_t bell0 = atomic_load(&h1->doorbell);
+    int n = give_up ? 2 : 1;
+    uint64_t head0 = atomic_load(&fifo_of(pr->side[1].seg, 0, CTRL)->head);
     if (membar) {
         membar = hvd_shm_membar_setup();
         pr->side[0].membar = pr->side[1].membar = membar;
-        h1->membar = hdr_of(pr->side[0].seg)->membar = (uint32_t)membar;
-        pr->peers[0][1].nofence = pr->peers[1][0].nofence = membar;
+        atomic_store(&h1->membar, (uint32_t)membar);
+        atomic_store(&hdr_of(pr->side[0].seg)->membar, (uint32_t)membar);
+        pr->side[1].membar_judge = give_up ? 1 : HVD_SHM_MEMBAR_JUDGE;
+        pr->side[1].membar_slow_ns = give_up ? 0 : HVD_SHM_MEMBAR_SLOW_NS;
     }
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0)
-        sleeper(pr, bell0);
-    /* Bounded (10 s, a loaded machine may not run the child for a
-     * while): the child sleeps soon after it runs, or has failed. */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (t = t0; !atomic_load(&h1->sleeping) && t.tv_sec - t0.tv_sec < 10;
-         clock_gettime(CLOCK_MONOTONIC, &t)) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            break;
-        sched_yield();
+        sleeper(pr, bell0, n);
+    for (int k = 0; k < n; k++) {
+        await_sleep(h1, pid, &status);
+        pattern(out, sizeof(out), 9 + k);
+        assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, sizeof(out), &s),
+                         HVD_OK);
+        assert_int_equal(s.done, 1);
+        /* The child has taken it (so its next sleep is another one). */
+        fifo *f = fifo_of(pr->side[1].seg, 0, CTRL);
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (t = t0; atomic_load(&f->head) < head0 + (uint64_t)k + 1 &&
+                     t.tv_sec - t0.tv_sec < 10;
+             clock_gettime(CLOCK_MONOTONIC, &t))
+            sched_yield();
     }
-    assert_int_equal(atomic_load(&h1->sleeping), 1);
-    pattern(out, sizeof(out), 9);
-    assert_int_equal(hvd_shm_isend(T(pr, 0), 1, CTRL, out, sizeof(out), &s),
-                     HVD_OK);
-    assert_int_equal(s.done, 1);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    if (give_up && membar)
+        assert_int_equal(atomic_load(&h1->membar), 0);
+    else
+        assert_int_equal(atomic_load(&h1->membar), (uint32_t)membar);
     for (int r = 0; r < 2; r++)
         pr->side[r].seg = NULL;
     munmap(mem, 2 * len);
 }
 
-static void sleeper_woken(void **state) { woken(*state, 0); }
+static void sleeper_woken(void **state) { woken(*state, 0, 0); }
 
-static void sleeper_woken_membar(void **state) { woken(*state, 1); }
+static void sleeper_woken_membar(void **state) { woken(*state, 1, 0); }
+
+static void sleeper_gives_membar_up(void **state) { woken(*state, 1, 1); }
 
 /* The ring arithmetic: capacities are powers of two, cell n and cell
  * n + capacity are the same, the cells of one FIFO are distinct and
@@ -690,6 +721,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(sleeper_woken, pair_setup,
                                         pair_teardown),
         cmocka_unit_test_setup_teardown(sleeper_woken_membar, pair_setup,
+                                        pair_teardown),
+        cmocka_unit_test_setup_teardown(sleeper_gives_membar_up, pair_setup,
                                         pair_teardown),
         cmocka_unit_test(message_queue),
         cmocka_unit_test(segment_names),

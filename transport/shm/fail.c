@@ -18,6 +18,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "transport/base/clock.h"
+#include "transport/base/log.h"
+
 long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
                    const struct timespec *ts) {
     return syscall(SYS_futex, (uint32_t *)(void *)addr, op, val, ts, NULL, 0);
@@ -52,20 +55,40 @@ void hvd_shm_ring(uint8_t *seg) {
  * X costs its publisher the drain of its store buffer, which waits for
  * the published line to come from the owner's core: a tenth of a small
  * message's time (docs/benchmarks.md). Where the kernel has membarrier's
- * global expedited barrier and both processes use it (nofence), Y is
- * that barrier instead (hvd_shm_sleep_fence: every core running a
- * registered process executes a full barrier before it returns, which
- * orders this rank's store and load as X would), and X is only a
- * compiler barrier: the owner, about to sleep anyway, pays a system call
- * so that every publication is free.
+ * global expedited barrier, this process registered for it (registered)
+ * and the owner sleeps after one (its membar flag), Y is that barrier
+ * instead (hvd_shm_sleep_fence: every core running a registered process
+ * executes a full barrier before it returns, which orders this rank's
+ * store and load as X would), and X is only a compiler barrier: the
+ * owner, about to sleep anyway, pays a system call so that every
+ * publication is free.
+ *
+ * The owner may give its barriers up (membar_give_up), after which it
+ * sleeps after a fence only. A publication that read the flag as 1 before
+ * that, and skipped X, reads the flag again after its load of sleeping:
+ * still 1, then this rank's store and both loads came before the point
+ * where the owner's last barrier (after it cleared the flag) stopped this
+ * core (or before this process was last switched out), so the owner's
+ * looks after that barrier see what was published; 0, then X is made
+ * now and sleeping read again, as without the barrier.
  */
-void hvd_shm_notify(uint8_t *seg, int nofence) {
+void hvd_shm_notify(uint8_t *seg, int registered) {
     seg_hdr *h = hdr_of(seg);
-    if (nofence)
+    uint32_t sleeping;
+
+    if (registered && atomic_load_explicit(&h->membar, memory_order_relaxed)) {
         atomic_signal_fence(memory_order_seq_cst);
-    else
+        sleeping = atomic_load_explicit(&h->sleeping, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+        if (!atomic_load_explicit(&h->membar, memory_order_relaxed)) {
+            atomic_thread_fence(memory_order_seq_cst);
+            sleeping = atomic_load_explicit(&h->sleeping, memory_order_relaxed);
+        }
+    } else {
         atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&h->sleeping, memory_order_relaxed))
+        sleeping = atomic_load_explicit(&h->sleeping, memory_order_relaxed);
+    }
+    if (sleeping)
         hvd_shm_ring(seg);
 }
 
@@ -81,15 +104,56 @@ int hvd_shm_membar_setup(void) {
                    0) == 0;
 }
 
+static int membar_now(void) {
+    return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
+/*
+ * This rank's barriers are slow: it sleeps after a fence from now on, and
+ * its publishers fence again. The barrier interrupts every core that runs
+ * a registered process, and in a virtual machine each such interrupt is
+ * an exit to the hypervisor on both sides: 13 us a barrier on this
+ * project's 2-core VM while the peer ran, against 0.3 us without a running
+ * peer, which made every sleep and wake-up of an asynchronous call's
+ * engine thread slower than the fences it saves (docs/benchmarks.md).
+ * The last barrier, after the flag is cleared, covers a publication that
+ * read the flag before (hvd_shm_notify).
+ */
+static void membar_give_up(shm *tp, seg_hdr *me) {
+    atomic_store(&me->membar, 0);
+    if (!membar_now())
+        tp->membar_failed = 1;
+    HVD_DEBUG("shm",
+              "membarrier took %.1f us on average: sleeping after a fence "
+              "from now on",
+              (double)tp->membar_ns / tp->membar_n / 1e3);
+}
+
 /* Y of hvd_shm_notify: between this rank's sleeping = 1 and its last look
  * at its FIFOs. Should the barrier fail after all, the fence still
  * orders this side, and the sleep is cut to short slices (progress.c)
- * so that a publication that skipped its fence waits 1 ms at most. */
+ * so that a publication that skipped its fence waits 1 ms at most. Every
+ * membar_judge barriers, their cost is judged (membar_give_up). */
 void hvd_shm_sleep_fence(shm *tp) {
-    if (tp->membar &&
-        syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0)
-        return;
-    tp->membar_failed = tp->membar;
+    seg_hdr *me = hdr_of(tp->seg);
+
+    if (tp->membar && atomic_load_explicit(&me->membar, memory_order_relaxed)) {
+        int64_t t0 = hvd_now_ns();
+        if (membar_now()) {
+            tp->membar_ns += hvd_now_ns() - t0;
+            if (++tp->membar_n >= tp->membar_judge) {
+                if (tp->membar_ns > tp->membar_n * tp->membar_slow_ns)
+                    membar_give_up(tp, me);
+                tp->membar_ns = 0;
+                tp->membar_n = 0;
+            }
+            return;
+        }
+        /* Publishers fence from now on too; the slices cover those that
+         * read the flag before. */
+        atomic_store(&me->membar, 0);
+        tp->membar_failed = 1;
+    }
     atomic_thread_fence(memory_order_seq_cst);
 }
 

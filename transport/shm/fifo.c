@@ -161,7 +161,7 @@ int hvd_shm_push(shm *tp, int p, int ch) {
         }
     }
     if (wrote) {
-        hvd_shm_notify(pe->seg, pe->nofence);
+        hvd_shm_notify(pe->seg, tp->membar);
         pe->last_active = hvd_coarse_ns();
     }
     return wrote || moved;
@@ -265,7 +265,7 @@ static int pull(shm *tp, int p, int ch) {
     }
     if (moved) {
         /* Cells freed, or a CELL_RNDV read: the sender may wait on them. */
-        hvd_shm_notify(pe->seg, pe->nofence);
+        hvd_shm_notify(pe->seg, tp->membar);
         pe->last_active = hvd_coarse_ns();
     }
     return moved;

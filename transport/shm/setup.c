@@ -261,7 +261,7 @@ static hvd_status make_segment(shm *tp, const hvd_transport_params *params,
     h->nlocal = (uint32_t)tp->nlocal;
     h->pid = (int32_t)getpid();
     tp->membar = hvd_shm_membar_setup();
-    h->membar = (uint32_t)tp->membar;
+    atomic_store(&h->membar, (uint32_t)tp->membar);
     for (int ch = 0; ch < NCHANNELS; ch++) {
         h->ncells[ch] = ncells_of[ch];
         h->cell_bytes[ch] = cell_bytes_of[ch];
@@ -318,9 +318,6 @@ static int map_peer(shm *tp, const hvd_transport_params *params, int p,
                  p, name);
         return -1;
     }
-    /* Its sleeps' barrier covers this rank's publications only if this
-     * process registered for it. */
-    pe->nofence = tp->membar && h->membar;
     pe->pid = (pid_t)b->pid;
     pe->pidfd = open_pidfd(pe->pid);
     return 0;
@@ -340,6 +337,8 @@ static hvd_status shm_new(const hvd_transport_params *params,
     tp->eager_max = cell_bytes_of[HVD_CHANNEL_DATA];
     tp->cma_probe = SHM_MAGIC;
     tp->spin_ns = set->spin_us * 1000LL;
+    tp->membar_judge = HVD_SHM_MEMBAR_JUDGE;
+    tp->membar_slow_ns = HVD_SHM_MEMBAR_SLOW_NS;
     hvd_shm_thp_init(&tp->thp, set->hugepages, HVD_SHM_THP_MIN);
     tp->peers = calloc((size_t)tp->size, sizeof(*tp->peers));
     if (params->hosts != NULL) {

@@ -38,7 +38,7 @@
 #include "transport/transport.h"
 
 #define SHM_MAGIC 0x31306d6873647668ULL /* "hvdshm01" */
-#define SHM_VERSION 4
+#define SHM_VERSION 5
 #define LINE 64
 #define NCHANNELS 2
 /* Cells per FIFO and payload bytes per cell, per channel. The data
@@ -109,9 +109,11 @@ typedef struct seg_hdr {
     int32_t pid;
     uint32_t ncells[NCHANNELS];
     uint32_t cell_bytes[NCHANNELS];
-    /* The owner sleeps only after a membarrier(2) (hvd_shm_sleep_fence):
-     * a publisher registered for it needs no fence (hvd_shm_notify). */
-    uint32_t membar;
+    /* While 1, the owner sleeps only after a membarrier(2)
+     * (hvd_shm_sleep_fence): a publisher registered for it needs no fence
+     * (hvd_shm_notify). The owner sets it to 0 for good where its
+     * barriers are slow. */
+    _Atomic uint32_t membar;
     uint8_t pad0[LINE - 40];
     _Atomic uint32_t doorbell; /* rung by whoever gives the owner work */
     uint8_t pad1[LINE - 4];
@@ -160,9 +162,12 @@ typedef struct speer {
     uint64_t rx_head[NCHANNELS];   /* cells consumed from it (mine) */
     int pending;                   /* messages in flight with it */
     int64_t last_active;
-    int nofence; /* it sleeps after a membarrier that covers this rank:
-                    a publication to it needs no fence */
 } speer;
+
+/* membarrier's cost is judged every this many barriers, and given up
+ * (fail.c) where they took more than this on average. */
+#define HVD_SHM_MEMBAR_JUDGE 32
+#define HVD_SHM_MEMBAR_SLOW_NS (3 * 1000LL)
 
 /* Huge pages for exposed memory (thp.c): the ranges seen lately. */
 #define HVD_SHM_THP_RANGES 16
@@ -197,9 +202,17 @@ typedef struct shm {
     int my_local;
     int cma;    /* every same-host rank can process_vm_readv every other */
     int membar; /* this process is registered for membarrier's global
-                   expedited barrier and sleeps after one */
+                   expedited barrier: its publications may skip the fence
+                   towards a peer that sleeps after one */
     int membar_failed; /* a barrier failed: sleep in short slices */
-    int64_t spin_ns;   /* 0: sleep at once */
+    /* What this rank's barriers cost (fail.c, hvd_shm_sleep_fence): the
+     * time of the last membar_n, judged every membar_judge against
+     * membar_slow_ns each (settings of tests). */
+    int64_t membar_ns;
+    int membar_n;
+    int membar_judge;
+    int64_t membar_slow_ns;
+    int64_t spin_ns; /* 0: sleep at once */
     /* Whether other processes hold this host's cores (looked at only
      * where it has a core for each of its ranks: load_on). */
     hvd_hostload load;
@@ -300,7 +313,7 @@ extern const hvd_setting hvd_shm_settings_table[HVD_SHM_NSETTINGS];
 long hvd_shm_futex(_Atomic uint32_t *addr, int op, uint32_t val,
                    const struct timespec *ts);
 void hvd_shm_ring(uint8_t *seg);
-void hvd_shm_notify(uint8_t *seg, int nofence);
+void hvd_shm_notify(uint8_t *seg, int registered);
 int hvd_shm_membar_setup(void);
 void hvd_shm_sleep_fence(shm *tp);
 void hvd_shm_describe(const shm *tp, int peer, char *out, size_t outlen);
