@@ -393,7 +393,8 @@ hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
     if (p == 1)
         return HVD_OK;
     st = peer_addrs(comm, &all);
-    hvd_comm_expose(comm, mine, bytes);
+    if (st == HVD_OK)
+        hvd_comm_expose(comm, mine, bytes);
     /* Each rank's block, where it now is in that rank's recvbuf. */
     if (st == HVD_OK)
         st = round_all(comm, &where, all, sizeof(where));

@@ -186,8 +186,7 @@ typedef struct hvd_shm_thp {
     size_t min_bytes; /* smaller buffers are left alone */
     hvd_shm_thp_range seen[HVD_SHM_THP_RANGES];
     int next;      /* the oldest entry of seen, replaced next */
-    int redone;    /* collapsed ranges that had to be collapsed again */
-    int collapses; /* calls made (for tests and logs) */
+    int redone; /* collapsed ranges that had to be collapsed again */
     /* madvise(MADV_COLLAPSE): 0 or -errno; and the clock (tests set
      * both). */
     int (*collapse)(void *addr, size_t len);

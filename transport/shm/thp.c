@@ -77,7 +77,6 @@ void hvd_shm_thp_expose(hvd_shm_thp *t, const void *buf, size_t len) {
     int64_t t0 = t->now();
     int rc = t->collapse((void *)start, end - start);
     int64_t took = t->now() - t0;
-    t->collapses++;
     if (rc == -EINVAL || rc == -ENOSYS || rc == -EPERM) {
         /* A kernel without MADV_COLLAPSE (before 6.1), or huge pages off
          * (THP "never"): never again. Memory it cannot collapse (not
