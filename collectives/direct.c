@@ -382,22 +382,36 @@ hvd_status hvd_direct_allreduce(hvd_comm *comm, const void *sendbuf,
 
 hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
                                 void *recvbuf, size_t bytes) {
-    uint8_t *mine = (uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     int p = comm->size, r = comm->rank;
-    addrs where = {(uint64_t)(uintptr_t)mine, 0, 0};
+    uint8_t *base = recvbuf, *mine = base + (size_t)r * bytes;
+    const uint8_t *src = sendbuf;
     addrs *all = NULL;
     hvd_status st;
 
-    if (sendbuf != mine && bytes > 0)
-        memmove(mine, sendbuf, bytes);
-    if (p == 1)
+    /* The peers read the block where the caller put it, and the local
+     * copy runs after the round, beside their reads: lines this rank has
+     * only read come out of its cache faster than lines it has just
+     * written (docs/benchmarks.md, "Issue 35: the allgather's block").
+     * A sendbuf that overlaps recvbuf elsewhere than at its block would
+     * be overwritten while read: it is moved first. */
+    if (src != mine && (uintptr_t)src < (uintptr_t)base + (size_t)p * bytes &&
+        (uintptr_t)src + bytes > (uintptr_t)base) {
+        memmove(mine, src, bytes);
+        src = mine;
+    }
+    if (p == 1) {
+        if (src != mine && bytes > 0)
+            memmove(mine, src, bytes);
         return HVD_OK;
+    }
+    addrs where = {(uint64_t)(uintptr_t)src, 0, 0};
     st = peer_addrs(comm, &all);
     if (st == HVD_OK)
-        hvd_comm_expose(comm, mine, bytes);
-    /* Each rank's block, where it now is in that rank's recvbuf. */
+        hvd_comm_expose(comm, src, bytes);
     if (st == HVD_OK)
         st = round_all(comm, &where, all, sizeof(where));
+    if (st == HVD_OK && src != mine && bytes > 0)
+        memmove(mine, src, bytes);
     for (int k = 1; k < p && st == HVD_OK; k++) {
         int q = (r + k) % p;
         if (bytes > 0)

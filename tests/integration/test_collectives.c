@@ -519,6 +519,15 @@ static void test_allgather(size_t count) {
         fill_pattern(mine, bytes, seed);
         expect_ok(name, hvd_allgather(name, mine, recv, count, dt->dtype));
         check_allgather_result(name, d, recv, count);
+
+        /* In place the other way (hvd.h): sendbuf == recvbuf, the input
+         * at the start, moved to its block (on rank > 0 it overlaps
+         * another rank's block, which the peers must not read). */
+        snprintf(name, sizeof(name), "ag.%s.%zu.atstart", dt->name, count);
+        memset(recv, SENTINEL_BYTE, total + dt->size);
+        fill_pattern(recv, bytes, seed);
+        expect_ok(name, hvd_allgather(name, recv, recv, count, dt->dtype));
+        check_allgather_result(name, d, recv, count);
     }
     free(recv);
     free(send);
