@@ -185,7 +185,7 @@ typedef struct hvd_shm_thp {
     int on;           /* HVD_SHM_HUGEPAGES, until the kernel says no */
     size_t min_bytes; /* smaller buffers are left alone */
     hvd_shm_thp_range seen[HVD_SHM_THP_RANGES];
-    int next;      /* the oldest entry of seen, replaced next */
+    int next;   /* the oldest entry of seen, replaced next */
     int redone; /* collapsed ranges that had to be collapsed again */
     /* madvise(MADV_COLLAPSE): 0 or -errno; and the clock (tests set
      * both). */
