@@ -367,14 +367,15 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
     comm->last_transport = hvd_plan_transport(&plan);
     HVD_DEBUG("coll", "alltoall of %zu bytes a rank: %s/%s", agreed_bytes,
               comm->last_transport, comm->last_path);
-    if (sendbytes[r] > 0)
-        hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
-                      (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
-    if (p == 1)
-        return HVD_OK;
-    if (direct)
+    if (p == 1 || direct) {
+        if (sendbytes[r] > 0)
+            hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
+                          (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
+        if (p == 1)
+            return HVD_OK;
         return hvd_direct_alltoall(c, sendbuf, recvbuf, recvbytes, rdispls,
                                    peer_offs);
+    }
     /* Receives first (p - 1 of them), then the sends: comm->reqs holds
      * 2 * size requests and more. */
     for (int k = 1; k < p && st == HVD_OK; k++) {
@@ -389,5 +390,9 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
     }
     if (st != HVD_OK)
         return st;
+    /* This rank's own part while the others' are on their way. */
+    if (sendbytes[r] > 0)
+        hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
+                      (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
     return hvd_comm_waitall(c, c->reqs, 2 * (p - 1));
 }
