@@ -49,6 +49,20 @@ static size_t other_part_max(const hvd_engine *eng) {
     return eng->cfg.carry_part_max;
 }
 
+/*
+ * A broadcast's part is the root's alone (the others' are empty): it is
+ * copied into one message and out at each peer, where the parts of the
+ * other kinds go from every rank to every rank. Carried, it saves its
+ * collective's round trip up to half the step's budget (32 KiB) on shared
+ * memory too (np 2: 16 KiB 2.1-2.4 us carried against 2.8-3.9 us not,
+ * 32 KiB 3.7-4.5 against 4.0-5.8; 64 KiB the same either way;
+ * docs/benchmarks.md, "Issue 35: a broadcast carried further").
+ */
+static size_t broadcast_part_max(const hvd_engine *eng) {
+    size_t half = eng->cfg.step_carry_bytes / 2;
+    return half > eng->cfg.carry_part_max ? half : eng->cfg.carry_part_max;
+}
+
 int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     const hvd_opdesc *d = &req->desc;
 
@@ -59,6 +73,7 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     case HVD_KIND_ALLREDUCE:
         return d->op != HVD_ADASUM;
     case HVD_KIND_BROADCAST:
+        return hvd_eng_part_bytes(eng, req) <= broadcast_part_max(eng);
     case HVD_KIND_ALLGATHER:
     case HVD_KIND_REDUCESCATTER:
     case HVD_KIND_ALLTOALL:
