@@ -351,6 +351,17 @@ hvd_status hvd_coll_reducescatter(hvd_comm *comm, const void *sendbuf,
     return HVD_OK;
 }
 
+/* An alltoall's part from this rank to itself. */
+static void copy_own(hvd_comm *comm, const void *sendbuf,
+                     const size_t *sendbytes, const size_t *sdispls,
+                     void *recvbuf, const size_t *rdispls) {
+    int r = comm->rank;
+
+    if (sendbytes[r] > 0)
+        hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
+                      (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
+}
+
 hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
                              const size_t *sendbytes, const size_t *sdispls,
                              void *recvbuf, const size_t *recvbytes,
@@ -367,14 +378,14 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
     comm->last_transport = hvd_plan_transport(&plan);
     HVD_DEBUG("coll", "alltoall of %zu bytes a rank: %s/%s", agreed_bytes,
               comm->last_transport, comm->last_path);
+    /* This rank's own part: before the direct reads (the peers read the
+     * sendbuf, not this copy), else while the others' parts are on their
+     * way. */
     if (p == 1 || direct) {
-        if (sendbytes[r] > 0)
-            hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
-                          (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
-        if (p == 1)
-            return HVD_OK;
-        return hvd_direct_alltoall(c, sendbuf, recvbuf, recvbytes, rdispls,
-                                   peer_offs);
+        copy_own(comm, sendbuf, sendbytes, sdispls, recvbuf, rdispls);
+        return p == 1 ? HVD_OK
+                      : hvd_direct_alltoall(c, sendbuf, recvbuf, recvbytes,
+                                            rdispls, peer_offs);
     }
     /* Receives first (p - 1 of them), then the sends: comm->reqs holds
      * 2 * size requests and more. */
@@ -390,9 +401,6 @@ hvd_status hvd_coll_alltoall(hvd_comm *comm, const void *sendbuf,
     }
     if (st != HVD_OK)
         return st;
-    /* This rank's own part while the others' are on their way. */
-    if (sendbytes[r] > 0)
-        hvd_comm_copy(comm, (uint8_t *)recvbuf + rdispls[r],
-                      (const uint8_t *)sendbuf + sdispls[r], sendbytes[r]);
+    copy_own(comm, sendbuf, sendbytes, sdispls, recvbuf, rdispls);
     return hvd_comm_waitall(c, c->reqs, 2 * (p - 1));
 }

@@ -393,17 +393,15 @@ hvd_status hvd_direct_allgather(hvd_comm *comm, const void *sendbuf,
      * only read come out of its cache faster than lines it has just
      * written (docs/benchmarks.md, "Issue 35: the allgather's block").
      * A sendbuf that overlaps recvbuf elsewhere than at its block would
-     * be overwritten while read: it is moved first. */
-    if (src != mine && (uintptr_t)src < (uintptr_t)base + (size_t)p * bytes &&
-        (uintptr_t)src + bytes > (uintptr_t)base) {
+     * be overwritten while read: it is moved first, as is a lone rank's. */
+    if (bytes > 0 && src != mine &&
+        (p == 1 || ((uintptr_t)src < (uintptr_t)base + (size_t)p * bytes &&
+                    (uintptr_t)src + bytes > (uintptr_t)base))) {
         memmove(mine, src, bytes);
         src = mine;
     }
-    if (p == 1) {
-        if (src != mine && bytes > 0)
-            memmove(mine, src, bytes);
+    if (p == 1)
         return HVD_OK;
-    }
     addrs where = {(uint64_t)(uintptr_t)src, 0, 0};
     st = peer_addrs(comm, &all);
     if (st == HVD_OK)
