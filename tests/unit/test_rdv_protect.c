@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -198,8 +199,13 @@ static void *relay_main(void *arg) {
     return NULL;
 }
 
-static relay *relay_start(int server_port, int c2s_action, int s2c_action,
-                          int at) {
+/* The relay's listening socket; its thread starts with relay_go, once
+ * the clients are forked: a fork while another thread runs may copy a
+ * lock that thread holds (the sanitizers' allocator's, libc's) into a
+ * child that then waits for it forever (once, under ASan: a client that
+ * had written its outcome never exited). */
+static relay *relay_open(int server_port, int c2s_action, int s2c_action,
+                         int at) {
     relay *r = calloc(1, sizeof(*r));
 
     assert_non_null(r);
@@ -210,8 +216,11 @@ static relay *relay_start(int server_port, int c2s_action, int s2c_action,
     r->s2c.action = s2c_action;
     r->c2s.at = r->s2c.at = at;
     assert_int_equal(hvd_net_listen("127.0.0.1", 0, &r->lfd, &r->port), HVD_OK);
-    assert_int_equal(pthread_create(&r->th, NULL, relay_main, r), 0);
     return r;
+}
+
+static void relay_go(relay *r) {
+    assert_int_equal(pthread_create(&r->th, NULL, relay_main, r), 0);
 }
 
 static void relay_stop(relay *r) {
@@ -304,7 +313,20 @@ static int client_done(client *c) {
     }
     close(c->rfd);
     c->rfd = -1;
-    assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+    /* Bounded: a child that does not exit is killed and named. */
+    int64_t deadline = hvd_now_ns() + 10 * SEC;
+    pid_t w;
+    while ((w = waitpid(c->pid, &status, WNOHANG)) == 0 &&
+           hvd_now_ns() < deadline)
+        poll(NULL, 0, 10);
+    if (w == 0) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, &status, 0);
+        fail_msg("the client of rank %d (worker %d) wrote its outcome and "
+                 "did not exit within 10 s",
+                 c->rank, c->worker);
+    }
+    assert_int_equal(w, c->pid);
     assert_int_equal(got, sizeof(o));
     c->st = o.st;
     memcpy(c->err, o.err, sizeof(c->err));
@@ -363,7 +385,7 @@ static void fixed_run(int size, int rounds, int c2s, int s2c, int at,
 
     assert_int_equal(
         hvd_rdv_server_create("127.0.0.1", 0, size, job, SECRET, &srv), HVD_OK);
-    relay *r = relay_start(hvd_rdv_server_port(srv), c2s, s2c, at);
+    relay *r = relay_open(hvd_rdv_server_port(srv), c2s, s2c, at);
     for (int i = 0; i < size; i++) {
         cs[i].rank = i;
         cs[i].size = size;
@@ -372,6 +394,7 @@ static void fixed_run(int size, int rounds, int c2s, int s2c, int at,
         client_start(&cs[i],
                      i == size - 1 ? r->port : hvd_rdv_server_port(srv));
     }
+    relay_go(r);
     finish(srv, cs, size);
     *r_out = r;
     *srv_out = srv;
@@ -468,10 +491,11 @@ static void elastic_run(int c2s, int s2c, int at, client *c, relay **r_out,
         HVD_OK);
     assert_int_equal(hvd_rdv_server_add_worker(srv, 0, "hostA"), HVD_OK);
     assert_int_equal(hvd_rdv_server_add_worker(srv, 1, "hostA"), HVD_OK);
-    relay *r = relay_start(hvd_rdv_server_port(srv), c2s, s2c, at);
+    relay *r = relay_open(hvd_rdv_server_port(srv), c2s, s2c, at);
     memset(c, 0, sizeof(*c));
     c->worker = 0;
     client_start(c, r->port);
+    relay_go(r);
     finish(srv, c, 1);
     *r_out = r;
     *srv_out = srv;
