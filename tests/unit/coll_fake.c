@@ -30,7 +30,7 @@ typedef struct msg {
 
 typedef struct world {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv[COLL_FAKE_MAXP]; /* rank r waits on cv[r] */
     int size;
     msg *head[COLL_FAKE_MAXP][COLL_FAKE_MAXP]; /* [src][dst] */
     msg *tail[COLL_FAKE_MAXP][COLL_FAKE_MAXP];
@@ -119,7 +119,7 @@ static int match(fake *f) {
                 m->next = f->w->taken[src][f->rank];
                 f->w->taken[src][f->rank] = m;
             }
-            pthread_cond_broadcast(&f->w->cv);
+            pthread_cond_signal(&f->w->cv[src]); /* its send may be done */
             matched++;
         }
     }
@@ -149,7 +149,7 @@ static hvd_status fake_isend(hvd_transport *t, int peer, int channel,
         f->w->head[f->rank][peer] = m;
     f->w->tail[f->rank][peer] = m;
     complete_sends(f);
-    pthread_cond_broadcast(&f->w->cv);
+    pthread_cond_signal(&f->w->cv[peer]);
     pthread_mutex_unlock(&f->w->mu);
     return HVD_OK;
 }
@@ -182,7 +182,7 @@ static hvd_status fake_progress(hvd_transport *t, int timeout_ms) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&f->w->cv, &f->w->mu, &ts);
+        pthread_cond_timedwait(&f->w->cv[f->rank], &f->w->mu, &ts);
         match(f);
         complete_sends(f);
     }
@@ -290,7 +290,8 @@ int coll_fake_run(int size, const hvd_comm_config *cfg, coll_fake_body body,
         return 1;
     memset(&job, 0, sizeof(job));
     pthread_mutex_init(&job.w.mu, NULL);
-    pthread_cond_init(&job.w.cv, NULL);
+    for (int r = 0; r < COLL_FAKE_MAXP; r++)
+        pthread_cond_init(&job.w.cv[r], NULL);
     pthread_mutex_init(&job.err_mu, NULL);
     job.w.size = size;
     job.cfg = *cfg;
@@ -312,7 +313,8 @@ int coll_fake_run(int size, const hvd_comm_config *cfg, coll_fake_body body,
         }
     }
     pthread_mutex_destroy(&job.w.mu);
-    pthread_cond_destroy(&job.w.cv);
+    for (int r = 0; r < COLL_FAKE_MAXP; r++)
+        pthread_cond_destroy(&job.w.cv[r]);
     pthread_mutex_destroy(&job.err_mu);
     return job.errors;
 }
