@@ -33,6 +33,7 @@ typedef struct hvd_engine_config {
     size_t fusion_tensor_max;  /* larger allreduces run alone, in place */
     size_t step_carry_bytes;   /* cached allreduce data in step messages */
     size_t carry_part_max;     /* of it, a part of another kind */
+    int carry_counts_free;     /* an alltoall's counts not counted in it */
     int caller_progress;       /* a waiting thread may run the engine */
     int64_t spin_ns;           /* it polls this long before it blocks */
     int64_t spin_calm_ns;      /* the first of it with no yield */

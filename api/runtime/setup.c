@@ -534,6 +534,7 @@ void hvd_setup_engine_config(const hvd_setup *s, hvd_engine_config *ec) {
     ec->carry_part_max = s->tps.caps.reach == HVD_REACH_SAME_HOST
                              ? s->cfg.step_carry_bytes / 8
                              : s->cfg.step_carry_bytes / 2;
+    ec->carry_counts_free = s->tps.caps.reach != HVD_REACH_SAME_HOST;
     /* A waiting thread runs the engine only in jobs without a GPU (the
      * device executor stays on the engine thread). It polls before it
      * blocks: 50 us while this host has a core for every rank, pausing
