@@ -81,9 +81,10 @@ typedef struct hvd_request {
 
     /* Engine-private. */
     struct hvd_request *next;
-    int state; /* REQ_NEW (0) until the engine has it */
-    int inval; /* its cache slot must be invalidated on every rank */
-    int voted; /* the others have heard of it (vote or coordinator) */
+    int state;       /* REQ_NEW (0) until the engine has it */
+    int inval;       /* its cache slot must be invalidated on every rank */
+    int voted;       /* the others have heard of it (vote or coordinator) */
+    int counts_only; /* an alltoall whose step part is its counts alone */
 
     /* Called once it has finished instead of being waited for
      * (hvd_engine_on_done), outside the engine's lock. */

@@ -8,7 +8,8 @@
  * (each rank reduces its own block of every part) and an alltoall (each
  * part holds its sender's counts and whole buffer; each rank takes its
  * block of every part); a barrier is the exchange itself (its part is
- * empty). Nothing else goes on the wire for them.
+ * empty). Nothing else goes on the wire for them. A larger alltoall
+ * carries its counts alone, which spares its collective an exchange.
  */
 
 #include "api/runtime/engine_state.h"
@@ -25,9 +26,19 @@ static size_t data_bytes(const hvd_opdesc *d) {
     return (size_t)hvd_opdesc_total(d) * hvd_dtype_size(d->dtype);
 }
 
-/* An alltoall's part starts with the sender's counts, one per rank. */
+/* An alltoall's part starts with a word that says whether its data
+ * follows (1) or it is the counts alone (0), then the sender's counts, one
+ * per rank. */
 static size_t a2a_head(const hvd_engine *eng) {
-    return (size_t)eng->size * sizeof(uint64_t);
+    return ((size_t)eng->size + 1) * sizeof(uint64_t);
+}
+
+/* Count k of an alltoall's part. */
+static uint64_t a2a_count(const uint8_t *part, size_t k) {
+    uint64_t c;
+
+    memcpy(&c, part + (k + 1) * sizeof(c), sizeof(c));
+    return c;
 }
 
 /*
@@ -71,8 +82,7 @@ static size_t broadcast_part_max(const hvd_engine *eng) {
  * alltoall's counts"); in memory the whole part, counts too (8 KiB of
  * data carried measured slower than its own collective at np 2).
  */
-static size_t alltoall_limited(const hvd_engine *eng,
-                               const hvd_request *req) {
+static size_t alltoall_limited(const hvd_engine *eng, const hvd_request *req) {
     return eng->cfg.carry_counts_free ? pad8(data_bytes(&req->desc))
                                       : hvd_eng_part_bytes(eng, req);
 }
@@ -100,6 +110,20 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     }
 }
 
+/*
+ * An alltoall too large to carry (or that the step has no room for) still
+ * carries its counts, where every rank's would reach every rank anyway:
+ * its collective then needs no exchange of counts of its own (it runs
+ * where the parts arrive, hvd_eng_run_carried). A step without room for
+ * them either (HVD_STEP_CARRY_BYTES=0) carries nothing of it.
+ */
+int hvd_eng_carries_counts(const hvd_engine *eng, const hvd_request *req) {
+    const hvd_opdesc *d = &req->desc;
+
+    return d->kind == HVD_KIND_ALLTOALL && eng->size >= 2 && d->pset == 0 &&
+           d->mem == HVD_MEM_HOST;
+}
+
 size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req) {
     const hvd_opdesc *d = &req->desc;
 
@@ -107,7 +131,7 @@ size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req) {
         d->kind == HVD_KIND_BARRIER)
         return 0;
     if (d->kind == HVD_KIND_ALLTOALL)
-        return pad8(a2a_head(eng) + data_bytes(d));
+        return pad8(a2a_head(eng) + (req->counts_only ? 0 : data_bytes(d)));
     return pad8(data_bytes(d));
 }
 
@@ -120,13 +144,16 @@ void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,
     if (len == 0)
         return;
     if (d->kind == HVD_KIND_ALLTOALL) {
-        /* The counts, then the whole sendbuf (send[k] lie in it, in
-         * order, from send[0]). */
-        memcpy(out, req->counts, a2a_head(eng));
+        /* Whether the data follows, the counts, then the whole sendbuf
+         * (send[k] lie in it, in order, from send[0]). */
+        uint64_t whole = !req->counts_only;
+        memcpy(out, &whole, sizeof(whole));
+        memcpy(out + sizeof(whole), req->counts,
+               (size_t)eng->size * sizeof(uint64_t));
         off = a2a_head(eng);
-        if (data_bytes(d) > 0)
+        if (whole && data_bytes(d) > 0)
             memcpy(out + off, req->send[0], data_bytes(d));
-        off += data_bytes(d);
+        off += whole ? data_bytes(d) : 0;
     } else if (d->kind == HVD_KIND_BROADCAST) {
         if (data_bytes(d) > 0)
             memcpy(out, req->recv[0], data_bytes(d));
@@ -151,18 +178,25 @@ size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
         return 0;
     case HVD_KIND_BROADCAST:
         return r == d->root ? pad8(data_bytes(d)) : 0;
-    case HVD_KIND_ALLTOALL:
-        /* Its length is in it: the counts it starts with. */
+    case HVD_KIND_ALLTOALL: {
+        /* Its length is in it: the counts it starts with, and whether its
+         * data follows. Counts alone may say more than came (the
+         * collective moves it), not more than memory could hold. */
+        uint64_t whole;
         if (avail < a2a_head(eng))
             return SIZE_MAX;
+        memcpy(&whole, data, sizeof(whole));
+        if (whole > 1)
+            return SIZE_MAX;
+        size_t most = (whole ? avail : SIZE_MAX / 2) / es;
         for (int k = 0; k < eng->size; k++) {
-            uint64_t c;
-            memcpy(&c, data + (size_t)k * sizeof(c), sizeof(c));
-            if (c > avail / es || sum + c > avail / es)
+            uint64_t c = a2a_count(data, (size_t)k);
+            if (c > most || sum + c > most)
                 return SIZE_MAX;
             sum += (size_t)c;
         }
-        return pad8(a2a_head(eng) + sum * es);
+        return pad8(a2a_head(eng) + (whole ? sum * es : 0));
+    }
     default:
         return pad8(data_bytes(d));
     }
@@ -244,7 +278,7 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
         for (size_t k = 0; k < p; k++) {
             uint64_t c[1], before = 0;
             for (size_t j = 0; j <= me; j++) {
-                memcpy(c, r->parts[k] + j * sizeof(c[0]), sizeof(c[0]));
+                c[0] = a2a_count(r->parts[k], j);
                 if (j < me)
                     before += c[0];
             }
@@ -292,10 +326,25 @@ static const char *event_of(hvd_kind kind) {
     }
 }
 
+/* 1 if every rank's part of alltoall r holds its data, not its counts
+ * alone. */
+static int a2a_whole(const hvd_engine *eng, const resp *r) {
+    for (int k = 0; k < eng->size; k++) {
+        uint64_t whole;
+        memcpy(&whole, r->parts[k], sizeof(whole));
+        if (!whole)
+            return 0;
+    }
+    return 1;
+}
+
 hvd_status hvd_eng_run_carried(hvd_engine *eng, const resp *r,
                                hvd_request *req) {
     hvd_status outcome = HVD_OK;
     char why[HVD_ERROR_MAX] = "";
+
+    if (r->desc.kind == HVD_KIND_ALLTOALL && !a2a_whole(eng, r))
+        return hvd_eng_run_other(eng, r); /* its counts known from r->parts */
 
     if (req == NULL)
         req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);

@@ -362,10 +362,47 @@ static hvd_status run_allreduce(hvd_engine *eng, resp *rs, size_t first,
 }
 
 /*
+ * What rank k sends to this rank of alltoall r (told[3k]), where it starts
+ * in k's sendbuf (told[3k + 1]) and all k sends (told[3k + 2]), in bytes:
+ * read from the counts each rank's step part carried (r->parts,
+ * engine_carry.c: a word, then the counts), or else learned in a pairwise
+ * exchange of what this rank tells (tell).
+ */
+static hvd_status alltoall_told(hvd_engine *eng, hvd_comm *comm, const resp *r,
+                                uint64_t *tell, uint64_t *told) {
+    size_t p = (size_t)comm->size, me = (size_t)comm->rank;
+    uint64_t es = hvd_dtype_size(r->desc.dtype);
+    size_t *hb = eng->a2a + 5 * p, *hd = hb + p, *hp = hd + p;
+
+    if (r->parts != NULL) {
+        for (size_t k = 0; k < p; k++) {
+            uint64_t c, before = 0, all = 0;
+            for (size_t j = 0; j < p; j++) {
+                memcpy(&c, r->parts[k] + (j + 1) * sizeof(c), sizeof(c));
+                if (j == me)
+                    told[3 * k] = c * es;
+                else if (j < me)
+                    before += c;
+                all += c;
+            }
+            told[3 * k + 1] = before * es;
+            told[3 * k + 2] = all * es;
+        }
+        return HVD_OK;
+    }
+    for (size_t k = 0; k < p; k++) {
+        hb[k] = 3 * sizeof(uint64_t);
+        hd[k] = k * hb[k];
+        hp[k] = me * hb[k];
+    }
+    return hvd_coll_alltoall(comm, tell, hb, hd, told, hb, hd, hp, hb[0] * p);
+}
+
+/*
  * An alltoall. Each rank knows what it sends; what it receives, where its
  * part starts in each peer's sendbuf, and how much every rank sends in all
- * (which picks the path the same way everywhere), it learns first, in a
- * pairwise exchange of three numbers per pair. A receive buffer too small for
+ * (which picks the path the same way everywhere), it has from the step's
+ * parts or learns first (alltoall_told). A receive buffer too small for
  * what comes fails this rank's request (*outcome, with a sentence) but the
  * exchange still runs, into the fusion buffer, so that no other rank
  * waits for it.
@@ -374,7 +411,7 @@ static hvd_status run_alltoall(hvd_engine *eng, hvd_comm *comm, const resp *r,
                                hvd_request *req, hvd_status *outcome) {
     size_t p = (size_t)comm->size, es = hvd_dtype_size(r->desc.dtype);
     size_t *sb = eng->a2a, *sd = sb + p, *rb = sd + p, *rd = rb + p;
-    size_t *po = rd + p, *hb = po + p, *hd = hb + p, *hp = hd + p;
+    size_t *po = rd + p;
     uint64_t *tell = eng->a2a_msg, *told = tell + 3 * p;
     size_t sent = 0, got = 0, everyone = 0;
     void *recvbuf = req->recv[0];
@@ -386,13 +423,10 @@ static hvd_status run_alltoall(hvd_engine *eng, hvd_comm *comm, const resp *r,
         tell[3 * k] = sb[k];    /* what rank k gets from this rank */
         tell[3 * k + 1] = sent; /* and where it starts here */
         sent += sb[k];
-        hb[k] = 3 * sizeof(uint64_t);
-        hd[k] = k * hb[k];
-        hp[k] = (size_t)comm->rank * hb[k];
     }
     for (size_t k = 0; k < p; k++)
         tell[3 * k + 2] = sent; /* all this rank sends */
-    st = hvd_coll_alltoall(comm, tell, hb, hd, told, hb, hd, hp, hb[0] * p);
+    st = alltoall_told(eng, comm, r, tell, told);
     if (st != HVD_OK)
         return st;
     for (size_t k = 0; k < p; k++) {
@@ -498,7 +532,7 @@ static hvd_status run_gather(hvd_engine *eng, hvd_comm *comm, const resp *r,
 
 /* Runs one broadcast, allgather, alltoall, reducescatter, barrier, join,
  * call or process-set response. */
-static hvd_status run_other(hvd_engine *eng, const resp *r) {
+hvd_status hvd_eng_run_other(hvd_engine *eng, const resp *r) {
     hvd_request *req = hvd_namemap_get_h(&eng->by_name, r->name, r->hash);
     hvd_comm *comm = hvd_eng_pset_comm(eng, &r->desc);
     hvd_status st = HVD_OK, outcome = HVD_OK;
@@ -616,7 +650,7 @@ hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n) {
         }
         if (r->parts != NULL || r->desc.kind != HVD_KIND_ALLREDUCE) {
             st = r->parts != NULL ? hvd_eng_run_carried(eng, r, NULL)
-                                  : run_other(eng, r);
+                                  : hvd_eng_run_other(eng, r);
             if (st != HVD_OK)
                 return st;
             i++;

@@ -362,12 +362,19 @@ int hvd_eng_dev_ready(hvd_engine *eng);
 hvd_status hvd_eng_dev_drain(hvd_engine *eng);
 void hvd_eng_dev_fail_all(hvd_engine *eng, hvd_status status, const char *text);
 hvd_status hvd_eng_run_responses(hvd_engine *eng, resp *rs, size_t n);
+/* Runs one response other than an allreduce as a collective (an alltoall
+ * whose parts carried counts takes them from r->parts). */
+hvd_status hvd_eng_run_other(hvd_engine *eng, const resp *r);
 
 /* engine_carry.c: the data steps carry (docs/design.md, "Steps"). */
 /* 1 if req's data may travel in a step message (its kind, memory, set
  * and size allow it; the step's budget is the caller's). */
 int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req);
-/* Bytes this rank's part of req takes in a step message (padded to 8). */
+/* 1 if req (an alltoall) may carry its counts alone in a step message
+ * when its data does not go there. */
+int hvd_eng_carries_counts(const hvd_engine *eng, const hvd_request *req);
+/* Bytes this rank's part of req takes in a step message (padded to 8):
+ * its counts alone for an alltoall whose counts_only is set. */
 size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req);
 /* Writes that part (hvd_eng_part_bytes bytes) at out. */
 void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,

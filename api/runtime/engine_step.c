@@ -82,15 +82,23 @@ int hvd_eng_peer_started(const hvd_engine *eng) {
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* Bytes a cached request's data takes in the step message (padded), if
- * it may travel there after `used` bytes of others; else 0 with *ok = 0. */
-static size_t carry_bytes(const hvd_engine *eng, const hvd_request *req,
-                          size_t used, int *ok) {
+ * it may travel there after `used` bytes of others, or else an
+ * alltoall's counts alone (req->counts_only); else 0 with *ok = 0. */
+static size_t carry_bytes(const hvd_engine *eng, hvd_request *req, size_t used,
+                          int *ok) {
     size_t bytes = 0;
 
+    req->counts_only = 0;
     *ok = hvd_eng_carries(eng, req);
     if (*ok) {
         bytes = hvd_eng_part_bytes(eng, req);
         *ok = used + bytes <= eng->cfg.step_carry_bytes;
+    }
+    if (!*ok && hvd_eng_carries_counts(eng, req)) {
+        req->counts_only = 1;
+        bytes = hvd_eng_part_bytes(eng, req);
+        *ok = used + bytes <= eng->cfg.step_carry_bytes;
+        req->counts_only = *ok;
     }
     return *ok ? bytes : 0;
 }

@@ -80,6 +80,19 @@ foreach(np 2 3)
                        ENVIRONMENT "HVD_TRANSPORT=tcp"
                        SKIP_RETURN_CODE 77)
 endforeach()
+# Ranks that carry differently (HVD_STEP_CARRY_BYTES per rank): rank 0 has
+# room for an alltoall's counts alone, rank 1 for all, rank 2 for nothing;
+# an alltoall then runs as its collective, with the counts from the step
+# where every rank carried them and exchanged where one did not.
+foreach(np 2 3)
+  set(test_name integration.engine.steps.kinds.exact.carry_by_rank.np${np})
+  add_test(NAME ${test_name}
+           COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps_kinds> exact)
+  set_tests_properties(${test_name} PROPERTIES
+                       LABELS "integration;engine" TIMEOUT 180
+                       ENVIRONMENT "KINDS_CARRY_BY_RANK=64,,0"
+                       SKIP_RETURN_CODE 77)
+endforeach()
 foreach(case "3;1;40" "2;0;31")
   list(GET case 0 np)
   list(GET case 1 victim)

@@ -773,6 +773,30 @@ static const struct {
 };
 #define NSUBTESTS (sizeof(subtests) / sizeof(*subtests))
 
+/* KINDS_CARRY_BY_RANK="a,b,...": rank r's HVD_STEP_CARRY_BYTES is the r-th
+ * entry (an empty one: the default), so that ranks carry differently: one
+ * the counts of an alltoall alone, one nothing, one all of it. */
+static void carry_by_rank(void) {
+    const char *by = getenv("KINDS_CARRY_BY_RANK"), *rank = getenv("HVD_RANK");
+    char entry[32];
+    int r;
+
+    if (by == NULL || rank == NULL || parse_int(rank, &r) != 0)
+        return;
+    for (; r > 0 && by != NULL; r--) {
+        by = strchr(by, ',');
+        by = by != NULL ? by + 1 : NULL;
+    }
+    if (by == NULL)
+        return;
+    size_t n = strcspn(by, ",");
+    if (n == 0 || n >= sizeof(entry))
+        return;
+    memcpy(entry, by, n);
+    entry[n] = '\0';
+    setenv("HVD_STEP_CARRY_BYTES", entry, 1);
+}
+
 int main(int argc, char **argv) {
     int victim = -1, after = -1, names = 0;
     size_t k = 0;
@@ -798,6 +822,7 @@ int main(int argc, char **argv) {
         }
         g_subtest = subtests[k].name;
     }
+    carry_by_rank();
     st = hvd_init();
     if (st != HVD_OK)
         fail("hvd_init: %s: %s", status_name(st), hvd_last_error());

@@ -267,12 +267,15 @@ static void malformed_steps_refused(void **state) {
 }
 
 /* An alltoall's part is as long as the counts it starts with say: a part
- * whose counts ask for more than came is refused, naming the sender. */
+ * that says its data follows and whose counts ask for more than came is
+ * refused, naming the sender, and so is one whose first word is neither
+ * "data follows" (1) nor "counts alone" (0). */
 static void alltoall_part_checked(void **state) {
     ef_engine *ef = *state;
     hvd_engine *eng = ef->eng;
     const uint32_t slot[] = {0};
-    const uint64_t part[2] = {1000, 1000}; /* counts, and no data */
+    const uint64_t part[3] = {1, 1000, 1000}; /* counts, and no data */
+    const uint64_t odd[3] = {2, 0, 0};
     Hvd__Engine__Cycle dec = decision(1);
     int last = 0;
 
@@ -281,7 +284,16 @@ static void alltoall_part_checked(void **state) {
     ef_peer_step(ef, 0, 1, slot, 1, slot, 1, part, sizeof(part), &dec);
     assert_int_equal(hvd_eng_step_finish(eng, 0, &last), HVD_ERR_PROTOCOL);
     assert_string_equal(hvd_error_get(),
-                        "step 1 from rank 0 carries 16 bytes of data whose "
+                        "step 1 from rank 0 carries 24 bytes of data whose "
+                        "parts do not add up");
+
+    eng->cycle = 1;
+    dec = decision(2);
+    assert_int_equal(hvd_eng_step_start(eng), HVD_OK);
+    ef_peer_step(ef, 0, 2, slot, 1, slot, 1, odd, sizeof(odd), &dec);
+    assert_int_equal(hvd_eng_step_finish(eng, 0, &last), HVD_ERR_PROTOCOL);
+    assert_string_equal(hvd_error_get(),
+                        "step 2 from rank 0 carries 24 bytes of data whose "
                         "parts do not add up");
 }
 
