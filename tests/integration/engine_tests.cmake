@@ -69,29 +69,25 @@ foreach(case "exact;1" "exact;2" "exact;3" "exact;4" "mismatch;2"
                        LABELS "integration;engine" TIMEOUT 180
                        SKIP_RETURN_CODE 77)
 endforeach()
-# Over TCP, whose steps carry larger parts of the kinds other than an
-# allreduce (a network's exchanges cost more than the parts' copies).
-foreach(np 2 3)
-  set(test_name integration.engine.steps.kinds.exact.tcp.np${np})
-  add_test(NAME ${test_name}
-           COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps_kinds> exact)
-  set_tests_properties(${test_name} PROPERTIES
-                       LABELS "integration;engine" TIMEOUT 180
-                       ENVIRONMENT "HVD_TRANSPORT=tcp"
-                       SKIP_RETURN_CODE 77)
-endforeach()
-# Ranks that carry differently (HVD_STEP_CARRY_BYTES per rank): rank 0 has
-# room for an alltoall's counts alone, rank 1 for all, rank 2 for nothing;
-# an alltoall then runs as its collective, with the counts from the step
-# where every rank carried them and exchanged where one did not.
-foreach(np 2 3)
-  set(test_name integration.engine.steps.kinds.exact.carry_by_rank.np${np})
-  add_test(NAME ${test_name}
-           COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps_kinds> exact)
-  set_tests_properties(${test_name} PROPERTIES
-                       LABELS "integration;engine" TIMEOUT 180
-                       ENVIRONMENT "KINDS_CARRY_BY_RANK=64,,0"
-                       SKIP_RETURN_CODE 77)
+# The exact test again, at np 2 and 3: over TCP ("tcp"), whose steps carry
+# larger parts of the kinds other than an allreduce (a network's exchanges
+# cost more than the parts' copies); and with ranks that carry differently
+# ("carry_by_rank": HVD_STEP_CARRY_BYTES per rank, rank 0 with room for an
+# alltoall's counts alone, rank 1 for all, rank 2 for nothing), where an
+# alltoall runs as its collective with the counts from the step where
+# every rank carried them, and exchanged where one did not.
+foreach(variant "tcp;HVD_TRANSPORT=tcp" "carry_by_rank;KINDS_CARRY_BY_RANK=64,,0")
+  list(GET variant 0 suffix)
+  list(GET variant 1 env)
+  foreach(np 2 3)
+    set(test_name integration.engine.steps.kinds.exact.${suffix}.np${np})
+    add_test(NAME ${test_name}
+             COMMAND hvdrun -np ${np} -- $<TARGET_FILE:test_steps_kinds> exact)
+    set_tests_properties(${test_name} PROPERTIES
+                         LABELS "integration;engine" TIMEOUT 180
+                         ENVIRONMENT "${env}"
+                         SKIP_RETURN_CODE 77)
+  endforeach()
 endforeach()
 foreach(case "3;1;40" "2;0;31")
   list(GET case 0 np)
