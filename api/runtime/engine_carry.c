@@ -6,10 +6,14 @@
  * reduces every part), an allgather (each rank puts every part in its
  * place), a broadcast (only the root's part holds data), a reduce-scatter
  * (each rank reduces its own block of every part) and an alltoall (each
- * part holds its sender's counts and whole buffer; each rank takes its
+ * part holds its sender's counts and its sendbuf; each rank takes its
  * block of every part); a barrier is the exchange itself (its part is
- * empty). Nothing else goes on the wire for them. A larger alltoall
- * carries its counts alone, which spares its collective an exchange.
+ * empty). Nothing else goes on the wire for them. From PER_PEER_MIN, the
+ * part of a reduce-scatter or an alltoall holds only what the rank it
+ * goes to needs, so it differs from one destination to the next: a step
+ * that carries one is written for each peer (engine_step.c). A larger
+ * alltoall carries its counts alone, which spares its collective an
+ * exchange.
  */
 
 #include "api/runtime/engine_state.h"
@@ -26,11 +30,39 @@ static size_t data_bytes(const hvd_opdesc *d) {
     return (size_t)hvd_opdesc_total(d) * hvd_dtype_size(d->dtype);
 }
 
-/* An alltoall's part starts with a word that says whether its data
- * follows (1) or it is the counts alone (0), then the sender's counts, one
- * per rank. */
+/* An alltoall's part starts with a word that says what follows the
+ * sender's counts (one per rank, after it): nothing (A2A_COUNTS), the
+ * whole sendbuf (A2A_ALL) or the block for the rank it goes to
+ * (A2A_BLOCK). */
+enum { A2A_COUNTS = 0, A2A_ALL = 1, A2A_BLOCK = 2 };
+
 static size_t a2a_head(const hvd_engine *eng) {
     return ((size_t)eng->size + 1) * sizeof(uint64_t);
+}
+
+static uint64_t a2a_layout(const uint8_t *part) {
+    uint64_t w;
+
+    memcpy(&w, part, sizeof(w));
+    return w;
+}
+
+/*
+ * The data from which a reduce-scatter's or an alltoall's part holds only
+ * what its destination needs, in a message of its own for each peer (at
+ * np 2, half of the whole buffer every peer got before). Below it the
+ * whole buffer goes to every peer in one message: writing a message for
+ * each costs more than the bytes it saves (np 2, shared memory: a 512 B
+ * reduce-scatter 1.37 -> 1.70 us written per peer, 8 KiB 3.57 -> 3.20;
+ * TCP 8 KiB 20.2 -> 15.5; docs/benchmarks.md, "Issue 35: parts for each
+ * peer").
+ */
+#define PER_PEER_MIN 4096
+
+/* Whether a reduce-scatter of d is cut per peer: d is the same on every
+ * rank, so every rank tells from it alone. */
+static int rs_per_peer(const hvd_opdesc *d) {
+    return data_bytes(d) >= PER_PEER_MIN;
 }
 
 /* Count k of an alltoall's part. */
@@ -124,36 +156,109 @@ int hvd_eng_carries_counts(const hvd_engine *eng, const hvd_request *req) {
            d->mem == HVD_MEM_HOST;
 }
 
-size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req) {
+int hvd_eng_part_per_peer(const hvd_request *req) {
     const hvd_opdesc *d = &req->desc;
+
+    if (d->kind == HVD_KIND_REDUCESCATTER)
+        return rs_per_peer(d);
+    return d->kind == HVD_KIND_ALLTOALL && !req->counts_only &&
+           data_bytes(d) >= PER_PEER_MIN;
+}
+
+/* Where rank dest's block of buffer i of a reduce-scatter d lies (the
+ * collective's cut: hvd_part_range of whole rows), in elements. */
+static void rs_block(const hvd_opdesc *d, size_t i, int size, int dest,
+                     size_t *start, size_t *count) {
+    size_t unit = (size_t)hvd_opdesc_unit(d);
+
+    if (unit == 0)
+        unit = 1;
+    hvd_part_range((size_t)d->counts[i] / unit, (size_t)size, (size_t)dest,
+                   start, count);
+    *start *= unit;
+    *count *= unit;
+}
+
+/* Bytes of the blocks of rank dest of every buffer of reduce-scatter d. */
+static size_t rs_bytes(const hvd_opdesc *d, int size, int dest) {
+    size_t sum = 0, b, cnt;
+
+    for (size_t i = 0; i < d->ncounts; i++) {
+        rs_block(d, i, size, dest, &b, &cnt);
+        sum += cnt;
+    }
+    return sum * hvd_dtype_size(d->dtype);
+}
+
+size_t hvd_eng_part_bytes_to(const hvd_engine *eng, const hvd_request *req,
+                             int dest) {
+    const hvd_opdesc *d = &req->desc;
+    size_t es = hvd_dtype_size(d->dtype);
 
     if ((d->kind == HVD_KIND_BROADCAST && d->root != eng->rank) ||
         d->kind == HVD_KIND_BARRIER)
         return 0;
-    if (d->kind == HVD_KIND_ALLTOALL)
-        return pad8(a2a_head(eng) + (req->counts_only ? 0 : data_bytes(d)));
+    if (d->kind == HVD_KIND_ALLTOALL) {
+        if (req->counts_only)
+            return a2a_head(eng);
+        return pad8(a2a_head(eng) + (hvd_eng_part_per_peer(req)
+                                         ? (size_t)req->counts[dest] * es
+                                         : data_bytes(d)));
+    }
+    if (d->kind == HVD_KIND_REDUCESCATTER && rs_per_peer(d))
+        return pad8(rs_bytes(d, eng->size, dest));
     return pad8(data_bytes(d));
 }
 
-void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,
+size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req) {
+    size_t most = 0;
+
+    if (!hvd_eng_part_per_peer(req))
+        return hvd_eng_part_bytes_to(eng, req, eng->rank);
+    for (int dest = 0; dest < eng->size; dest++) {
+        size_t n = hvd_eng_part_bytes_to(eng, req, dest);
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req, int dest,
                         uint8_t *out) {
     const hvd_opdesc *d = &req->desc;
     size_t es = hvd_dtype_size(d->dtype), off = 0;
-    size_t len = hvd_eng_part_bytes(eng, req);
+    size_t len = hvd_eng_part_bytes_to(eng, req, dest);
 
     if (len == 0)
         return;
     if (d->kind == HVD_KIND_ALLTOALL) {
-        /* Whether the data follows, the counts, then the whole sendbuf
-         * (send[k] lie in it, in order, from send[0]). */
-        uint64_t whole = !req->counts_only;
-        memcpy(out, &whole, sizeof(whole));
-        memcpy(out + sizeof(whole), req->counts,
+        /* The layout, the counts, then what it says (the blocks lie in
+         * send[0] in rank order). */
+        uint64_t layout = req->counts_only             ? A2A_COUNTS
+                          : hvd_eng_part_per_peer(req) ? A2A_BLOCK
+                                                       : A2A_ALL;
+        size_t from = 0, b = layout == A2A_ALL ? data_bytes(d) : 0;
+        memcpy(out, &layout, sizeof(layout));
+        memcpy(out + sizeof(layout), req->counts,
                (size_t)eng->size * sizeof(uint64_t));
         off = a2a_head(eng);
-        if (whole && data_bytes(d) > 0)
-            memcpy(out + off, req->send[0], data_bytes(d));
-        off += whole ? data_bytes(d) : 0;
+        if (layout == A2A_BLOCK) {
+            for (int k = 0; k < dest; k++)
+                from += (size_t)req->counts[k] * es;
+            b = (size_t)req->counts[dest] * es;
+        }
+        if (b > 0)
+            memcpy(out + off, (const uint8_t *)req->send[0] + from, b);
+        off += b;
+    } else if (d->kind == HVD_KIND_REDUCESCATTER && rs_per_peer(d)) {
+        /* dest's block of each buffer, one after the other. */
+        for (int i = 0; i < req->n; i++) {
+            size_t start, cnt;
+            rs_block(d, (size_t)i, eng->size, dest, &start, &cnt);
+            if (cnt > 0)
+                memcpy(out + off, (const uint8_t *)req->send[i] + start * es,
+                       cnt * es);
+            off += cnt * es;
+        }
     } else if (d->kind == HVD_KIND_BROADCAST) {
         if (data_bytes(d) > 0)
             memcpy(out, req->recv[0], data_bytes(d));
@@ -171,7 +276,7 @@ void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,
 
 size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
                         const uint8_t *data, size_t avail) {
-    size_t es = hvd_dtype_size(d->dtype), sum = 0;
+    size_t es = hvd_dtype_size(d->dtype), sum = 0, me = (size_t)eng->rank;
 
     switch (d->kind) {
     case HVD_KIND_BARRIER:
@@ -182,21 +287,29 @@ size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
         /* Its length is in it: the counts it starts with, and whether its
          * data follows. Counts alone may say more than came (the
          * collective moves it), not more than memory could hold. */
-        uint64_t whole;
         if (avail < a2a_head(eng))
             return SIZE_MAX;
-        memcpy(&whole, data, sizeof(whole));
-        if (whole > 1)
+        uint64_t layout = a2a_layout(data);
+        size_t most = SIZE_MAX / 2 / es, left = (avail - a2a_head(eng)) / es;
+        if (layout > A2A_BLOCK)
             return SIZE_MAX;
-        size_t most = (whole ? avail : SIZE_MAX / 2) / es;
         for (int k = 0; k < eng->size; k++) {
             uint64_t c = a2a_count(data, (size_t)k);
             if (c > most || sum + c > most)
                 return SIZE_MAX;
             sum += (size_t)c;
         }
-        return pad8(a2a_head(eng) + (whole ? sum * es : 0));
+        size_t n = layout == A2A_ALL     ? sum
+                   : layout == A2A_BLOCK ? (size_t)a2a_count(data, me)
+                                         : 0;
+        if (n > left)
+            return SIZE_MAX;
+        return pad8(a2a_head(eng) + n * es);
     }
+    case HVD_KIND_REDUCESCATTER:
+        if (rs_per_peer(d))
+            return pad8(rs_bytes(d, eng->size, eng->rank));
+        return pad8(data_bytes(d));
     default:
         return pad8(data_bytes(d));
     }
@@ -231,23 +344,19 @@ static void run_allreduce(const hvd_engine *eng, const resp *r,
 }
 
 /* A reduce-scatter (grouped or not): this rank's block of each buffer
- * (the collective's cut: hvd_part_range of whole units), reduced from
- * every rank's part in rank order. */
+ * (the collective's cut, rs_block), reduced from every rank's part in
+ * rank order: each part holds the whole buffers, or (rs_per_peer) those
+ * blocks alone, one after the other. */
 static void run_reducescatter(const hvd_engine *eng, const resp *r,
                               hvd_request *req) {
     size_t es = hvd_dtype_size(r->desc.dtype), off = 0;
-    size_t unit = (size_t)hvd_opdesc_unit(&r->desc);
+    int cut = rs_per_peer(&r->desc);
 
-    if (unit == 0)
-        unit = 1;
     for (int i = 0; i < req->n; i++) {
-        size_t count = (size_t)req->counts[i], b, cnt;
-        hvd_part_range(count / unit, (size_t)eng->size, (size_t)eng->rank, &b,
-                       &cnt);
-        b = off + b * unit * es;
-        cnt *= unit;
-        reduce_parts(eng, r, req->recv[i], b, cnt);
-        off += count * es;
+        size_t start, cnt;
+        rs_block(&r->desc, (size_t)i, eng->size, eng->rank, &start, &cnt);
+        reduce_parts(eng, r, req->recv[i], off + (cut ? 0 : start * es), cnt);
+        off += (cut ? cnt : (size_t)req->counts[i]) * es;
     }
 }
 
@@ -266,9 +375,9 @@ static void run_allgather(const hvd_engine *eng, const resp *r,
     }
 }
 
-/* An alltoall: this rank's block of every rank's part, in rank order; a
- * recvbuf too small for them fails this rank's request alone (no other
- * rank waits on it), with the collective's sentence. */
+/* An alltoall: the block every rank's part holds for this rank, in rank
+ * order; a recvbuf too small for them fails this rank's request alone (no
+ * other rank waits on it), with the collective's sentence. */
 static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
                                char *why, size_t whylen) {
     size_t es = hvd_dtype_size(r->desc.dtype), got = 0, p = (size_t)eng->size;
@@ -276,23 +385,20 @@ static hvd_status run_alltoall(hvd_engine *eng, const resp *r, hvd_request *req,
 
     for (int pass = 0; pass < 2; pass++) {
         for (size_t k = 0; k < p; k++) {
-            uint64_t c[1], before = 0;
-            for (size_t j = 0; j <= me; j++) {
-                c[0] = a2a_count(r->parts[k], j);
-                if (j < me)
-                    before += c[0];
-            }
+            size_t c = (size_t)a2a_count(r->parts[k], me), before = 0;
             if (pass == 0) {
-                got += (size_t)c[0];
+                got += c;
                 continue;
             }
-            if (c[0] > 0)
+            for (size_t j = 0; j < me && a2a_layout(r->parts[k]) == A2A_ALL;
+                 j++)
+                before += (size_t)a2a_count(r->parts[k], j);
+            if (c > 0)
                 memcpy((uint8_t *)req->recv[0] + got * es,
-                       r->parts[k] + a2a_head(eng) + (size_t)before * es,
-                       (size_t)c[0] * es);
+                       r->parts[k] + a2a_head(eng) + before * es, c * es);
             if (req->recv_counts != NULL)
-                req->recv_counts[k] = (size_t)c[0];
-            got += (size_t)c[0];
+                req->recv_counts[k] = c;
+            got += c;
         }
         if (pass == 0 && got > req->recv_cap) {
             hvd_error_set(HVD_ERR_INVALID_ARG,
@@ -329,12 +435,9 @@ static const char *event_of(hvd_kind kind) {
 /* 1 if every rank's part of alltoall r holds its data, not its counts
  * alone. */
 static int a2a_whole(const hvd_engine *eng, const resp *r) {
-    for (int k = 0; k < eng->size; k++) {
-        uint64_t whole;
-        memcpy(&whole, r->parts[k], sizeof(whole));
-        if (!whole)
+    for (int k = 0; k < eng->size; k++)
+        if (a2a_layout(r->parts[k]) == A2A_COUNTS)
             return 0;
-    }
     return 1;
 }
 

@@ -246,8 +246,10 @@ struct hvd_engine {
     /* The step in progress (engine_step.c). */
     int in_step;   /* this rank's part of step cycle + 1 is out */
     step_msg mine; /* that part (its data: in out) */
-    uint8_t *out;  /* what was sent: header, Step, data */
+    uint8_t *out;  /* what was sent: header, Step, data (for this rank) */
     size_t out_cap;
+    uint8_t **outs; /* per peer, where parts differ per destination */
+    size_t *outs_cap;
     Hvd__Engine__Step mine_msg;
     uint32_t *mine_ready, *mine_carried; /* cache capacity entries each */
     hvd_request **mine_creq;             /* the requests carried */
@@ -373,14 +375,22 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req);
 /* 1 if req (an alltoall) may carry its counts alone in a step message
  * when its data does not go there. */
 int hvd_eng_carries_counts(const hvd_engine *eng, const hvd_request *req);
-/* Bytes this rank's part of req takes in a step message (padded to 8):
- * its counts alone for an alltoall whose counts_only is set. */
+/* 1 if req's part differs from one destination to the next (a
+ * reduce-scatter, an alltoall with its data). */
+int hvd_eng_part_per_peer(const hvd_request *req);
+/* Bytes this rank's part of req for rank dest takes in a step message
+ * (padded to 8): its counts alone for an alltoall whose counts_only is
+ * set. */
+size_t hvd_eng_part_bytes_to(const hvd_engine *eng, const hvd_request *req,
+                             int dest);
+/* The most of those over every dest: what it takes of the step's budget. */
 size_t hvd_eng_part_bytes(const hvd_engine *eng, const hvd_request *req);
-/* Writes that part (hvd_eng_part_bytes bytes) at out. */
-void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req,
+/* Writes that part for dest (hvd_eng_part_bytes_to bytes) at out. */
+void hvd_eng_part_write(const hvd_engine *eng, const hvd_request *req, int dest,
                         uint8_t *out);
-/* Bytes rank r's part of an operation d takes, read from its data (avail
- * bytes left in the message); SIZE_MAX if they do not add up. */
+/* Bytes rank r's part of an operation d for this rank takes, read from
+ * its data (avail bytes left in the message); SIZE_MAX if they do not add
+ * up. */
 size_t hvd_eng_part_len(const hvd_engine *eng, const hvd_opdesc *d, int r,
                         const uint8_t *data, size_t avail);
 /* An operation every rank carried in its step (r->parts: each rank's

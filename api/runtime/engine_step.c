@@ -31,10 +31,12 @@ int hvd_eng_step_init(hvd_engine *eng) {
     eng->carried_all = calloc(cap, sizeof(*eng->carried_all));
     eng->parts = calloc(cap * n, sizeof(*eng->parts));
     eng->dec_erase = calloc(cap, sizeof(*eng->dec_erase));
+    eng->outs = calloc(n, sizeof(*eng->outs));
+    eng->outs_cap = calloc(n, sizeof(*eng->outs_cap));
     return eng->mine_ready && eng->mine_carried && eng->mine_creq &&
                    eng->out_req && eng->run && eng->offers && eng->offered_by &&
                    eng->run_index && eng->carried_all && eng->parts &&
-                   eng->dec_erase
+                   eng->dec_erase && eng->outs && eng->outs_cap
                ? 0
                : -1;
 }
@@ -49,6 +51,10 @@ void hvd_eng_step_free(hvd_engine *eng) {
         free(p->body);
     }
     hvd_coord_free_responses(&eng->dec_list);
+    for (int r = 0; eng->outs != NULL && r < eng->size; r++)
+        free(eng->outs[r]);
+    free(eng->outs);
+    free(eng->outs_cap);
     free(eng->out);
     free(eng->mine_ready);
     free(eng->mine_carried);
@@ -104,15 +110,56 @@ static size_t carry_bytes(const hvd_engine *eng, hvd_request *req, size_t used,
 }
 
 /*
+ * Writes the message of this rank's part of the step for rank dest into
+ * *buf (grown as needed): the header, the Step m (brief bytes of it in
+ * the brief form, else proto bytes of protobuf), then every carried
+ * request's part for dest. Returns its length, 0 when out of memory;
+ * *first: the bytes of its first message, *data_at and *data_len: where
+ * the parts lie and how long they are.
+ */
+static size_t write_msg(hvd_engine *eng, const Hvd__Engine__Step *m,
+                        size_t brief, size_t proto, int dest, uint8_t **buf,
+                        size_t *cap, size_t *first, uint8_t **data_at,
+                        size_t *data_len) {
+    size_t data = 0;
+
+    for (size_t i = 0; i < m->n_carried; i++)
+        data += hvd_eng_part_bytes_to(eng, eng->mine_creq[i], dest);
+    size_t dstart = data > 0 ? pad8(proto) : proto;
+    size_t total = sizeof(msg_header) + dstart + data;
+    if (hvd_eng_room((void **)buf, cap, total) != 0)
+        return 0;
+    uint8_t *body = *buf + sizeof(msg_header);
+    if (brief > 0)
+        hvd_ctrl_brief_pack(m, body);
+    else
+        hvd__engine__step__pack(m, body);
+    for (size_t i = 0, off = 0; i < m->n_carried; i++) {
+        const hvd_request *req = eng->mine_creq[i];
+        hvd_eng_part_write(eng, req, dest, body + dstart + off);
+        off += hvd_eng_part_bytes_to(eng, req, dest);
+    }
+    memset(body + proto, 0, dstart - proto);
+    *first = hvd_eng_frame(*buf, brief > 0 ? MSG_BRIEF : MSG_STEP,
+                           (uint32_t)proto, body, dstart + data);
+    *data_at = body + dstart;
+    *data_len = data;
+    return total;
+}
+
+/*
  * Sends this rank's part of step cycle + 1 to every peer: every cached
  * request it holds (each is offered again in every step until it runs),
  * the data of the small ones among them, and on rank 0 its
- * decision (eng->decision). The sends complete in the background.
+ * decision (eng->decision). The sends complete in the background. One
+ * message goes to every peer, unless a part differs from one destination
+ * to the next (hvd_eng_part_per_peer): then each peer gets its own.
  */
 hvd_status hvd_eng_step_start(hvd_engine *eng) {
     Hvd__Engine__Step *m = &eng->mine_msg;
     step_msg *mine = &eng->mine;
     size_t data = 0, proto;
+    int per_peer = 0;
     hvd_status st = HVD_OK;
 
     hvd__engine__step__init(m);
@@ -131,6 +178,7 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
             eng->mine_creq[m->n_carried] = req;
             m->carried[m->n_carried++] = (uint32_t)req->slot;
             data += bytes;
+            per_peer |= hvd_eng_part_per_peer(req);
         }
     }
     if (eng->rank == 0) {
@@ -143,35 +191,32 @@ hvd_status hvd_eng_step_start(hvd_engine *eng) {
      * in the brief form; one that says more, as protobuf. */
     size_t brief = hvd_ctrl_brief_size(m);
     proto = brief > 0 ? brief : hvd__engine__step__get_packed_size(m);
-    size_t dstart = data > 0 ? pad8(proto) : proto;
-    size_t total = sizeof(msg_header) + dstart + data;
-    if (hvd_eng_room((void **)&eng->out, &eng->out_cap, total) != 0)
+    size_t first, data_len;
+    uint8_t *data_at;
+    size_t total = write_msg(eng, m, brief, proto, eng->rank, &eng->out,
+                             &eng->out_cap, &first, &data_at, &data_len);
+    if (total == 0)
         return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
-    uint8_t *body = eng->out + sizeof(msg_header);
-    if (brief > 0)
-        hvd_ctrl_brief_pack(m, body);
-    else
-        hvd__engine__step__pack(m, body);
-    for (size_t i = 0, off = 0; i < m->n_carried; i++) {
-        const hvd_request *req = eng->mine_creq[i];
-        hvd_eng_part_write(eng, req, body + dstart + off);
-        off += hvd_eng_part_bytes(eng, req);
-    }
-    memset(body + proto, 0, dstart - proto);
-    size_t first = hvd_eng_frame(eng->out, brief > 0 ? MSG_BRIEF : MSG_STEP,
-                                 (uint32_t)proto, body, dstart + data);
-    size_t rest = total - first;
-    mine->data = body + dstart;
-    mine->data_len = data;
+    mine->data = data_at;
+    mine->data_len = data_len;
     mine->msg = m;
-    /* The first message and the rest go out together (one system call on
-     * TCP). */
-    hvd_sendv msgs[2] = {{eng->out, first}, {eng->out + first, rest}};
     for (int r = 0; r < eng->size && st == HVD_OK; r++) {
         hvd_req *q = &eng->out_req[2 * r];
+        uint8_t *out = eng->out;
         q[0].done = q[1].done = 1;
         if (r == eng->rank)
             continue;
+        if (per_peer) {
+            total = write_msg(eng, m, brief, proto, r, &eng->outs[r],
+                              &eng->outs_cap[r], &first, &data_at, &data_len);
+            if (total == 0)
+                return hvd_error_set(HVD_ERR_NO_MEMORY, "out of memory");
+            out = eng->outs[r];
+        }
+        /* The first message and the rest go out together (one system
+         * call on TCP). */
+        size_t rest = total - first;
+        hvd_sendv msgs[2] = {{out, first}, {out + first, rest}};
         st = hvd_comm_isendv(eng->ctrl, r, msgs, rest > 0 ? 2 : 1, q);
     }
     eng->in_step = 1;

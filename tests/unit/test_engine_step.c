@@ -268,14 +268,14 @@ static void malformed_steps_refused(void **state) {
 
 /* An alltoall's part is as long as the counts it starts with say: a part
  * that says its data follows and whose counts ask for more than came is
- * refused, naming the sender, and so is one whose first word is neither
- * "data follows" (1) nor "counts alone" (0). */
+ * refused, naming the sender, and so is one whose first word is none of
+ * "counts alone" (0), "whole sendbuf" (1) and "the receiver's block" (2). */
 static void alltoall_part_checked(void **state) {
     ef_engine *ef = *state;
     hvd_engine *eng = ef->eng;
     const uint32_t slot[] = {0};
     const uint64_t part[3] = {1, 1000, 1000}; /* counts, and no data */
-    const uint64_t odd[3] = {2, 0, 0};
+    const uint64_t odd[3] = {3, 0, 0};
     Hvd__Engine__Cycle dec = decision(1);
     int last = 0;
 
