@@ -107,16 +107,21 @@ static size_t broadcast_part_max(const hvd_engine *eng) {
 }
 
 /*
- * What of an alltoall's part the limit holds: over a network its data
- * alone, so that a buffer of the limit's size is carried with its counts
- * (np 2 TCP, 32 KiB: 20-22 us carried against 30-40 us as a step, an
- * exchange of counts and one of data; docs/benchmarks.md, "Issue 35: an
- * alltoall's counts"); in memory the whole part, counts too (8 KiB of
- * data carried measured slower than its own collective at np 2).
+ * What of an alltoall the limit holds: over a network its data alone, so
+ * that a buffer of the limit's size is carried with its counts (np 2 TCP,
+ * 32 KiB: 20-22 us carried against 30-40 us as a step, an exchange of
+ * counts and one of data; docs/benchmarks.md, "Issue 35: an alltoall's
+ * counts"); in memory its data and counts (8 KiB of data carried measured
+ * slower than its own collective at np 2). The whole sendbuf either way,
+ * also where its parts hold only each peer's block (PER_PEER_MIN): held
+ * against the limit per peer, 8-16 KiB alltoalls and reduce-scatters
+ * were carried on shared memory and measured slower (np 2 ratio 1.54 ->
+ * 1.38 at 8 KiB, 1.56 -> 1.40 for a 16 KiB reduce-scatter).
  */
 static size_t alltoall_limited(const hvd_engine *eng, const hvd_request *req) {
-    return eng->cfg.carry_counts_free ? pad8(data_bytes(&req->desc))
-                                      : hvd_eng_part_bytes(eng, req);
+    size_t data = data_bytes(&req->desc);
+
+    return pad8(eng->cfg.carry_counts_free ? data : a2a_head(eng) + data);
 }
 
 int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
@@ -131,8 +136,8 @@ int hvd_eng_carries(const hvd_engine *eng, const hvd_request *req) {
     case HVD_KIND_BROADCAST:
         return hvd_eng_part_bytes(eng, req) <= broadcast_part_max(eng);
     case HVD_KIND_ALLGATHER:
-    case HVD_KIND_REDUCESCATTER:
-        return hvd_eng_part_bytes(eng, req) <= other_part_max(eng);
+    case HVD_KIND_REDUCESCATTER: /* the whole buffer (alltoall_limited) */
+        return pad8(data_bytes(d)) <= other_part_max(eng);
     case HVD_KIND_ALLTOALL:
         return alltoall_limited(eng, req) <= other_part_max(eng);
     case HVD_KIND_BARRIER: /* no data: listed, so that its step is lone */
